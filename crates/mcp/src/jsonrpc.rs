@@ -1,0 +1,378 @@
+//! JSON-RPC 2.0 envelope: classification of an incoming body and serialisation of answers.
+//!
+//! MCP 2025-06-18 and later forbid batches; a JSON array is answered with `-32600` like any
+//! other value that is not a single JSON-RPC message.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// Parse error: the body is not valid JSON.
+pub const PARSE_ERROR: i64 = -32700;
+/// The JSON is not a valid JSON-RPC request (including batches).
+pub const INVALID_REQUEST: i64 = -32600;
+/// Unknown method, or a tool's `taskSupport` forbids the way it was called.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Wrong or missing parameters, unknown task ids, bad cursors, cancel of a terminal task.
+pub const INVALID_PARAMS: i64 = -32602;
+/// Internal failure.
+pub const INTERNAL_ERROR: i64 = -32603;
+/// Server-defined: a configured capacity limit (live tasks per node) was reached.
+pub const CAPACITY_EXCEEDED: i64 = -32001;
+/// Server-defined: the request was cancelled by `notifications/cancelled`.
+pub const REQUEST_CANCELLED: i64 = -32800;
+
+/// A JSON-RPC request id: a string or an integer (null ids are not accepted for requests).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RequestId {
+    Number(i64),
+    String(String),
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestId::Number(n) => write!(f, "{n}"),
+            RequestId::String(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// A JSON-RPC error object, exactly as it travels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorObject {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl ErrorObject {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(INVALID_PARAMS, message)
+    }
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(INTERNAL_ERROR, message)
+    }
+}
+
+/// One classified incoming JSON-RPC message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    Request {
+        id: RequestId,
+        method: String,
+        params: Option<Value>,
+    },
+    Notification {
+        method: String,
+        params: Option<Value>,
+    },
+    /// A response from the client to a request this server sent (elicitation, sampling, ping).
+    Response {
+        id: RequestId,
+        outcome: Result<Value, ErrorObject>,
+    },
+}
+
+/// Why a body is not a usable JSON-RPC message. The gateway answers these with an error whose
+/// id is `null`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EnvelopeError {
+    #[error("Parse error: {0}")]
+    Parse(String),
+    #[error("Invalid Request: {0}")]
+    Invalid(String),
+}
+
+impl EnvelopeError {
+    pub fn to_error(&self) -> ErrorObject {
+        match self {
+            EnvelopeError::Parse(_) => ErrorObject::new(PARSE_ERROR, self.to_string()),
+            EnvelopeError::Invalid(_) => ErrorObject::new(INVALID_REQUEST, self.to_string()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawEnvelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<&'a RawValue>,
+    /// Present-but-null must stay distinguishable from absent (a null id is invalid).
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+fn present<'de, D>(d: D) -> Result<Option<&'de RawValue>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    <&'de RawValue as Deserialize<'de>>::deserialize(d).map(Some)
+}
+
+/// Classify one request body.
+pub fn parse_message(body: &[u8]) -> Result<Message, EnvelopeError> {
+    let first = body
+        .iter()
+        .copied()
+        .find(|b| !b.is_ascii_whitespace())
+        .ok_or_else(|| EnvelopeError::Parse("empty body".into()))?;
+    if first == b'[' {
+        // Validate it is JSON at all, so that garbage starting with '[' is a parse error.
+        serde_json::from_slice::<serde::de::IgnoredAny>(body)
+            .map_err(|e| EnvelopeError::Parse(e.to_string()))?;
+        return Err(EnvelopeError::Invalid(
+            "batch requests are not supported; send one JSON-RPC message per POST".into(),
+        ));
+    }
+    if first != b'{' {
+        serde_json::from_slice::<serde::de::IgnoredAny>(body)
+            .map_err(|e| EnvelopeError::Parse(e.to_string()))?;
+        return Err(EnvelopeError::Invalid("expected a JSON object".into()));
+    }
+    let env: RawEnvelope<'_> = match serde_json::from_slice(body) {
+        Ok(env) => env,
+        Err(e) => {
+            // Distinguish "not JSON" from "JSON of the wrong shape".
+            return match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+                Err(_) => Err(EnvelopeError::Parse(e.to_string())),
+                Ok(_) => Err(EnvelopeError::Invalid(e.to_string())),
+            };
+        }
+    };
+    match env.jsonrpc.map(|v| v.get()) {
+        Some("\"2.0\"") => {}
+        _ => return Err(EnvelopeError::Invalid("\"jsonrpc\" must be \"2.0\"".into())),
+    }
+    let id = match env.id {
+        None => None,
+        Some(raw) => Some(parse_id(raw)?),
+    };
+    if let Some(params) = &env.params {
+        if !params.is_object() && !params.is_array() {
+            return Err(EnvelopeError::Invalid(
+                "\"params\" must be an object or an array".into(),
+            ));
+        }
+    }
+    match (env.method, id) {
+        (Some(method), Some(Some(id))) => {
+            if env.result.is_some() || env.error.is_some() {
+                return Err(EnvelopeError::Invalid(
+                    "a request carries no result or error".into(),
+                ));
+            }
+            Ok(Message::Request {
+                id,
+                method,
+                params: env.params,
+            })
+        }
+        (Some(_), Some(None)) => Err(EnvelopeError::Invalid("request id must not be null".into())),
+        (Some(method), None) => Ok(Message::Notification {
+            method,
+            params: env.params,
+        }),
+        (None, Some(Some(id))) => match (env.result, env.error) {
+            (Some(result), None) => Ok(Message::Response {
+                id,
+                outcome: Ok(result),
+            }),
+            (None, Some(error)) => {
+                let error: ErrorObject = serde_json::from_value(error)
+                    .map_err(|e| EnvelopeError::Invalid(format!("bad error object: {e}")))?;
+                Ok(Message::Response {
+                    id,
+                    outcome: Err(error),
+                })
+            }
+            _ => Err(EnvelopeError::Invalid(
+                "a response carries exactly one of result and error".into(),
+            )),
+        },
+        _ => Err(EnvelopeError::Invalid("missing \"method\"".into())),
+    }
+}
+
+/// `Ok(None)` for a null id.
+fn parse_id(raw: &RawValue) -> Result<Option<RequestId>, EnvelopeError> {
+    match serde_json::from_str::<Value>(raw.get()) {
+        Ok(Value::Null) => Ok(None),
+        Ok(Value::String(s)) => Ok(Some(RequestId::String(s))),
+        Ok(Value::Number(n)) => n
+            .as_i64()
+            .map(|n| Some(RequestId::Number(n)))
+            .ok_or_else(|| EnvelopeError::Invalid("id must be a string or an integer".into())),
+        _ => Err(EnvelopeError::Invalid(
+            "id must be a string or an integer".into(),
+        )),
+    }
+}
+
+/// Serialise a success response.
+pub fn response(id: &RequestId, result: &impl Serialize) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Out<'a, R> {
+        jsonrpc: &'static str,
+        id: &'a RequestId,
+        result: &'a R,
+    }
+    serde_json::to_vec(&Out {
+        jsonrpc: "2.0",
+        id,
+        result,
+    })
+    .unwrap_or_else(|_| error_response(Some(id), &ErrorObject::internal("serialisation failed")))
+}
+
+/// Serialise a success response whose result is already JSON text.
+pub fn response_raw(id: &RequestId, result_json: &str) -> Vec<u8> {
+    let id_json = serde_json::to_string(id).unwrap_or_else(|_| "null".into());
+    let mut out = Vec::with_capacity(result_json.len() + id_json.len() + 32);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(id_json.as_bytes());
+    out.extend_from_slice(b",\"result\":");
+    out.extend_from_slice(result_json.as_bytes());
+    out.push(b'}');
+    out
+}
+
+/// Serialise an error response (`id` is `null` when the request's id could not be read).
+pub fn error_response(id: Option<&RequestId>, error: &ErrorObject) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        jsonrpc: &'static str,
+        id: Option<&'a RequestId>,
+        error: &'a ErrorObject,
+    }
+    serde_json::to_vec(&Out {
+        jsonrpc: "2.0",
+        id,
+        error,
+    })
+    .unwrap_or_else(|_| b"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32603,\"message\":\"serialisation failed\"}}".to_vec())
+}
+
+/// Serialise a notification.
+pub fn notification(method: &str, params: &impl Serialize) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Out<'a, P> {
+        jsonrpc: &'static str,
+        method: &'a str,
+        params: &'a P,
+    }
+    serde_json::to_vec(&Out {
+        jsonrpc: "2.0",
+        method,
+        params,
+    })
+    .unwrap_or_default()
+}
+
+/// Serialise a server-to-client request.
+pub fn request(id: &RequestId, method: &str, params: &Value) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        jsonrpc: &'static str,
+        id: &'a RequestId,
+        method: &'a str,
+        params: &'a Value,
+    }
+    serde_json::to_vec(&Out {
+        jsonrpc: "2.0",
+        id,
+        method,
+        params,
+    })
+    .unwrap_or_default()
+}
+
+/// Insert `_meta[key] = value` into a JSON object, creating `_meta` when absent.
+pub fn put_meta(obj: &mut Map<String, Value>, key: &str, value: Value) {
+    let meta = obj
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    if let Value::Object(m) = meta {
+        m.insert(key.to_string(), value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_requests_notifications_responses() {
+        let m = parse_message(br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#).unwrap();
+        assert_eq!(
+            m,
+            Message::Request {
+                id: RequestId::Number(7),
+                method: "ping".into(),
+                params: None
+            }
+        );
+        let m = parse_message(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .unwrap();
+        assert!(matches!(m, Message::Notification { .. }));
+        let m = parse_message(br#"{"jsonrpc":"2.0","id":"x","result":{}}"#).unwrap();
+        assert!(matches!(m, Message::Response { outcome: Ok(_), .. }));
+        let m = parse_message(br#"{"jsonrpc":"2.0","id":"x","error":{"code":-1,"message":"no"}}"#)
+            .unwrap();
+        assert!(matches!(m, Message::Response { outcome: Err(_), .. }));
+    }
+
+    #[test]
+    fn rejects_bad_envelopes_with_the_right_code() {
+        let code = |b: &[u8]| parse_message(b).unwrap_err().to_error().code;
+        assert_eq!(code(b"{not json"), PARSE_ERROR);
+        assert_eq!(code(b""), PARSE_ERROR);
+        assert_eq!(code(b"[1,2"), PARSE_ERROR);
+        assert_eq!(code(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), INVALID_REQUEST);
+        assert_eq!(code(br#"{"id":1,"method":"ping"}"#), INVALID_REQUEST);
+        assert_eq!(code(br#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#), INVALID_REQUEST);
+        assert_eq!(code(br#"{"jsonrpc":"2.0","id":1}"#), INVALID_REQUEST);
+        assert_eq!(code(br#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#), INVALID_REQUEST);
+        assert_eq!(code(br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#), INVALID_REQUEST);
+        assert_eq!(code(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":3}"#), INVALID_REQUEST);
+        assert_eq!(code(br#""hello""#), INVALID_REQUEST);
+        assert_eq!(code(br#"{"jsonrpc":"2.0","id":1,"method":7}"#), INVALID_REQUEST);
+    }
+
+    #[test]
+    fn raw_response_matches_typed_response() {
+        let id = RequestId::String("a".into());
+        let typed = response(&id, &serde_json::json!({"k":1}));
+        let raw = response_raw(&id, r#"{"k":1}"#);
+        assert_eq!(typed, raw);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let _ = parse_message(&bytes);
+        }
+    }
+}

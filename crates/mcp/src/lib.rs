@@ -1,0 +1,16 @@
+//! Everything wire-shaped about MCP lives here: the JSON-RPC 2.0 envelope, the protocol
+//! versions this server speaks, the error codes, the `_meta` keys and the exact JSON shapes of
+//! the 2025-11-25 tasks utility.
+//!
+//! The crate is pure data: no I/O, no async, no clock. The gateway parses a request body with
+//! [`jsonrpc::parse_message`], reads typed parameters with the helpers in [`params`], and
+//! serialises answers with [`jsonrpc::response`] / [`jsonrpc::error_response`]. The rest of the
+//! system never sees JSON-RPC; it works with domain types and the gateway translates.
+
+pub mod jsonrpc;
+pub mod params;
+pub mod time;
+pub mod types;
+
+pub use jsonrpc::{ErrorObject, Message, RequestId};
+pub use types::*;

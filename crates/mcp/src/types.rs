@@ -1,0 +1,165 @@
+//! MCP message shapes used by taskmesh, per protocol version.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// The protocol version with the tasks utility.
+pub const V2025_11_25: &str = "2025-11-25";
+/// Older versions served as plain tools servers (no `tasks` capability).
+pub const V2025_06_18: &str = "2025-06-18";
+pub const V2025_03_26: &str = "2025-03-26";
+/// Every version this server speaks, newest first.
+pub const SUPPORTED_VERSIONS: [&str; 3] = [V2025_11_25, V2025_06_18, V2025_03_26];
+/// The version assumed when a request carries no `MCP-Protocol-Version` header.
+pub const DEFAULT_HEADER_VERSION: &str = V2025_03_26;
+
+/// `_meta` key that ties a message to a task.
+pub const META_RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+/// Optional `CreateTaskResult._meta` key with an interim text for the model.
+pub const META_MODEL_IMMEDIATE_RESPONSE: &str = "io.modelcontextprotocol/model-immediate-response";
+
+/// Whether `v` is a protocol version this server speaks.
+pub fn is_supported_version(v: &str) -> bool {
+    SUPPORTED_VERSIONS.contains(&v)
+}
+
+/// Whether a negotiated version carries the 2025-11-25 tasks utility.
+pub fn version_has_tasks(v: &str) -> bool {
+    v == V2025_11_25
+}
+
+/// Pick the version to answer `initialize` with: the client's when supported, else our newest.
+pub fn negotiate_version(requested: &str) -> &'static str {
+    SUPPORTED_VERSIONS
+        .iter()
+        .copied()
+        .find(|v| *v == requested)
+        .unwrap_or(V2025_11_25)
+}
+
+/// Wire status strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireStatus {
+    Working,
+    InputRequired,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+/// The flat `Task` object (`tasks/get`, `tasks/cancel`, status notifications, list entries;
+/// nested under `task` in `CreateTaskResult`). `ttl` is always emitted, `null` = unlimited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Task {
+    pub task_id: String,
+    pub status: WireStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+    pub created_at: String,
+    pub last_updated_at: String,
+    #[serde(default)]
+    pub ttl: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_interval: Option<u64>,
+}
+
+/// `CreateTaskResult`: the task nested under `task`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateTaskResult {
+    pub task: Task,
+}
+
+/// `ListTasksResult`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTasksResult {
+    pub tasks: Vec<Task>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `execution.taskSupport` of a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskSupport {
+    Forbidden,
+    Optional,
+    Required,
+}
+
+/// Server capabilities for `initialize`. `tasks` only for 2025-11-25; `tasks.list` only when
+/// tasks can be scoped to an authenticated principal.
+pub fn server_capabilities(with_tasks: bool, with_list: bool) -> Value {
+    let mut caps = json!({
+        "tools": { "listChanged": false },
+        "logging": {},
+    });
+    if with_tasks {
+        let mut tasks = json!({
+            "cancel": {},
+            "requests": { "tools": { "call": {} } }
+        });
+        if with_list {
+            tasks["list"] = json!({});
+        }
+        caps["tasks"] = tasks;
+    }
+    caps
+}
+
+/// Log levels accepted by `logging/setLevel` (RFC 5424 names), least severe first.
+pub const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_null_is_always_emitted_and_absent_is_tolerated() {
+        let t = Task {
+            task_id: "a".into(),
+            status: WireStatus::InputRequired,
+            status_message: None,
+            created_at: "x".into(),
+            last_updated_at: "y".into(),
+            ttl: None,
+            poll_interval: Some(500),
+        };
+        let s = serde_json::to_string(&t).unwrap();
+        assert!(s.contains("\"ttl\":null"), "{s}");
+        assert!(s.contains("\"status\":\"input_required\""));
+        let back: Task = serde_json::from_str(
+            r#"{"taskId":"a","status":"working","createdAt":"x","lastUpdatedAt":"y"}"#,
+        )
+        .unwrap();
+        assert_eq!(back.ttl, None);
+    }
+
+    #[test]
+    fn capabilities_shapes() {
+        let c = server_capabilities(true, false);
+        assert_eq!(c["tasks"]["requests"]["tools"]["call"], json!({}));
+        assert!(c["tasks"].get("list").is_none());
+        assert_eq!(server_capabilities(true, true)["tasks"]["list"], json!({}));
+        assert!(server_capabilities(false, true).get("tasks").is_none());
+    }
+
+    #[test]
+    fn version_negotiation() {
+        assert_eq!(negotiate_version("2025-06-18"), "2025-06-18");
+        assert_eq!(negotiate_version("1999-01-01"), "2025-11-25");
+        assert!(version_has_tasks("2025-11-25"));
+        assert!(!version_has_tasks("2025-03-26"));
+    }
+}

@@ -1,0 +1,70 @@
+//! The durable form of a task.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{TaskId, TaskStatus};
+
+/// What a task's underlying request produced, kept byte for byte so that `tasks/result`
+/// replays exactly what the original request would have returned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    /// A successful JSON-RPC result (a `CallToolResult`), as JSON text.
+    Result { json: String },
+    /// A JSON-RPC error of the underlying request; `data_json` is the error's `data` as JSON.
+    Error {
+        code: i64,
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data_json: Option<String>,
+    },
+}
+
+/// The original `tools/call`, kept so that an execution can be re-run after a failover.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolRequest {
+    pub tool: String,
+    /// The `arguments` object as JSON text.
+    pub arguments_json: String,
+    /// The request's `_meta.progressToken` as JSON text, when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_token_json: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub task_id: TaskId,
+    /// The authorization context (principal) the task is bound to.
+    pub owner: String,
+    /// The MCP session that created it, for status notifications on that session's streams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    pub status: TaskStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+    pub created_at_ms: u64,
+    pub last_updated_at_ms: u64,
+    /// Retention from `created_at_ms`; `None` = unlimited.
+    pub ttl_ms: Option<u64>,
+    pub poll_interval_ms: u64,
+    pub request: ToolRequest,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+    /// The Raft term under which the current execution was started. State changes proposed by
+    /// an execution of an older term are rejected.
+    pub exec_term: u64,
+    /// Log index of the last change: strictly increases with every applied change.
+    pub updated_index: u64,
+}
+
+impl TaskRecord {
+    /// The instant the record may be deleted, if it ever expires.
+    pub fn expires_at_ms(&self) -> Option<u64> {
+        self.ttl_ms.map(|t| self.created_at_ms.saturating_add(t))
+    }
+
+    /// Whether the TTL has run out at `now_ms`.
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.expires_at_ms().is_some_and(|at| now_ms >= at)
+    }
+}

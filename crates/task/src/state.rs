@@ -1,0 +1,239 @@
+//! The state machine of one shard: the task records and the indexes that serve list and
+//! expiry, changed only by [`ShardState::apply`].
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::{Applied, Command, Rejection, TaskId, TaskRecord, TaskStatus};
+
+#[derive(Debug, Default, Clone)]
+pub struct ShardState {
+    tasks: HashMap<TaskId, TaskRecord>,
+    /// (owner, task id): serves `tasks/list` in task-id order per principal.
+    by_owner: BTreeSet<(String, TaskId)>,
+    /// (expires at, task id): serves the expiry sweep.
+    by_expiry: BTreeSet<(u64, TaskId)>,
+}
+
+impl ShardState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Rebuild from records (snapshot install, restart).
+    pub fn from_records(records: impl IntoIterator<Item = TaskRecord>) -> Self {
+        let mut s = Self::new();
+        for r in records {
+            s.insert(r);
+        }
+        s
+    }
+
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    pub fn get(&self, task_id: &str) -> Option<&TaskRecord> {
+        self.tasks.get(task_id)
+    }
+
+    pub fn records(&self) -> impl Iterator<Item = &TaskRecord> {
+        self.tasks.values()
+    }
+
+    /// Records that are not terminal (their executions must be running on the leader).
+    pub fn live(&self) -> impl Iterator<Item = &TaskRecord> {
+        self.tasks.values().filter(|r| !r.status.is_terminal())
+    }
+
+    /// Up to `limit` of `owner`'s tasks with ids strictly after `after`, in id order. Expired
+    /// records (not yet swept) are skipped.
+    pub fn list(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Vec<&TaskRecord> {
+        use std::ops::Bound;
+        let lower = match after {
+            Some(a) => Bound::Excluded((owner.to_string(), a.to_string())),
+            None => Bound::Included((owner.to_string(), String::new())),
+        };
+        self.by_owner
+            .range((lower, Bound::Unbounded))
+            .take_while(|(o, _)| o == owner)
+            .filter_map(|(_, id)| self.tasks.get(id))
+            .filter(|r| !r.is_expired(now_ms))
+            .take(limit)
+            .collect()
+    }
+
+    /// Up to `limit` ids whose TTL has run out at `now_ms`, oldest first.
+    pub fn expired(&self, now_ms: u64, limit: usize) -> Vec<TaskId> {
+        self.by_expiry
+            .iter()
+            .take_while(|(at, _)| *at <= now_ms)
+            .take(limit)
+            .map(|(_, id)| id.clone())
+            .collect()
+    }
+
+    fn insert(&mut self, r: TaskRecord) {
+        self.by_owner.insert((r.owner.clone(), r.task_id.clone()));
+        if let Some(at) = r.expires_at_ms() {
+            self.by_expiry.insert((at, r.task_id.clone()));
+        }
+        self.tasks.insert(r.task_id.clone(), r);
+    }
+
+    fn remove(&mut self, task_id: &str) -> Option<TaskRecord> {
+        let r = self.tasks.remove(task_id)?;
+        self.by_owner.remove(&(r.owner.clone(), r.task_id.clone()));
+        if let Some(at) = r.expires_at_ms() {
+            self.by_expiry.remove(&(at, r.task_id.clone()));
+        }
+        Some(r)
+    }
+
+    /// Apply one committed command at log index `index`. Deterministic: the same state, command
+    /// and index always give the same result on every replica.
+    pub fn apply(&mut self, cmd: &Command, index: u64) -> Applied {
+        match cmd {
+            Command::Create { record } => {
+                if let Some(existing) = self.tasks.get(&record.task_id) {
+                    return Applied::Created {
+                        record: existing.clone(),
+                        fresh: false,
+                    };
+                }
+                if record.status != TaskStatus::Working {
+                    return Applied::Rejected(Rejection::Invalid(
+                        "a new task starts in working".into(),
+                    ));
+                }
+                let mut r = record.clone();
+                r.updated_index = index;
+                r.outcome = None;
+                self.insert(r.clone());
+                Applied::Created {
+                    record: r,
+                    fresh: true,
+                }
+            }
+            Command::SetStatus {
+                task_id,
+                term,
+                status,
+                message,
+                at_ms,
+            } => {
+                if status.is_terminal() {
+                    return Applied::Rejected(Rejection::Invalid(
+                        "terminal statuses are set by finish or cancel".into(),
+                    ));
+                }
+                self.update(task_id, Some(*term), index, |r| {
+                    r.status = *status;
+                    r.status_message = message.clone();
+                    r.last_updated_at_ms = r.last_updated_at_ms.max(*at_ms);
+                })
+            }
+            Command::Finish {
+                task_id,
+                term,
+                status,
+                message,
+                outcome,
+                at_ms,
+            } => {
+                if !matches!(status, TaskStatus::Completed | TaskStatus::Failed) {
+                    return Applied::Rejected(Rejection::Invalid(
+                        "finish ends in completed or failed".into(),
+                    ));
+                }
+                self.update(task_id, Some(*term), index, |r| {
+                    r.status = *status;
+                    r.status_message = message.clone();
+                    r.outcome = Some(outcome.clone());
+                    r.last_updated_at_ms = r.last_updated_at_ms.max(*at_ms);
+                })
+            }
+            Command::Cancel {
+                task_id,
+                message,
+                at_ms,
+            } => self.update(task_id, None, index, |r| {
+                r.status = TaskStatus::Cancelled;
+                r.status_message = Some(message.clone());
+                r.last_updated_at_ms = r.last_updated_at_ms.max(*at_ms);
+            }),
+            Command::Resume {
+                task_id,
+                term,
+                message,
+                at_ms,
+            } => {
+                match self.tasks.get(task_id.as_str()) {
+                    Some(r) if *term < r.exec_term => {
+                        return Applied::Rejected(Rejection::StaleTerm {
+                            proposed: *term,
+                            current: r.exec_term,
+                        })
+                    }
+                    _ => {}
+                }
+                self.update(task_id, None, index, |r| {
+                    r.exec_term = *term;
+                    r.status = TaskStatus::Working;
+                    r.status_message = message.clone();
+                    r.last_updated_at_ms = r.last_updated_at_ms.max(*at_ms);
+                })
+            }
+            Command::Expire { task_ids, now_ms } => {
+                let mut gone = Vec::new();
+                for id in task_ids {
+                    if self.tasks.get(id).is_some_and(|r| r.is_expired(*now_ms)) {
+                        self.remove(id);
+                        gone.push(id.clone());
+                    }
+                }
+                Applied::Expired { task_ids: gone }
+            }
+        }
+    }
+
+    /// Change a live record. `term` (when given) must not be older than the record's execution
+    /// term; terminal records never change.
+    fn update(
+        &mut self,
+        task_id: &str,
+        term: Option<u64>,
+        index: u64,
+        change: impl FnOnce(&mut TaskRecord),
+    ) -> Applied {
+        let Some(r) = self.tasks.get_mut(task_id) else {
+            return Applied::Rejected(Rejection::NotFound);
+        };
+        if r.status.is_terminal() {
+            return Applied::Rejected(Rejection::Terminal(r.status));
+        }
+        if let Some(term) = term {
+            if term < r.exec_term {
+                return Applied::Rejected(Rejection::StaleTerm {
+                    proposed: term,
+                    current: r.exec_term,
+                });
+            }
+        }
+        change(r);
+        r.updated_index = r.updated_index.max(index);
+        Applied::Updated { record: r.clone() }
+    }
+}
+
+#[cfg(test)]
+mod tests;

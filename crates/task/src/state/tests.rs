@@ -1,0 +1,217 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::{Outcome, ToolRequest};
+
+fn record(id: &str, owner: &str, ttl_ms: Option<u64>) -> TaskRecord {
+    TaskRecord {
+        task_id: id.into(),
+        owner: owner.into(),
+        session: None,
+        status: TaskStatus::Working,
+        status_message: None,
+        created_at_ms: 1_000,
+        last_updated_at_ms: 1_000,
+        ttl_ms,
+        poll_interval_ms: 500,
+        request: ToolRequest {
+            tool: "slow_compute".into(),
+            arguments_json: "{}".into(),
+            progress_token_json: None,
+        },
+        outcome: None,
+        exec_term: 1,
+        updated_index: 0,
+    }
+}
+
+fn finish(id: &str, term: u64, status: TaskStatus) -> Command {
+    Command::Finish {
+        task_id: id.into(),
+        term,
+        status,
+        message: None,
+        outcome: Outcome::Result {
+            json: "{\"content\":[]}".into(),
+        },
+        at_ms: 2_000,
+    }
+}
+
+fn cancel(id: &str) -> Command {
+    Command::Cancel {
+        task_id: id.into(),
+        message: "cancelled".into(),
+        at_ms: 2_000,
+    }
+}
+
+#[test]
+fn create_is_idempotent() {
+    let mut s = ShardState::new();
+    let a = s.apply(&Command::Create { record: record("a", "p", None) }, 1);
+    assert!(matches!(a, Applied::Created { fresh: true, .. }));
+    s.apply(&finish("a", 1, TaskStatus::Completed), 2);
+    let mut again = record("a", "p", None);
+    again.request.tool = "other".into();
+    match s.apply(&Command::Create { record: again }, 3) {
+        Applied::Created { record, fresh } => {
+            assert!(!fresh);
+            assert_eq!(record.status, TaskStatus::Completed);
+            assert_eq!(record.request.tool, "slow_compute");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.len(), 1);
+}
+
+#[test]
+fn cancelled_beats_a_late_completion() {
+    let mut s = ShardState::new();
+    s.apply(&Command::Create { record: record("a", "p", None) }, 1);
+    assert!(matches!(s.apply(&cancel("a"), 2), Applied::Updated { .. }));
+    assert_eq!(
+        s.apply(&finish("a", 1, TaskStatus::Completed), 3),
+        Applied::Rejected(Rejection::Terminal(TaskStatus::Cancelled))
+    );
+    assert_eq!(
+        s.apply(&cancel("a"), 4),
+        Applied::Rejected(Rejection::Terminal(TaskStatus::Cancelled))
+    );
+    assert_eq!(s.get("a").unwrap().status, TaskStatus::Cancelled);
+    assert_eq!(s.get("a").unwrap().outcome, None);
+}
+
+#[test]
+fn an_old_term_cannot_change_a_resumed_task() {
+    let mut s = ShardState::new();
+    s.apply(&Command::Create { record: record("a", "p", None) }, 1);
+    let resume = Command::Resume {
+        task_id: "a".into(),
+        term: 3,
+        message: Some("resumed".into()),
+        at_ms: 1_500,
+    };
+    assert!(matches!(s.apply(&resume, 2), Applied::Updated { .. }));
+    assert_eq!(
+        s.apply(&finish("a", 1, TaskStatus::Completed), 3),
+        Applied::Rejected(Rejection::StaleTerm {
+            proposed: 1,
+            current: 3
+        })
+    );
+    assert!(matches!(
+        s.apply(&finish("a", 3, TaskStatus::Failed), 4),
+        Applied::Updated { .. }
+    ));
+}
+
+#[test]
+fn expiry_deletes_only_expired_records() {
+    let mut s = ShardState::new();
+    s.apply(&Command::Create { record: record("a", "p", Some(500)) }, 1);
+    s.apply(&Command::Create { record: record("b", "p", Some(5_000)) }, 2);
+    s.apply(&Command::Create { record: record("c", "p", None) }, 3);
+    assert_eq!(s.expired(1_499, 10), Vec::<String>::new());
+    assert_eq!(s.expired(1_500, 10), vec!["a".to_string()]);
+    let applied = s.apply(
+        &Command::Expire {
+            task_ids: vec!["a".into(), "b".into(), "c".into()],
+            now_ms: 1_500,
+        },
+        4,
+    );
+    assert_eq!(
+        applied,
+        Applied::Expired {
+            task_ids: vec!["a".into()]
+        }
+    );
+    assert!(s.get("a").is_none());
+    assert!(s.get("b").is_some() && s.get("c").is_some());
+}
+
+#[test]
+fn list_is_scoped_paged_and_skips_expired() {
+    let mut s = ShardState::new();
+    for (i, id) in ["d", "a", "c", "b"].iter().enumerate() {
+        s.apply(&Command::Create { record: record(id, "p", None) }, i as u64 + 1);
+    }
+    s.apply(&Command::Create { record: record("e", "q", None) }, 9);
+    s.apply(&Command::Create { record: record("f", "p", Some(1)) }, 10);
+    let ids = |v: Vec<&TaskRecord>| v.iter().map(|r| r.task_id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(s.list("p", None, 2, 5_000)), ["a", "b"]);
+    assert_eq!(ids(s.list("p", Some("b"), 10, 5_000)), ["c", "d"]);
+    assert_eq!(ids(s.list("q", None, 10, 5_000)), ["e"]);
+    assert_eq!(ids(s.list("p", Some("e"), 10, 1_000)), ["f"]);
+}
+
+fn arb_command() -> impl Strategy<Value = Command> {
+    let id = prop::sample::select(vec!["a", "b", "c"]);
+    let live = prop::sample::select(vec![TaskStatus::Working, TaskStatus::InputRequired]);
+    let done = prop::sample::select(vec![TaskStatus::Completed, TaskStatus::Failed]);
+    prop_oneof![
+        (id.clone(), prop::option::of(0u64..3_000))
+            .prop_map(|(id, ttl)| Command::Create { record: record(id, "p", ttl) }),
+        (id.clone(), 0u64..4, live, 0u64..5_000).prop_map(|(id, term, status, at_ms)| {
+            Command::SetStatus {
+                task_id: id.into(),
+                term,
+                status,
+                message: None,
+                at_ms,
+            }
+        }),
+        (id.clone(), 0u64..4, done).prop_map(|(id, term, st)| finish(id, term, st)),
+        id.clone().prop_map(cancel),
+        (id.clone(), 0u64..4).prop_map(|(id, term)| Command::Resume {
+            task_id: id.into(),
+            term,
+            message: None,
+            at_ms: 1_200,
+        }),
+        (0u64..6_000).prop_map(|now_ms| Command::Expire {
+            task_ids: vec!["a".into(), "b".into(), "c".into()],
+            now_ms,
+        }),
+    ]
+}
+
+proptest! {
+    /// Over any command sequence: terminal statuses and their outcomes never change while the
+    /// record exists, `cancelled` is never overwritten, the change index only grows, records
+    /// disappear only by expiry, and the indexes agree with the records.
+    #[test]
+    fn state_machine_invariants(cmds in prop::collection::vec(arb_command(), 1..60)) {
+        let mut s = ShardState::new();
+        for (i, cmd) in cmds.iter().enumerate() {
+            let before = s.clone();
+            let applied = s.apply(cmd, i as u64 + 1);
+            for old in before.records() {
+                match s.get(&old.task_id) {
+                    None => {
+                        let by_expiry = matches!(cmd, Command::Expire { now_ms, .. } if old.is_expired(*now_ms));
+                        prop_assert!(by_expiry, "record vanished without expiry");
+                    }
+                    Some(new) => {
+                        prop_assert!(new.updated_index >= old.updated_index);
+                        prop_assert!(new.last_updated_at_ms >= old.last_updated_at_ms);
+                        prop_assert_eq!(new.created_at_ms, old.created_at_ms);
+                        if old.status.is_terminal() {
+                            prop_assert_eq!(new, old);
+                        }
+                    }
+                }
+            }
+            if let Applied::Rejected(_) = applied {
+                prop_assert_eq!(s.len(), before.len());
+                for old in before.records() {
+                    prop_assert_eq!(Some(old), s.get(&old.task_id));
+                }
+            }
+            prop_assert_eq!(s.by_owner.len(), s.tasks.len());
+            let expiring = s.tasks.values().filter(|r| r.ttl_ms.is_some()).count();
+            prop_assert_eq!(s.by_expiry.len(), expiring);
+        }
+    }
+}

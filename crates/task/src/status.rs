@@ -1,0 +1,74 @@
+//! The status state machine of MCP 2025-11-25:
+//!
+//! ```text
+//! [*] -> working
+//! working        -> input_required | completed | failed | cancelled
+//! input_required -> working        | completed | failed | cancelled
+//! completed | failed | cancelled: terminal, never change
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Working,
+    InputRequired,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl TaskStatus {
+    pub const ALL: [TaskStatus; 5] = [
+        TaskStatus::Working,
+        TaskStatus::InputRequired,
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+        TaskStatus::Cancelled,
+    ];
+
+    /// `completed`, `failed` and `cancelled` are terminal and sticky.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
+        )
+    }
+
+    /// Whether the lifecycle allows `self -> next`. A status may be re-asserted
+    /// (`working -> working` with a new message) while it is not terminal.
+    pub fn can_become(self, _next: TaskStatus) -> bool {
+        !self.is_terminal()
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Working => "working",
+            TaskStatus::InputRequired => "input_required",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_states_accept_nothing() {
+        for from in TaskStatus::ALL {
+            for to in TaskStatus::ALL {
+                assert_eq!(from.can_become(to), !from.is_terminal(), "{from} -> {to}");
+            }
+        }
+    }
+}

@@ -1,0 +1,605 @@
+//! The built-in tools. Their names and argument shapes are fixed: clients and tests rely on them.
+//!
+//! | tool | arguments | taskSupport | resume |
+//! |---|---|---|---|
+//! | `greet` | `{name}` | forbidden | rerun |
+//! | `slow_compute` | `{seconds, label?}` | optional | rerun |
+//! | `failing_job` | `{}` | required | rerun |
+//! | `protocol_error_job` | `{}` | optional | rerun |
+//! | `confirm_delete` | `{filename}` | required | fail |
+//! | `multi_input` | `{}` | required | fail |
+//! | `ask_model` | `{prompt}` | required | rerun |
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use serde_json::{json, Map, Value};
+use taskmesh_mcp::jsonrpc::{ErrorObject, INTERNAL_ERROR};
+use taskmesh_mcp::params;
+use taskmesh_mcp::TaskSupport;
+
+use crate::{first_text, text_result, ResumePolicy, Tool, ToolContext, ToolResult, ToolSpec};
+
+/// Longest `slow_compute` run accepted, in seconds (one day).
+pub const SLOW_COMPUTE_MAX_SECONDS: f64 = 86_400.0;
+
+pub fn all() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(Greet::new()),
+        Arc::new(SlowCompute::new()),
+        Arc::new(FailingJob::new()),
+        Arc::new(ProtocolErrorJob::new()),
+        Arc::new(ConfirmDelete::new()),
+        Arc::new(MultiInput::new()),
+        Arc::new(AskModel::new()),
+    ]
+}
+
+fn empty_schema() -> Value {
+    json!({ "type": "object", "properties": {}, "additionalProperties": false })
+}
+
+fn no_args(args: &Map<String, Value>) -> Result<(), ErrorObject> {
+    match args.keys().next() {
+        None => Ok(()),
+        Some(k) => Err(ErrorObject::invalid_params(format!(
+            "Invalid params: unexpected argument '{k}'"
+        ))),
+    }
+}
+
+/// Sleep for `d`, or return `false` early when cancelled.
+async fn sleep_or_cancel(ctx: &ToolContext, d: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => true,
+        _ = ctx.cancel.cancelled() => false,
+    }
+}
+
+fn cancelled() -> ErrorObject {
+    ErrorObject::new(taskmesh_mcp::jsonrpc::REQUEST_CANCELLED, "Request cancelled")
+}
+
+pub struct Greet {
+    spec: ToolSpec,
+}
+
+impl Greet {
+    pub fn new() -> Self {
+        Self {
+            spec: ToolSpec {
+                name: "greet",
+                title: "Greet",
+                description: "Answers at once with a greeting for `name`.",
+                input_schema: json!({
+                    "type": "object",
+                    "properties": { "name": { "type": "string" } },
+                    "required": ["name"],
+                }),
+                task_support: TaskSupport::Forbidden,
+                resume: ResumePolicy::Rerun,
+            },
+        }
+    }
+}
+
+impl Default for Greet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tool for Greet {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
+        params::req_str(args, "name").map(|_| ())
+    }
+    fn call(&self, args: Map<String, Value>, _ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
+        let name = args.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+        async move { Ok(text_result(format!("Hello, {name}!"), false)) }.boxed()
+    }
+}
+
+pub struct SlowCompute {
+    spec: ToolSpec,
+}
+
+impl SlowCompute {
+    pub fn new() -> Self {
+        Self {
+            spec: ToolSpec {
+                name: "slow_compute",
+                title: "Slow compute",
+                description: "Works for `seconds` seconds, reporting progress about every second, then answers with the label and the seconds.",
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {
+                        "seconds": { "type": "number", "minimum": 0, "maximum": SLOW_COMPUTE_MAX_SECONDS },
+                        "label": { "type": "string" }
+                    },
+                    "required": ["seconds"],
+                }),
+                task_support: TaskSupport::Optional,
+                resume: ResumePolicy::Rerun,
+            },
+        }
+    }
+}
+
+impl Default for SlowCompute {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tool for SlowCompute {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
+        let s = params::req_f64(args, "seconds")?;
+        if !(0.0..=SLOW_COMPUTE_MAX_SECONDS).contains(&s) {
+            return Err(ErrorObject::invalid_params(format!(
+                "Invalid params: 'seconds' must be between 0 and {SLOW_COMPUTE_MAX_SECONDS}"
+            )));
+        }
+        params::opt_str(args, "label").map(|_| ())
+    }
+    fn call(&self, args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
+        let seconds = args.get("seconds").and_then(Value::as_f64).unwrap_or(0.0);
+        let label = args
+            .get("label")
+            .and_then(Value::as_str)
+            .unwrap_or("slow_compute")
+            .to_string();
+        async move {
+            let total = Duration::from_secs_f64(seconds);
+            let start = tokio::time::Instant::now();
+            let mut step = 0u64;
+            loop {
+                let elapsed = start.elapsed();
+                if elapsed >= total {
+                    break;
+                }
+                let next = (total - elapsed).min(Duration::from_secs(1));
+                if !sleep_or_cancel(&ctx, next).await {
+                    return Err(cancelled());
+                }
+                step += 1;
+                let done = start.elapsed().min(total).as_secs_f64();
+                if ctx.has_progress_token && done < seconds {
+                    ctx.io.progress(
+                        done,
+                        Some(seconds),
+                        Some(format!("{label}: {step} s of {seconds} s")),
+                    );
+                }
+            }
+            if ctx.has_progress_token {
+                ctx.io.progress(seconds, Some(seconds), Some(format!("{label}: done")));
+            }
+            Ok(text_result(format!("{label}: computed for {seconds} seconds"), false))
+        }
+        .boxed()
+    }
+}
+
+pub struct FailingJob {
+    spec: ToolSpec,
+}
+
+impl FailingJob {
+    pub fn new() -> Self {
+        Self {
+            spec: ToolSpec {
+                name: "failing_job",
+                title: "Failing job",
+                description: "Runs about one second, then answers with a tool error (isError: true).",
+                input_schema: empty_schema(),
+                task_support: TaskSupport::Required,
+                resume: ResumePolicy::Rerun,
+            },
+        }
+    }
+}
+
+impl Default for FailingJob {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tool for FailingJob {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
+        no_args(args)
+    }
+    fn call(&self, _args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
+        async move {
+            if !sleep_or_cancel(&ctx, Duration::from_secs(1)).await {
+                return Err(cancelled());
+            }
+            Ok(text_result(
+                "failing_job: the job failed (disk quota exceeded while writing the report)",
+                true,
+            ))
+        }
+        .boxed()
+    }
+}
+
+pub struct ProtocolErrorJob {
+    spec: ToolSpec,
+}
+
+impl ProtocolErrorJob {
+    pub fn new() -> Self {
+        Self {
+            spec: ToolSpec {
+                name: "protocol_error_job",
+                title: "Protocol error job",
+                description: "Fails with JSON-RPC error -32603.",
+                input_schema: empty_schema(),
+                task_support: TaskSupport::Optional,
+                resume: ResumePolicy::Rerun,
+            },
+        }
+    }
+}
+
+impl Default for ProtocolErrorJob {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tool for ProtocolErrorJob {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
+        no_args(args)
+    }
+    fn call(&self, _args: Map<String, Value>, _ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
+        async move {
+            Err(ErrorObject::new(
+                INTERNAL_ERROR,
+                "protocol_error_job: the backend answered with a malformed reply",
+            ))
+        }
+        .boxed()
+    }
+}
+
+/// Ask the client for a form and return the accepted content (or `None` when declined).
+async fn elicit(ctx: &ToolContext, message: String, schema: Value) -> Result<Option<Map<String, Value>>, ErrorObject> {
+    if !ctx.client_elicitation {
+        return Err(ErrorObject::invalid_params(
+            "the client did not declare the elicitation capability",
+        ));
+    }
+    let answer = tokio::select! {
+        a = ctx.io.request("elicitation/create", json!({
+            "mode": "form",
+            "message": message,
+            "requestedSchema": schema,
+        })) => a?,
+        _ = ctx.cancel.cancelled() => return Err(cancelled()),
+    };
+    match answer.get("action").and_then(Value::as_str) {
+        Some("accept") => Ok(Some(
+            answer
+                .get("content")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+        )),
+        Some("decline") | Some("cancel") => Ok(None),
+        _ => Err(ErrorObject::invalid_params(
+            "elicitation answer has no valid 'action'",
+        )),
+    }
+}
+
+pub struct ConfirmDelete {
+    spec: ToolSpec,
+}
+
+impl ConfirmDelete {
+    pub fn new() -> Self {
+        Self {
+            spec: ToolSpec {
+                name: "confirm_delete",
+                title: "Confirm delete",
+                description: "Asks the user to confirm, then says whether it deleted `filename`.",
+                input_schema: json!({
+                    "type": "object",
+                    "properties": { "filename": { "type": "string" } },
+                    "required": ["filename"],
+                }),
+                task_support: TaskSupport::Required,
+                resume: ResumePolicy::Fail,
+            },
+        }
+    }
+}
+
+impl Default for ConfirmDelete {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tool for ConfirmDelete {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
+        params::req_str(args, "filename").map(|_| ())
+    }
+    fn call(&self, args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
+        let filename = args.get("filename").and_then(Value::as_str).unwrap_or_default().to_string();
+        async move {
+            let schema = json!({
+                "type": "object",
+                "properties": { "confirm": { "type": "boolean", "title": "Delete the file?" } },
+                "required": ["confirm"],
+            });
+            let answer = elicit(&ctx, format!("Delete {filename}?"), schema).await?;
+            let confirmed = answer
+                .as_ref()
+                .and_then(|c| c.get("confirm"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            Ok(if confirmed {
+                text_result(format!("Deleted {filename}"), false)
+            } else {
+                text_result(format!("Kept {filename}: deletion not confirmed"), false)
+            })
+        }
+        .boxed()
+    }
+}
+
+pub struct MultiInput {
+    spec: ToolSpec,
+}
+
+impl MultiInput {
+    pub fn new() -> Self {
+        Self {
+            spec: ToolSpec {
+                name: "multi_input",
+                title: "Multi input",
+                description: "Asks two questions (a name, then a colour) before it answers.",
+                input_schema: empty_schema(),
+                task_support: TaskSupport::Required,
+                resume: ResumePolicy::Fail,
+            },
+        }
+    }
+}
+
+impl Default for MultiInput {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tool for MultiInput {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
+        no_args(args)
+    }
+    fn call(&self, _args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
+        async move {
+            let field = |key: &str| {
+                json!({
+                    "type": "object",
+                    "properties": { key: { "type": "string" } },
+                    "required": [key],
+                })
+            };
+            let read = |c: Option<Map<String, Value>>, key: &str| {
+                c.and_then(|c| c.get(key).and_then(Value::as_str).map(str::to_string))
+            };
+            let name = read(elicit(&ctx, "Your name?".into(), field("name")).await?, "name");
+            let colour = read(
+                elicit(&ctx, "Your favourite colour?".into(), field("colour")).await?,
+                "colour",
+            );
+            match (name, colour) {
+                (Some(n), Some(c)) => Ok(text_result(format!("{n} likes {c}"), false)),
+                _ => Ok(text_result("multi_input: an answer was declined", true)),
+            }
+        }
+        .boxed()
+    }
+}
+
+pub struct AskModel {
+    spec: ToolSpec,
+}
+
+impl AskModel {
+    pub fn new() -> Self {
+        Self {
+            spec: ToolSpec {
+                name: "ask_model",
+                title: "Ask model",
+                description: "Asks the client's model (sampling/createMessage) and returns its text.",
+                input_schema: json!({
+                    "type": "object",
+                    "properties": { "prompt": { "type": "string" } },
+                    "required": ["prompt"],
+                }),
+                task_support: TaskSupport::Required,
+                resume: ResumePolicy::Rerun,
+            },
+        }
+    }
+}
+
+impl Default for AskModel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tool for AskModel {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
+        params::req_str(args, "prompt").map(|_| ())
+    }
+    fn call(&self, args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
+        let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or_default().to_string();
+        async move {
+            if !ctx.client_sampling {
+                return Err(ErrorObject::invalid_params(
+                    "the client did not declare the sampling capability",
+                ));
+            }
+            let answer = tokio::select! {
+                a = ctx.io.request("sampling/createMessage", json!({
+                    "messages": [{ "role": "user", "content": { "type": "text", "text": prompt } }],
+                    "maxTokens": 256,
+                })) => a?,
+                _ = ctx.cancel.cancelled() => return Err(cancelled()),
+            };
+            let text = answer
+                .get("content")
+                .and_then(|c| {
+                    if c.is_array() {
+                        first_text(&json!({ "content": c })).map(str::to_string)
+                    } else {
+                        c.get("text").and_then(Value::as_str).map(str::to_string)
+                    }
+                })
+                .ok_or_else(|| ErrorObject::invalid_params("sampling answer has no text content"))?;
+            Ok(text_result(format!("The model said: {text}"), false))
+        }
+        .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ToolIo, ToolRegistry};
+    use std::sync::Mutex;
+    use tokio_util::sync::CancellationToken;
+
+    struct Scripted {
+        answers: Mutex<Vec<Value>>,
+        asked: Mutex<Vec<(String, Value)>>,
+        progress: Mutex<Vec<f64>>,
+    }
+
+    impl ToolIo for Scripted {
+        fn progress(&self, p: f64, _t: Option<f64>, _m: Option<String>) {
+            self.progress.lock().unwrap().push(p);
+        }
+        fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {
+            self.asked.lock().unwrap().push((method.to_string(), params));
+            let a = self.answers.lock().unwrap().remove(0);
+            async move { Ok(a) }.boxed()
+        }
+    }
+
+    fn ctx(answers: Vec<Value>) -> (ToolContext, Arc<Scripted>) {
+        let io = Arc::new(Scripted {
+            answers: Mutex::new(answers),
+            asked: Mutex::new(vec![]),
+            progress: Mutex::new(vec![]),
+        });
+        (
+            ToolContext {
+                cancel: CancellationToken::new(),
+                io: io.clone(),
+                has_progress_token: true,
+                client_elicitation: true,
+                client_sampling: true,
+            },
+            io,
+        )
+    }
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+
+    #[tokio::test]
+    async fn greet_and_validation() {
+        let r = ToolRegistry::with_builtins();
+        let g = r.get("greet").unwrap();
+        let (c, _) = ctx(vec![]);
+        let out = g.call(obj(json!({"name":"Ada"})), c).await.unwrap();
+        assert_eq!(first_text(&out), Some("Hello, Ada!"));
+        assert!(g.validate(&obj(json!({"name": 3}))).unwrap_err().message.contains("name"));
+        let s = r.get("slow_compute").unwrap();
+        assert!(s.validate(&obj(json!({"seconds": "x"}))).unwrap_err().message.contains("seconds"));
+        assert!(s.validate(&obj(json!({"seconds": -1}))).is_err());
+        assert!(s.validate(&obj(json!({"seconds": 1, "label": 2}))).unwrap_err().message.contains("label"));
+        assert!(r.get("failing_job").unwrap().validate(&obj(json!({"x":1}))).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_compute_reports_progress_and_stops_when_cancelled() {
+        let t = SlowCompute::new();
+        let (c, io) = ctx(vec![]);
+        let out = t.call(obj(json!({"seconds": 3, "label": "L"})), c).await.unwrap();
+        assert!(first_text(&out).unwrap().contains("L"));
+        assert_eq!(*io.progress.lock().unwrap(), vec![1.0, 2.0, 3.0]);
+
+        let (c, _) = ctx(vec![]);
+        let cancel = c.cancel.clone();
+        let run = tokio::spawn(t.call(obj(json!({"seconds": 100})), c));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        cancel.cancel();
+        assert!(run.await.unwrap().is_err());
+    }
+
+    #[tokio::test]
+    async fn confirm_delete_and_multi_input_and_ask_model() {
+        let (c, io) = ctx(vec![json!({"action":"accept","content":{"confirm":true}})]);
+        let out = ConfirmDelete::new().call(obj(json!({"filename":"a.txt"})), c).await.unwrap();
+        assert_eq!(first_text(&out), Some("Deleted a.txt"));
+        assert_eq!(io.asked.lock().unwrap()[0].0, "elicitation/create");
+
+        let (c, _) = ctx(vec![json!({"action":"decline"})]);
+        let out = ConfirmDelete::new().call(obj(json!({"filename":"a.txt"})), c).await.unwrap();
+        assert!(first_text(&out).unwrap().starts_with("Kept"));
+
+        let (c, io) = ctx(vec![
+            json!({"action":"accept","content":{"name":"Ada"}}),
+            json!({"action":"accept","content":{"colour":"green"}}),
+        ]);
+        let out = MultiInput::new().call(obj(json!({})), c).await.unwrap();
+        assert_eq!(first_text(&out), Some("Ada likes green"));
+        assert_eq!(io.asked.lock().unwrap().len(), 2);
+
+        let (c, _) = ctx(vec![json!({"role":"assistant","content":{"type":"text","text":"42"},"model":"m"})]);
+        let out = AskModel::new().call(obj(json!({"prompt":"q"})), c).await.unwrap();
+        assert_eq!(first_text(&out), Some("The model said: 42"));
+    }
+
+    #[tokio::test]
+    async fn failing_tools() {
+        let (c, _) = ctx(vec![]);
+        let out = FailingJob::new().call(obj(json!({})), c).await.unwrap();
+        assert_eq!(out["isError"], json!(true));
+        let (c, _) = ctx(vec![]);
+        let e = ProtocolErrorJob::new().call(obj(json!({})), c).await.unwrap_err();
+        assert_eq!(e.code, -32603);
+    }
+}

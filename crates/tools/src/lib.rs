@@ -1,0 +1,156 @@
+//! Tools: what a `tools/call` runs.
+//!
+//! A [`Tool`] declares its [`ToolSpec`] (name, schema, `execution.taskSupport`, resume policy)
+//! and runs with a [`ToolContext`] that lets it report progress, ask the client for input
+//! (`elicitation/create`, `sampling/createMessage`) and notice cancellation. The same tool runs
+//! inside a task actor (task-augmented calls) or inline in the gateway (plain calls); the
+//! context hides which.
+
+pub mod builtin;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde_json::{json, Value};
+use taskmesh_mcp::{ErrorObject, TaskSupport};
+use tokio_util::sync::CancellationToken;
+
+/// What happens to a task whose execution was running on a node that died or restarted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResumePolicy {
+    /// Run the tool again from the start (idempotent tools).
+    Rerun,
+    /// Mark the task `failed` with a status message that says why.
+    Fail,
+}
+
+impl ResumePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResumePolicy::Rerun => "rerun",
+            ResumePolicy::Fail => "fail",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub input_schema: Value,
+    pub task_support: TaskSupport,
+    pub resume: ResumePolicy,
+}
+
+impl ToolSpec {
+    /// The `tools/list` entry. `execution.taskSupport` is always present.
+    pub fn to_wire(&self, with_execution: bool) -> Value {
+        let mut v = json!({
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+        });
+        if with_execution {
+            v["execution"] = json!({ "taskSupport": self.task_support });
+        }
+        v
+    }
+}
+
+/// What a tool run produced: a `CallToolResult` (possibly `isError: true`) or a JSON-RPC error.
+pub type ToolResult = Result<Value, ErrorObject>;
+
+/// The side channel from a running tool to its client.
+pub trait ToolIo: Send + Sync {
+    /// `notifications/progress` on the original progress token (dropped when there is none).
+    fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>);
+    /// Send a request to the client and wait for its answer.
+    fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult>;
+}
+
+#[derive(Clone)]
+pub struct ToolContext {
+    pub cancel: CancellationToken,
+    pub io: Arc<dyn ToolIo>,
+    /// Whether the caller supplied a progress token.
+    pub has_progress_token: bool,
+    /// The client declared the `elicitation` capability.
+    pub client_elicitation: bool,
+    /// The client declared the `sampling` capability.
+    pub client_sampling: bool,
+}
+
+pub trait Tool: Send + Sync {
+    fn spec(&self) -> &ToolSpec;
+    /// Check the arguments before anything is created; errors are `-32602` naming the argument.
+    fn validate(&self, args: &serde_json::Map<String, Value>) -> Result<(), ErrorObject>;
+    fn call(&self, args: serde_json::Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult>;
+}
+
+/// The tools this node serves, in a stable order.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    order: Vec<Arc<dyn Tool>>,
+    by_name: HashMap<&'static str, Arc<dyn Tool>>,
+}
+
+impl ToolRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_builtins() -> Self {
+        let mut r = Self::new();
+        for t in builtin::all() {
+            r.register(t);
+        }
+        r
+    }
+
+    pub fn register(&mut self, tool: Arc<dyn Tool>) {
+        let name = tool.spec().name;
+        if self.by_name.insert(name, tool.clone()).is_none() {
+            self.order.push(tool);
+        } else if let Some(slot) = self.order.iter_mut().find(|t| t.spec().name == name) {
+            *slot = tool;
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.by_name.get(name)
+    }
+
+    pub fn all(&self) -> &[Arc<dyn Tool>] {
+        &self.order
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+}
+
+/// A `CallToolResult` with one text block.
+pub fn text_result(text: impl Into<String>, is_error: bool) -> Value {
+    json!({
+        "content": [{ "type": "text", "text": text.into() }],
+        "isError": is_error,
+    })
+}
+
+/// The first text block of a `CallToolResult`, for status messages.
+pub fn first_text(result: &Value) -> Option<&str> {
+    result
+        .get("content")?
+        .as_array()?
+        .iter()
+        .find_map(|c| (c.get("type")?.as_str()? == "text").then(|| c.get("text")?.as_str())?)
+}
