@@ -12,9 +12,43 @@ pub mod state;
 pub mod status;
 
 pub use command::{Applied, Command, Rejection};
-pub use record::{Outcome, TaskRecord, ToolRequest};
+pub use record::{ClientCaps, Outcome, TaskRecord, ToolRequest};
 pub use state::ShardState;
 pub use status::TaskStatus;
 
 /// A task id: at least 128 bits from the OS CSPRNG, rendered as lowercase hex.
 pub type TaskId = String;
+
+/// The stable hash that places a task id on a shard: 64-bit FNV-1a over the id's UTF-8 bytes.
+/// It is part of the cluster's identity (recorded at cluster creation) and must never change.
+pub fn stable_hash(task_id: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    task_id
+        .as_bytes()
+        .iter()
+        .fold(OFFSET, |h, b| (h ^ u64::from(*b)).wrapping_mul(PRIME))
+}
+
+/// The shard of a task id: `stable_hash(task_id) mod shards` (`shards` a power of two > 0).
+pub fn shard_of(task_id: &str, shards: u32) -> u32 {
+    debug_assert!(shards.is_power_of_two());
+    (stable_hash(task_id) % u64::from(shards.max(1))) as u32
+}
+
+#[cfg(test)]
+mod hash_tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a_reference_values_and_spread() {
+        assert_eq!(stable_hash(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(stable_hash("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(stable_hash("foobar"), 0x85944171f73967e8);
+        let mut counts = [0u32; 32];
+        for i in 0..32_000 {
+            counts[shard_of(&format!("{i:032x}"), 32) as usize] += 1;
+        }
+        assert!(counts.iter().all(|c| (700..1300).contains(c)), "{counts:?}");
+    }
+}

@@ -29,6 +29,18 @@ pub struct ToolRequest {
     /// The request's `_meta.progressToken` as JSON text, when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_token_json: Option<String>,
+    /// What the requesting client declared it can answer (elicitation, sampling).
+    #[serde(default)]
+    pub client: ClientCaps,
+}
+
+/// The client capabilities a task's execution may rely on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientCaps {
+    #[serde(default)]
+    pub elicitation: bool,
+    #[serde(default)]
+    pub sampling: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,6 +18,7 @@ fn record(id: &str, owner: &str, ttl_ms: Option<u64>) -> TaskRecord {
             tool: "slow_compute".into(),
             arguments_json: "{}".into(),
             progress_token_json: None,
+            client: Default::default(),
         },
         outcome: None,
         exec_term: 1,

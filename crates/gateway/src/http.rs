@@ -1,0 +1,259 @@
+//! Streamable HTTP: `POST /mcp`, `GET /mcp`, `DELETE /mcp`.
+//!
+//! Checks, in order: `Origin` against the allow-list (403), the bearer token when
+//! authentication is configured (401 with `WWW-Authenticate`), the body size (413), the
+//! session (`Mcp-Session-Id`: missing 400, unknown or ended 404) and `MCP-Protocol-Version`
+//! (400 when unsupported or different from the session's). Then the body is classified and
+//! dispatched; bad JSON-RPC gets its JSON-RPC error with HTTP 400 and changes nothing.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use futures::StreamExt;
+use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, RequestId};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::dispatch::{self, Cx, Reply};
+use crate::session::SessionClaims;
+use crate::Gateway;
+
+pub const SESSION_HEADER: &str = "mcp-session-id";
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// The axum router serving `/mcp`.
+pub fn router(gw: Arc<Gateway>) -> axum::Router {
+    let limit = gw.cfg.max_body_bytes;
+    axum::Router::new()
+        .route("/mcp", post(handle_post).get(handle_get).delete(handle_delete))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(gw)
+}
+
+fn plain(status: StatusCode, msg: &'static str) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], msg).into_response()
+}
+
+fn rpc_error(status: StatusCode, id: Option<&RequestId>, e: &ErrorObject) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        jsonrpc::error_response(id, e),
+    )
+        .into_response()
+}
+
+/// `Origin` check: absent is allowed (non-browser clients); present must match the list.
+fn origin_allowed(gw: &Gateway, headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
+    gw.cfg.allowed_origins.iter().any(|allowed| {
+        if allowed == "*" || allowed == origin {
+            return true;
+        }
+        // An entry without a port matches any port of that scheme and host.
+        origin
+            .strip_prefix(allowed.as_str())
+            .is_some_and(|rest| rest.starts_with(':') && rest[1..].chars().all(|c| c.is_ascii_digit()))
+    })
+}
+
+/// The caller's principal, or the 401 to send.
+#[allow(clippy::result_large_err)]
+fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
+    if !gw.has_auth() {
+        return Ok("anonymous".to_string());
+    }
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    let challenge = |err: Option<&str>| {
+        let v = match err {
+            Some(e) => format!("Bearer realm=\"taskmesh\", error=\"{e}\""),
+            None => "Bearer realm=\"taskmesh\"".to_string(),
+        };
+        let mut r = plain(StatusCode::UNAUTHORIZED, "authentication required");
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+        r
+    };
+    match token {
+        None => Err(challenge(None)),
+        Some(t) => match gw.cfg.auth_tokens.get(t) {
+            Some(p) => Ok(p.clone()),
+            None => Err(challenge(Some("invalid_token"))),
+        },
+    }
+}
+
+/// Validate the session and version headers of a non-initialize request.
+#[allow(clippy::result_large_err)]
+fn session_of(gw: &Gateway, headers: &HeaderMap, principal: &str) -> Result<(String, SessionClaims), Response> {
+    let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return Err(plain(StatusCode::BAD_REQUEST, "Bad Request: Mcp-Session-Id header is required"));
+    };
+    let claims = match gw.sessions.check(id) {
+        Some(c) if c.p == principal => c,
+        _ => return Err(plain(StatusCode::NOT_FOUND, "Session not found")),
+    };
+    if let Some(v) = headers.get(VERSION_HEADER) {
+        let v = v.to_str().unwrap_or("");
+        if !taskmesh_mcp::is_supported_version(v) {
+            return Err(plain(StatusCode::BAD_REQUEST, "Bad Request: unsupported MCP-Protocol-Version"));
+        }
+        if v != claims.v {
+            return Err(plain(
+                StatusCode::BAD_REQUEST,
+                "Bad Request: MCP-Protocol-Version differs from the version negotiated for this session",
+            ));
+        }
+    }
+    Ok((id.to_string(), claims))
+}
+
+/// Common front checks; the principal on success.
+#[allow(clippy::result_large_err)]
+fn front(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
+    if !origin_allowed(gw, headers) {
+        return Err(plain(StatusCode::FORBIDDEN, "Forbidden: Origin not allowed"));
+    }
+    authenticate(gw, headers)
+}
+
+async fn handle_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Result<Bytes, axum::extract::rejection::BytesRejection>) -> Response {
+    let principal = match front(&gw, &headers) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(rej) => {
+            return if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                plain(StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large: body exceeds http.max_body_bytes")
+            } else {
+                plain(rej.status(), "Bad Request: unreadable body")
+            };
+        }
+    };
+    let msg = match jsonrpc::parse_message(&body) {
+        Ok(m) => m,
+        Err(e) => return rpc_error(StatusCode::BAD_REQUEST, None, &e.to_error()),
+    };
+    let is_initialize = matches!(&msg, Message::Request { method, .. } if method == "initialize");
+    let session = if is_initialize {
+        if let Some(v) = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()) {
+            if !taskmesh_mcp::is_supported_version(v) {
+                return plain(StatusCode::BAD_REQUEST, "Bad Request: unsupported MCP-Protocol-Version");
+            }
+        }
+        None
+    } else {
+        match session_of(&gw, &headers, &principal) {
+            Ok(s) => Some(s),
+            Err(r) => return r,
+        }
+    };
+    let cx = Cx { principal, session };
+    let (reply, id) = match msg {
+        Message::Request { id, method, params } => (dispatch::request(&gw, &cx, id.clone(), &method, params).await, Some(id)),
+        Message::Notification { method, params } => (dispatch::notification(&gw, &cx, &method, params), None),
+        Message::Response { id, outcome } => (dispatch::response(&gw, id, outcome), None),
+    };
+    respond(&gw, reply, id.as_ref()).await
+}
+
+fn json_response(body: Vec<u8>) -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn is_response(json: &[u8]) -> bool {
+    matches!(jsonrpc::parse_message(json), Ok(Message::Response { .. }))
+}
+
+async fn respond(gw: &Gateway, reply: Reply, id: Option<&RequestId>) -> Response {
+    match reply {
+        Reply::Json(body) => json_response(body),
+        Reply::Accepted => StatusCode::ACCEPTED.into_response(),
+        Reply::Initialized { body, session_id } => {
+            let mut r = json_response(body);
+            if let Ok(v) = HeaderValue::from_str(&session_id) {
+                r.headers_mut().insert(SESSION_HEADER, v);
+            }
+            r
+        }
+        Reply::Stream { mut rx, json_if_alone } => {
+            let first = if json_if_alone {
+                match rx.recv().await {
+                    None => {
+                        return json_response(jsonrpc::error_response(id, &dispatch::cancelled_error()));
+                    }
+                    Some(m) if is_response(&m) => return json_response(m.to_vec()),
+                    Some(m) => Some(m),
+                }
+            } else {
+                None
+            };
+            sse(gw, first, rx)
+        }
+    }
+}
+
+fn sse(gw: &Gateway, first: Option<Arc<Vec<u8>>>, rx: tokio::sync::mpsc::Receiver<Arc<Vec<u8>>>) -> Response {
+    let head = futures::stream::iter(first);
+    let events = head.chain(ReceiverStream::new(rx)).map(|m| {
+        Ok::<_, Infallible>(Event::default().event("message").data(String::from_utf8_lossy(&m)))
+    });
+    let keep = KeepAlive::new().interval(Duration::from_millis(gw.cfg.sse_keepalive_ms.max(100)));
+    Sse::new(events).keep_alive(keep).into_response()
+}
+
+async fn handle_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let principal = match front(&gw, &headers) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let accepts_sse = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream") || v.contains("*/*"));
+    if !accepts_sse {
+        return plain(StatusCode::NOT_ACCEPTABLE, "Not Acceptable: GET /mcp serves text/event-stream");
+    }
+    let (id, _claims) = match session_of(&gw, &headers, &principal) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let rx = gw.sessions.open_stream(&id);
+    sse(&gw, None, rx)
+}
+
+async fn handle_delete(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let principal = match front(&gw, &headers) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let (id, claims) = match session_of(&gw, &headers, &principal) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    match gw.sessions.end(&id, &claims) {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "could not record the ended session");
+            plain(StatusCode::INTERNAL_SERVER_ERROR, "could not end the session")
+        }
+    }
+}

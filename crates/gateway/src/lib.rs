@@ -1,0 +1,142 @@
+//! The MCP front door: Streamable HTTP as MCP 2025-11-25 defines it.
+//!
+//! A request travels: [`http`] (Origin check, authentication, body limit, session and
+//! protocol-version headers) -> [`dispatch`] (JSON-RPC method, parameter validation, version
+//! rules) -> the router (task operations) -> back as `application/json`, or as
+//! `text/event-stream` when the answer needs a stream (`tasks/result` of a running task, a
+//! plain `tools/call` that reports progress or asks the client something). The gateway holds
+//! no task state: it translates and routes.
+
+pub mod dispatch;
+pub mod http;
+pub mod session;
+pub mod sign;
+mod wire;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use taskmesh_host::HostEvent;
+use taskmesh_mcp::RequestId;
+use taskmesh_router::Router;
+use taskmesh_tools::{ToolRegistry, ToolResult};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+pub use http::router as http_router;
+use session::Sessions;
+use sign::Signer;
+
+/// Gateway settings; every one is documented in docs/configuration.md.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Origins allowed to call (DNS-rebinding protection). An entry without a port matches any
+    /// port of that scheme and host. A request without an `Origin` header is allowed.
+    pub allowed_origins: Vec<String>,
+    /// Bearer token -> principal. Empty: no authentication, every caller is `anonymous`.
+    pub auth_tokens: HashMap<String, String>,
+    /// Largest accepted request body, in bytes (larger: HTTP 413).
+    pub max_body_bytes: usize,
+    /// Secret that signs session ids and cursors (shared by every node of a cluster).
+    pub secret: Vec<u8>,
+    /// `tools/list` page size.
+    pub tools_page_size: usize,
+    /// `tasks/list` page size.
+    pub tasks_page_size: usize,
+    /// Lifetime of a `tasks/list` cursor; an older one is stale (-32602).
+    pub cursor_ttl_ms: u64,
+    /// Interval of SSE keep-alive comments.
+    pub sse_keepalive_ms: u64,
+    /// Queue length of one SSE stream; a client that reads slower loses progress messages.
+    pub stream_buffer: usize,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            allowed_origins: vec![
+                "http://localhost".into(),
+                "http://127.0.0.1".into(),
+                "http://[::1]".into(),
+                "https://localhost".into(),
+                "https://127.0.0.1".into(),
+                "https://[::1]".into(),
+            ],
+            auth_tokens: HashMap::new(),
+            max_body_bytes: 1024 * 1024,
+            secret: Vec::new(),
+            tools_page_size: 50,
+            tasks_page_size: 50,
+            cursor_ttl_ms: 3_600_000,
+            sse_keepalive_ms: 15_000,
+            stream_buffer: 256,
+        }
+    }
+}
+
+pub struct Gateway {
+    pub(crate) cfg: GatewayConfig,
+    pub(crate) router: Router,
+    pub(crate) tools: Arc<ToolRegistry>,
+    pub(crate) sessions: Sessions,
+    pub(crate) signer: Signer,
+    /// In-flight requests that `notifications/cancelled` may cancel: (session nonce, id).
+    pub(crate) inflight: Mutex<HashMap<(String, RequestId), CancellationToken>>,
+    /// Requests sent to clients by plain (non-task) tool calls, by id.
+    pub(crate) plain_pending: Mutex<HashMap<String, oneshot::Sender<ToolResult>>>,
+}
+
+impl Gateway {
+    /// `ended_sessions` is a durable tree of this node for ended session ids.
+    pub fn new(cfg: GatewayConfig, router: Router, ended_sessions: sled::Tree) -> Arc<Self> {
+        let signer = Signer::new(&cfg.secret);
+        let tools = router.host().tools().clone();
+        let gw = Arc::new(Self {
+            sessions: Sessions::new(signer.clone(), ended_sessions, cfg.stream_buffer),
+            signer,
+            cfg,
+            router,
+            tools,
+            inflight: Mutex::new(HashMap::new()),
+            plain_pending: Mutex::new(HashMap::new()),
+        });
+        gw.spawn_event_fanout();
+        gw
+    }
+
+    /// Whether tasks can be scoped to an authenticated principal (then `tasks.list` exists).
+    pub fn has_auth(&self) -> bool {
+        !self.cfg.auth_tokens.is_empty()
+    }
+
+    /// Deliver host events to sessions' GET streams.
+    fn spawn_event_fanout(self: &Arc<Self>) {
+        let mut rx = self.router.host().subscribe();
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let ev = match rx.recv().await {
+                    Ok(ev) => ev,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(missed = n, "session fan-out lagged");
+                        continue;
+                    }
+                    Err(_) => break,
+                };
+                let Some(gw) = weak.upgrade() else { break };
+                match ev {
+                    HostEvent::Status { record } => {
+                        if let Some(session) = &record.session {
+                            let json = Arc::new(wire::status_notification(&record));
+                            gw.sessions.push(session, json);
+                        }
+                    }
+                    HostEvent::SessionMessage { session, json } => {
+                        gw.sessions.push(&session, json);
+                    }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,111 @@
+//! MCP sessions.
+//!
+//! `Mcp-Session-Id` is minted at `initialize` as a signed token carrying the negotiated
+//! protocol version, the principal it belongs to and what the client can answer, so any node
+//! with the session secret can validate it without shared state. `DELETE /mcp` ends a session:
+//! its id goes into the ended-session tree (durable on the node) and is answered 404 from then
+//! on. A session's open GET streams are registered here so that task messages and status
+//! notifications reach them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::sign::Signer;
+
+const DOMAIN: &str = "mcp-session";
+
+/// What a session id says about its session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionClaims {
+    /// Negotiated protocol version.
+    pub v: String,
+    /// Principal.
+    pub p: String,
+    /// Client declared `elicitation`.
+    #[serde(default)]
+    pub e: bool,
+    /// Client declared `sampling`.
+    #[serde(default)]
+    pub s: bool,
+    /// 128-bit nonce (hex).
+    pub n: String,
+    /// Issued at, ms since the epoch.
+    pub t: u64,
+}
+
+pub struct Sessions {
+    signer: Signer,
+    ended: sled::Tree,
+    streams: Mutex<HashMap<String, Vec<mpsc::Sender<Arc<Vec<u8>>>>>>,
+    log_levels: Mutex<HashMap<String, String>>,
+    stream_buffer: usize,
+}
+
+impl Sessions {
+    pub fn new(signer: Signer, ended: sled::Tree, stream_buffer: usize) -> Self {
+        Self {
+            signer,
+            ended,
+            streams: Mutex::new(HashMap::new()),
+            log_levels: Mutex::new(HashMap::new()),
+            stream_buffer: stream_buffer.max(1),
+        }
+    }
+
+    pub fn mint(&self, claims: &SessionClaims) -> String {
+        self.signer.sign(DOMAIN, claims)
+    }
+
+    /// The claims of a live session, or `None` for a forged, malformed or ended one.
+    pub fn check(&self, id: &str) -> Option<SessionClaims> {
+        let claims: SessionClaims = self.signer.verify(DOMAIN, id)?;
+        match self.ended.contains_key(claims.n.as_bytes()) {
+            Ok(false) => Some(claims),
+            _ => None,
+        }
+    }
+
+    /// End a session: later requests with its id get 404; its streams close.
+    pub fn end(&self, id: &str, claims: &SessionClaims) -> Result<(), sled::Error> {
+        self.ended.insert(claims.n.as_bytes(), &claims.t.to_be_bytes())?;
+        self.streams.lock().remove(id);
+        self.log_levels.lock().remove(id);
+        Ok(())
+    }
+
+    /// Open a GET stream for the session.
+    pub fn open_stream(&self, id: &str) -> mpsc::Receiver<Arc<Vec<u8>>> {
+        let (tx, rx) = mpsc::channel(self.stream_buffer);
+        self.streams.lock().entry(id.to_string()).or_default().push(tx);
+        rx
+    }
+
+    /// Send a message to every open GET stream of the session. Returns whether one took it.
+    pub fn push(&self, id: &str, json: Arc<Vec<u8>>) -> bool {
+        let mut streams = self.streams.lock();
+        let Some(list) = streams.get_mut(id) else {
+            return false;
+        };
+        list.retain(|s| !s.is_closed());
+        let mut sent = false;
+        for s in list.iter() {
+            sent |= s.try_send(json.clone()).is_ok();
+        }
+        if list.is_empty() {
+            streams.remove(id);
+        }
+        sent
+    }
+
+    pub fn set_log_level(&self, id: &str, level: &str) {
+        self.log_levels.lock().insert(id.to_string(), level.to_string());
+    }
+
+    pub fn log_level(&self, id: &str) -> Option<String> {
+        self.log_levels.lock().get(id).cloned()
+    }
+}

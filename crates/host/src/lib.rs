@@ -1,0 +1,441 @@
+//! The shard host: everything a node does for the shards it leads.
+//!
+//! A request reaches the host from the router with a task id and a principal. The host finds
+//! the shard's [`ShardReplica`], proposes a [`Command`] through its Raft log (create, cancel) or
+//! reads its in-memory state after a leadership check (get, list), and owns the task actors:
+//! one ractor actor per live task ([`actor`]), spawned after the create commits and re-spawned
+//! by a new leader according to the tool's resume policy. Terminal tasks are rows, not actors.
+//!
+//! What the host tells the outside world (status changes, task messages for a session's GET
+//! stream) goes out on one broadcast channel of [`HostEvent`]s that the gateway subscribes to.
+
+pub mod actor;
+mod events;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use ractor::ActorRef;
+use serde_json::{Map, Value};
+use taskmesh_mcp::ErrorObject;
+use taskmesh_shard::{ShardError, ShardReplica};
+use taskmesh_task::{Applied, ClientCaps, Command, Rejection, TaskRecord, TaskStatus, ToolRequest};
+use taskmesh_tools::ToolRegistry;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+pub use actor::TaskMsg;
+
+/// Settings of the task runtime. Every limit here is documented in docs/configuration.md.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// TTL applied when a create asks for none; `None` = unlimited.
+    pub default_ttl_ms: Option<u64>,
+    /// Largest TTL granted; a larger request is lowered to it. `None` = no cap (and requests
+    /// without a ttl may then be unlimited).
+    pub max_ttl_ms: Option<u64>,
+    /// `pollInterval` sent with every task.
+    pub poll_interval_ms: u64,
+    /// Live tasks (actors) this node hosts at most.
+    pub max_live_tasks: usize,
+    /// How often a shard leader looks for expired tasks.
+    pub expiry_sweep_interval_ms: u64,
+    /// At most this many ids per `Expire` command.
+    pub expiry_batch: usize,
+    /// Queue of task messages (elicitation, progress) per attached `tasks/result` stream.
+    pub attach_buffer: usize,
+    /// Capacity of the host's event channel.
+    pub event_buffer: usize,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            default_ttl_ms: Some(3_600_000),
+            max_ttl_ms: Some(86_400_000),
+            poll_interval_ms: 1_000,
+            max_live_tasks: 10_000,
+            expiry_sweep_interval_ms: 1_000,
+            expiry_batch: 512,
+            attach_buffer: 64,
+            event_buffer: 8_192,
+        }
+    }
+}
+
+impl HostConfig {
+    /// The TTL granted for a requested one.
+    pub fn grant_ttl(&self, requested: Option<u64>) -> Option<u64> {
+        let wanted = requested.or(self.default_ttl_ms);
+        match (wanted, self.max_ttl_ms) {
+            (Some(w), Some(max)) => Some(w.min(max)),
+            (None, Some(max)) => Some(max),
+            (w, None) => w,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HostError {
+    #[error("task not found")]
+    NotFound,
+    #[error("task is already in terminal status '{0}'")]
+    Terminal(TaskStatus),
+    #[error("this node already hosts {limit} live tasks (setting tasks.max_live_tasks)")]
+    Capacity { limit: usize },
+    #[error("shard {shard} is led elsewhere")]
+    NotLeader { shard: u32, leader_hint: Option<u64> },
+    #[error("shard unavailable: {0}")]
+    Unavailable(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl HostError {
+    fn from_shard(shard: u32, e: ShardError) -> Self {
+        match e {
+            ShardError::NotLeader { leader_hint } => HostError::NotLeader { shard, leader_hint },
+            ShardError::Unavailable(m) => HostError::Unavailable(m),
+            other => HostError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// What the host announces.
+#[derive(Debug, Clone)]
+pub enum HostEvent {
+    /// A task record changed (for `notifications/tasks/status` on its session's streams).
+    Status { record: TaskRecord },
+    /// A task-related JSON-RPC message (request or notification) for a session, delivered on
+    /// its GET stream because no `tasks/result` stream is attached.
+    SessionMessage { session: String, json: Arc<Vec<u8>> },
+}
+
+/// A new task as the gateway validated it.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub task_id: String,
+    pub owner: String,
+    pub session: Option<String>,
+    pub tool: String,
+    pub arguments: Map<String, Value>,
+    pub progress_token: Option<Value>,
+    pub ttl_ms: Option<u64>,
+    pub client: ClientCaps,
+}
+
+/// A `tasks/result` attachment.
+pub enum Attachment {
+    /// The task is terminal: answer at once.
+    Terminal(TaskRecord),
+    /// The task runs: relay `messages` until `done` yields the terminal record (or closes,
+    /// when the task expired or its shard moved).
+    Live {
+        record: TaskRecord,
+        messages: mpsc::Receiver<Arc<Vec<u8>>>,
+        done: oneshot::Receiver<TaskRecord>,
+    },
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub(crate) struct Inner {
+    pub(crate) cfg: HostConfig,
+    pub(crate) tools: Arc<ToolRegistry>,
+    pub(crate) shards: Vec<ShardReplica>,
+    pub(crate) actors: Mutex<HashMap<String, (u32, ActorRef<TaskMsg>)>>,
+    pub(crate) live: AtomicUsize,
+    pub(crate) waiters: Mutex<HashMap<String, Vec<oneshot::Sender<TaskRecord>>>>,
+    pub(crate) events: broadcast::Sender<HostEvent>,
+}
+
+/// The task runtime of one node. Cheap to clone.
+#[derive(Clone)]
+pub struct Host {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Host {
+    /// A host over `shards` (index = shard id). Call [`Host::start`] to begin serving.
+    pub fn new(cfg: HostConfig, tools: Arc<ToolRegistry>, shards: Vec<ShardReplica>) -> Self {
+        let (events, _) = broadcast::channel(cfg.event_buffer.max(16));
+        Self {
+            inner: Arc::new(Inner {
+                cfg,
+                tools,
+                shards,
+                actors: Mutex::new(HashMap::new()),
+                live: AtomicUsize::new(0),
+                waiters: Mutex::new(HashMap::new()),
+                events,
+            }),
+        }
+    }
+
+    /// Start the per-shard loops: leadership (resume tasks when this node becomes leader, stop
+    /// actors when it stops being one), event fan-out and expiry.
+    pub fn start(&self) {
+        for shard in &self.inner.shards {
+            events::spawn_shard_loops(self.clone(), shard.clone());
+        }
+    }
+
+    pub fn config(&self) -> &HostConfig {
+        &self.inner.cfg
+    }
+
+    pub fn tools(&self) -> &Arc<ToolRegistry> {
+        &self.inner.tools
+    }
+
+    pub fn shard_count(&self) -> u32 {
+        self.inner.shards.len() as u32
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<HostEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Number of live task actors on this node.
+    pub fn live_tasks(&self) -> usize {
+        self.inner.live.load(Ordering::Relaxed)
+    }
+
+    fn shard(&self, shard: u32) -> Result<&ShardReplica, HostError> {
+        self.inner
+            .shards
+            .get(shard as usize)
+            .ok_or_else(|| HostError::Internal(format!("no shard {shard} on this node")))
+    }
+
+    /// Create a task: durable (committed and flushed) before this returns, then its actor
+    /// runs. A repeated create with the same id returns the existing record.
+    pub async fn create(&self, shard_id: u32, new: NewTask) -> Result<TaskRecord, HostError> {
+        let shard = self.shard(shard_id)?;
+        if !shard.is_leader() {
+            return Err(HostError::NotLeader {
+                shard: shard_id,
+                leader_hint: shard.leadership().borrow().leader,
+            });
+        }
+        let tool = self
+            .inner
+            .tools
+            .get(&new.tool)
+            .ok_or_else(|| HostError::Internal(format!("unknown tool {}", new.tool)))?
+            .clone();
+        // Reserve a live-task slot before anything is written.
+        let limit = self.inner.cfg.max_live_tasks;
+        if self
+            .inner
+            .live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1))
+            .is_err()
+        {
+            return Err(HostError::Capacity { limit });
+        }
+        let now = now_ms();
+        let term = shard.current_term();
+        let record = TaskRecord {
+            task_id: new.task_id.clone(),
+            owner: new.owner,
+            session: new.session,
+            status: TaskStatus::Working,
+            status_message: Some("The task is in progress.".into()),
+            created_at_ms: now,
+            last_updated_at_ms: now,
+            ttl_ms: self.inner.cfg.grant_ttl(new.ttl_ms),
+            poll_interval_ms: self.inner.cfg.poll_interval_ms,
+            request: ToolRequest {
+                tool: new.tool,
+                arguments_json: Value::Object(new.arguments).to_string(),
+                progress_token_json: new.progress_token.map(|t| t.to_string()),
+                client: new.client,
+            },
+            outcome: None,
+            exec_term: term,
+            updated_index: 0,
+        };
+        let applied = shard.propose(Command::Create { record }).await;
+        match applied {
+            Ok(Applied::Created { record, fresh: true }) => {
+                tracing::info!(
+                    target: "audit",
+                    event = "task_created",
+                    task_id = %record.task_id,
+                    principal = %record.owner,
+                    tool = %record.request.tool,
+                    shard = shard_id,
+                    "task created"
+                );
+                actor::spawn(self.clone(), shard_id, record.clone(), term, tool, true).await;
+                Ok(record)
+            }
+            Ok(Applied::Created { record, fresh: false }) => {
+                self.inner.live.fetch_sub(1, Ordering::AcqRel);
+                Ok(record)
+            }
+            Ok(other) => {
+                self.inner.live.fetch_sub(1, Ordering::AcqRel);
+                Err(HostError::Internal(format!("unexpected create result {other:?}")))
+            }
+            Err(e) => {
+                self.inner.live.fetch_sub(1, Ordering::AcqRel);
+                Err(HostError::from_shard(shard_id, e))
+            }
+        }
+    }
+
+    /// A linearizable read of one of `owner`'s tasks. Another owner's task, an expired one and
+    /// an unknown id all answer [`HostError::NotFound`].
+    pub async fn get(&self, shard_id: u32, task_id: &str, owner: &str) -> Result<TaskRecord, HostError> {
+        let shard = self.shard(shard_id)?;
+        let now = now_ms();
+        shard
+            .read(|s| visible(s.get(task_id), owner, now).cloned())
+            .await
+            .map_err(|e| HostError::from_shard(shard_id, e))?
+            .ok_or(HostError::NotFound)
+    }
+
+    /// Up to `limit` of `owner`'s tasks on one shard with ids after `after`, in id order.
+    pub async fn list(
+        &self,
+        shard_id: u32,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>, HostError> {
+        let shard = self.shard(shard_id)?;
+        let now = now_ms();
+        shard
+            .read(|s| s.list(owner, after, limit, now).into_iter().cloned().collect())
+            .await
+            .map_err(|e| HostError::from_shard(shard_id, e))
+    }
+
+    /// `tasks/cancel`: `cancelled` is committed before this returns, then the execution is
+    /// stopped.
+    pub async fn cancel(&self, shard_id: u32, task_id: &str, owner: &str) -> Result<TaskRecord, HostError> {
+        // Ownership first, so another principal learns nothing.
+        let current = self.get(shard_id, task_id, owner).await?;
+        if current.status.is_terminal() {
+            return Err(HostError::Terminal(current.status));
+        }
+        let shard = self.shard(shard_id)?;
+        let applied = shard
+            .propose(Command::Cancel {
+                task_id: task_id.to_string(),
+                message: "The task was cancelled by request.".into(),
+                at_ms: now_ms(),
+            })
+            .await
+            .map_err(|e| HostError::from_shard(shard_id, e))?;
+        match applied {
+            Applied::Updated { record } => {
+                tracing::info!(
+                    target: "audit",
+                    event = "task_cancelled",
+                    task_id = %record.task_id,
+                    principal = %record.owner,
+                    "task cancelled"
+                );
+                self.stop_actor(task_id);
+                Ok(record)
+            }
+            Applied::Rejected(Rejection::Terminal(s)) => Err(HostError::Terminal(s)),
+            Applied::Rejected(Rejection::NotFound) => Err(HostError::NotFound),
+            other => Err(HostError::Internal(format!("unexpected cancel result {other:?}"))),
+        }
+    }
+
+    /// Attach a `tasks/result` reader to a task.
+    pub async fn attach(&self, shard_id: u32, task_id: &str, owner: &str) -> Result<Attachment, HostError> {
+        // Register the waiter before reading, so a completion between the two is not missed.
+        let (done_tx, done_rx) = oneshot::channel();
+        self.inner
+            .waiters
+            .lock()
+            .entry(task_id.to_string())
+            .or_default()
+            .push(done_tx);
+        let record = match self.get(shard_id, task_id, owner).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.drop_closed_waiters(task_id);
+                return Err(e);
+            }
+        };
+        if record.status.is_terminal() {
+            return Ok(Attachment::Terminal(record));
+        }
+        let (tx, messages) = mpsc::channel(self.inner.cfg.attach_buffer.max(1));
+        if let Some(actor) = self.actor(task_id) {
+            let _ = actor.cast(TaskMsg::Attach(tx));
+        }
+        Ok(Attachment::Live {
+            record,
+            messages,
+            done: done_rx,
+        })
+    }
+
+    /// Route a client's answer to an elicitation or sampling request to the task waiting on it.
+    /// Returns whether a live task took it.
+    pub fn deliver_response(&self, task_id: &str, request_id: String, outcome: Result<Value, ErrorObject>) -> bool {
+        match self.actor(task_id) {
+            Some(actor) => actor
+                .cast(TaskMsg::Response {
+                    request_id,
+                    outcome,
+                })
+                .is_ok(),
+            None => false,
+        }
+    }
+
+    pub(crate) fn actor(&self, task_id: &str) -> Option<ActorRef<TaskMsg>> {
+        self.inner.actors.lock().get(task_id).map(|(_, a)| a.clone())
+    }
+
+    pub(crate) fn stop_actor(&self, task_id: &str) {
+        if let Some(a) = self.actor(task_id) {
+            let _ = a.cast(TaskMsg::Stop);
+        }
+    }
+
+    fn drop_closed_waiters(&self, task_id: &str) {
+        let mut w = self.inner.waiters.lock();
+        if let Some(list) = w.get_mut(task_id) {
+            list.retain(|s| !s.is_closed());
+            if list.is_empty() {
+                w.remove(task_id);
+            }
+        }
+    }
+
+    /// Stop every actor and wait briefly for them to end (drain on shutdown).
+    pub async fn stop_all(&self, wait: Duration) {
+        let actors: Vec<_> = self.inner.actors.lock().values().map(|(_, a)| a.clone()).collect();
+        for a in &actors {
+            a.stop(Some("node stopping".into()));
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        while self.live_tasks() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// The record as `owner` may see it at `now`.
+fn visible<'a>(r: Option<&'a TaskRecord>, owner: &str, now: u64) -> Option<&'a TaskRecord> {
+    r.filter(|r| r.owner == owner && !r.is_expired(now))
+}

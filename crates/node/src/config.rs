@@ -1,0 +1,328 @@
+//! Configuration: one typed struct, filled from a TOML file, then `TASKMESH_*` environment
+//! variables, then command-line flags (each overriding the one before). Every field is
+//! documented in docs/configuration.md.
+//!
+//! Environment variables name a setting by its TOML path in upper case, with `__` between a
+//! section and a key: `TASKMESH_LISTEN`, `TASKMESH_TASKS__MAX_LIVE_TASKS=5000`,
+//! `TASKMESH_AUTH__TOKENS='{ "s3cret" = "alice" }'`. A value is read as TOML when it parses as
+//! one (numbers, booleans, arrays, inline tables) and as a string otherwise.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// MCP listen address (`/mcp` is served there).
+    pub listen: SocketAddr,
+    /// Where the node keeps its database and session key.
+    pub data_dir: PathBuf,
+    /// This node's id in its shard groups.
+    pub node_id: u64,
+    /// Logical shards, a power of two, fixed when the data directory is created.
+    pub shards: u32,
+    /// How long a stopping node waits for open streams to finish, in ms.
+    pub shutdown_drain_ms: u64,
+    pub http: HttpConfig,
+    pub auth: AuthConfig,
+    pub session: SessionConfig,
+    pub tasks: TasksConfig,
+    pub tools: ToolsConfig,
+    pub raft: RaftConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    pub max_body_bytes: usize,
+    pub allowed_origins: Vec<String>,
+    pub sse_keepalive_ms: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Bearer token -> principal. Empty: no authentication.
+    pub tokens: HashMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionConfig {
+    /// Secret signing session ids and cursors; shared by all nodes of a cluster. Unset: a
+    /// random key is created in the data directory.
+    pub secret: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TasksConfig {
+    /// TTL when a create asks for none, ms; 0 = unlimited.
+    pub default_ttl_ms: u64,
+    /// Largest TTL granted, ms; 0 = no cap.
+    pub max_ttl_ms: u64,
+    pub poll_interval_ms: u64,
+    pub max_live_tasks: usize,
+    pub expiry_sweep_interval_ms: u64,
+    pub list_page_size: usize,
+    pub cursor_ttl_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolsConfig {
+    /// Serve the built-in tools.
+    pub builtin: bool,
+    pub page_size: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftConfig {
+    pub heartbeat_interval_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    pub snapshot_logs_since_last: u64,
+    pub max_in_snapshot_log_to_keep: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// A tracing filter, e.g. `info` or `info,taskmesh_host=debug`.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("./data"),
+            node_id: 1,
+            shards: 32,
+            shutdown_drain_ms: 5_000,
+            http: HttpConfig::default(),
+            auth: AuthConfig::default(),
+            session: SessionConfig::default(),
+            tasks: TasksConfig::default(),
+            tools: ToolsConfig::default(),
+            raft: RaftConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        let g = taskmesh_gateway::GatewayConfig::default();
+        Self {
+            max_body_bytes: g.max_body_bytes,
+            allowed_origins: g.allowed_origins,
+            sse_keepalive_ms: g.sse_keepalive_ms,
+        }
+    }
+}
+
+impl Default for TasksConfig {
+    fn default() -> Self {
+        let h = taskmesh_host::HostConfig::default();
+        Self {
+            default_ttl_ms: h.default_ttl_ms.unwrap_or(0),
+            max_ttl_ms: h.max_ttl_ms.unwrap_or(0),
+            poll_interval_ms: h.poll_interval_ms,
+            max_live_tasks: h.max_live_tasks,
+            expiry_sweep_interval_ms: h.expiry_sweep_interval_ms,
+            list_page_size: 50,
+            cursor_ttl_ms: 3_600_000,
+        }
+    }
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        Self {
+            builtin: true,
+            page_size: 50,
+        }
+    }
+}
+
+impl Default for RaftConfig {
+    fn default() -> Self {
+        let s = taskmesh_shard::ShardConfig::default();
+        Self {
+            heartbeat_interval_ms: s.heartbeat_interval_ms,
+            election_timeout_min_ms: s.election_timeout_min_ms,
+            election_timeout_max_ms: s.election_timeout_max_ms,
+            snapshot_logs_since_last: s.snapshot_logs_since_last,
+            max_in_snapshot_log_to_keep: s.max_in_snapshot_log_to_keep,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            level: "info,openraft=warn".into(),
+            format: "text".into(),
+        }
+    }
+}
+
+/// Command-line overrides (highest precedence).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<SocketAddr>,
+    pub data_dir: Option<PathBuf>,
+}
+
+const ENV_PREFIX: &str = "TASKMESH_";
+
+/// Parse an environment value: TOML when it is one, else a string.
+fn env_value(raw: &str) -> toml::Value {
+    toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+}
+
+impl Config {
+    /// Load: defaults <- file <- `env` (TASKMESH_* pairs) <- overrides.
+    pub fn load(
+        file: Option<&std::path::Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        overrides: Overrides,
+    ) -> anyhow::Result<Self> {
+        let mut table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading config file {}", path.display()))?;
+                toml::from_str::<toml::Table>(&text)
+                    .with_context(|| format!("parsing config file {}", path.display()))?
+            }
+            None => toml::Table::new(),
+        };
+        for (key, raw) in env {
+            let Some(name) = key.strip_prefix(ENV_PREFIX) else {
+                continue;
+            };
+            if name == "CONFIG" {
+                continue;
+            }
+            let path: Vec<String> = name.split("__").map(|p| p.to_ascii_lowercase()).collect();
+            let mut cur = &mut table;
+            for section in &path[..path.len() - 1] {
+                let entry = cur
+                    .entry(section.clone())
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                cur = match entry {
+                    toml::Value::Table(t) => t,
+                    _ => bail!("environment variable {key}: '{section}' is not a section"),
+                };
+            }
+            cur.insert(path[path.len() - 1].clone(), env_value(&raw));
+        }
+        let mut cfg: Config = toml::Value::Table(table)
+            .try_into()
+            .context("invalid configuration")?;
+        if let Some(l) = overrides.listen {
+            cfg.listen = l;
+        }
+        if let Some(d) = overrides.data_dir {
+            cfg.data_dir = d;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reject settings that cannot work, with a message naming the setting.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.shards == 0 || !self.shards.is_power_of_two() || self.shards > 4096 {
+            bail!("shards must be a power of two between 1 and 4096 (got {})", self.shards);
+        }
+        if self.node_id == 0 {
+            bail!("node_id must be at least 1");
+        }
+        if self.tasks.max_live_tasks == 0 {
+            bail!("tasks.max_live_tasks must be at least 1");
+        }
+        if self.tasks.poll_interval_ms == 0 {
+            bail!("tasks.poll_interval_ms must be at least 1");
+        }
+        if self.tasks.list_page_size == 0 || self.tools.page_size == 0 {
+            bail!("tasks.list_page_size and tools.page_size must be at least 1");
+        }
+        if self.tasks.max_ttl_ms > 0 && self.tasks.default_ttl_ms > self.tasks.max_ttl_ms {
+            bail!("tasks.default_ttl_ms must not exceed tasks.max_ttl_ms");
+        }
+        if self.http.max_body_bytes < 1024 {
+            bail!("http.max_body_bytes must be at least 1024");
+        }
+        if self.raft.election_timeout_min_ms <= self.raft.heartbeat_interval_ms
+            || self.raft.election_timeout_max_ms <= self.raft.election_timeout_min_ms
+        {
+            bail!("raft timeouts must satisfy heartbeat_interval_ms < election_timeout_min_ms < election_timeout_max_ms");
+        }
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            bail!("log.format must be 'text' or 'json'");
+        }
+        for (token, principal) in &self.auth.tokens {
+            if token.len() < 8 || principal.is_empty() {
+                bail!("auth.tokens: every token needs at least 8 characters and a non-empty principal");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precedence_file_env_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "listen = \"127.0.0.1:9000\"\nshards = 8\n[tasks]\nmax_live_tasks = 7\npoll_interval_ms = 250\n").unwrap();
+        let env = vec![
+            ("TASKMESH_TASKS__MAX_LIVE_TASKS".to_string(), "9".to_string()),
+            ("TASKMESH_AUTH__TOKENS".to_string(), "{ \"tok-12345\" = \"alice\" }".to_string()),
+            ("TASKMESH_DATA_DIR".to_string(), "/var/lib/x".to_string()),
+            ("OTHER".to_string(), "1".to_string()),
+        ];
+        let cfg = Config::load(
+            Some(&file),
+            env,
+            Overrides {
+                listen: Some("127.0.0.1:9100".parse().unwrap()),
+                data_dir: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(cfg.listen.port(), 9100);
+        assert_eq!(cfg.shards, 8);
+        assert_eq!(cfg.tasks.max_live_tasks, 9);
+        assert_eq!(cfg.tasks.poll_interval_ms, 250);
+        assert_eq!(cfg.auth.tokens.get("tok-12345").map(String::as_str), Some("alice"));
+        assert_eq!(cfg.data_dir, PathBuf::from("/var/lib/x"));
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let err = |env: Vec<(&str, &str)>| {
+            Config::load(None, env.into_iter().map(|(a, b)| (a.to_string(), b.to_string())), Overrides::default())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(vec![("TASKMESH_SHARDS", "12")]).contains("shards"));
+        assert!(format!("{:#}", Config::load(None, vec![("TASKMESH_NOPE".to_string(), "1".to_string())], Overrides::default()).unwrap_err()).contains("nope"));
+        assert!(err(vec![("TASKMESH_TASKS__MAX_LIVE_TASKS", "0")]).contains("max_live_tasks"));
+    }
+}
