@@ -1,0 +1,90 @@
+//! The settings of one shard replica and the openraft configuration derived from them.
+
+use openraft::{Config, SnapshotPolicy};
+
+use crate::error::ShardError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardConfig {
+    /// The logical shard this group replicates.
+    pub shard_id: u32,
+    /// This node's Raft id (the same for every shard group on the node).
+    pub node_id: u64,
+    /// The address other members reach this node at; recorded in the group's membership.
+    pub node_addr: String,
+    pub heartbeat_interval_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    /// Build a snapshot after this many entries were applied since the last one.
+    pub snapshot_logs_since_last: u64,
+    /// How many log entries already covered by a snapshot are kept for lagging followers.
+    pub max_in_snapshot_log_to_keep: u64,
+    /// Capacity of the [`crate::ShardEvent`] broadcast channel.
+    pub event_buffer: usize,
+    /// How long a read waits for the state machine to catch up with its read point, and how
+    /// long [`crate::ShardReplica::trigger_snapshot`] waits for the snapshot.
+    pub wait_timeout_ms: u64,
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        Self {
+            shard_id: 0,
+            node_id: 1,
+            node_addr: String::new(),
+            heartbeat_interval_ms: 100,
+            election_timeout_min_ms: 300,
+            election_timeout_max_ms: 600,
+            snapshot_logs_since_last: 10_000,
+            max_in_snapshot_log_to_keep: 1_000,
+            event_buffer: 4096,
+            wait_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl ShardConfig {
+    /// The openraft configuration of this group: timings and snapshot policy from the settings,
+    /// Pre-Vote on. The leader lease is always on in this openraft version (it lasts
+    /// `election_timeout_max_ms`); a single-voter group restores its leadership at once on
+    /// restart (openraft's default `enable_leader_restore`).
+    pub fn raft_config(&self) -> Result<Config, ShardError> {
+        let cfg = Config {
+            cluster_name: format!("taskmesh-shard-{}", self.shard_id),
+            heartbeat_interval: self.heartbeat_interval_ms,
+            election_timeout_min: self.election_timeout_min_ms,
+            election_timeout_max: self.election_timeout_max_ms,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_logs_since_last.max(1)),
+            max_in_snapshot_log_to_keep: self.max_in_snapshot_log_to_keep,
+            enable_pre_vote: Some(true),
+            ..Config::default()
+        };
+        cfg.validate()
+            .map_err(|e| ShardError::Fatal(format!("invalid raft configuration: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_make_a_valid_raft_config() {
+        let cfg = ShardConfig::default().raft_config().expect("valid");
+        assert_eq!(cfg.heartbeat_interval, 100);
+        assert_eq!(cfg.election_timeout_min, 300);
+        assert_eq!(cfg.election_timeout_max, 600);
+        assert_eq!(cfg.snapshot_policy, SnapshotPolicy::LogsSinceLast(10_000));
+        assert_eq!(cfg.max_in_snapshot_log_to_keep, 1_000);
+        assert_eq!(cfg.enable_pre_vote, Some(true));
+    }
+
+    #[test]
+    fn inconsistent_timings_are_rejected() {
+        let cfg = ShardConfig {
+            election_timeout_min_ms: 50,
+            ..ShardConfig::default()
+        };
+        assert!(matches!(cfg.raft_config(), Err(ShardError::Fatal(_))));
+    }
+}

@@ -1,0 +1,36 @@
+//! What a replica tells its observers: applied changes and leadership.
+
+use taskmesh_task::TaskRecord;
+
+/// A change made by an applied command, emitted after the apply is durable, in log order.
+///
+/// Installing a snapshot (a follower catching up) replaces the whole state and emits no events.
+// The record is kept inline (not boxed) so that subscribers match on it directly.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug)]
+pub enum ShardEvent {
+    /// A record was created or changed by an applied command.
+    Changed { index: u64, record: TaskRecord },
+    /// Records deleted by expiry.
+    Expired { index: u64, task_ids: Vec<String> },
+}
+
+impl ShardEvent {
+    /// The log index of the command that caused the event.
+    pub fn index(&self) -> u64 {
+        match self {
+            ShardEvent::Changed { index, .. } | ShardEvent::Expired { index, .. } => *index,
+        }
+    }
+}
+
+/// This replica's view of its group's leadership.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Leadership {
+    /// Whether this replica is the leader.
+    pub is_leader: bool,
+    /// The current Raft term.
+    pub term: u64,
+    /// The leader this replica knows of, if any.
+    pub leader: Option<u64>,
+}

@@ -1,0 +1,468 @@
+//! End-to-end behaviour of a single-voter shard replica over a real sled database: proposing,
+//! reading, restarting, snapshots, events and durability of acknowledged proposals.
+
+use std::path::Path;
+use std::time::Duration;
+
+use openraft::storage::RaftStateMachine;
+use taskmesh_shard::storage::StateMachineStore;
+use taskmesh_shard::{ShardConfig, ShardError, ShardEvent, ShardReplica};
+use taskmesh_task::{Applied, Command, Outcome, TaskRecord, TaskStatus, ToolRequest};
+use tempfile::TempDir;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn record(id: &str) -> TaskRecord {
+    TaskRecord {
+        task_id: id.to_string(),
+        owner: "alice".to_string(),
+        session: Some("s-1".to_string()),
+        status: TaskStatus::Working,
+        status_message: None,
+        created_at_ms: 1_000,
+        last_updated_at_ms: 1_000,
+        ttl_ms: Some(60_000),
+        poll_interval_ms: 500,
+        request: ToolRequest {
+            tool: "echo".to_string(),
+            arguments_json: r#"{"x":1}"#.to_string(),
+            progress_token_json: None,
+            client: Default::default(),
+        },
+        outcome: None,
+        exec_term: 1,
+        updated_index: 0,
+    }
+}
+
+fn create(id: &str) -> Command {
+    Command::Create { record: record(id) }
+}
+
+fn set_status(id: &str, status: TaskStatus, at_ms: u64) -> Command {
+    Command::SetStatus {
+        task_id: id.to_string(),
+        term: 1,
+        status,
+        message: Some(format!("now {status}")),
+        at_ms,
+    }
+}
+
+fn finish(id: &str, at_ms: u64) -> Command {
+    Command::Finish {
+        task_id: id.to_string(),
+        term: 1,
+        status: TaskStatus::Completed,
+        message: None,
+        outcome: Outcome::Result {
+            json: r#"{"content":[]}"#.to_string(),
+        },
+        at_ms,
+    }
+}
+
+fn config() -> ShardConfig {
+    ShardConfig {
+        shard_id: 3,
+        node_id: 1,
+        node_addr: "127.0.0.1:7001".to_string(),
+        ..ShardConfig::default()
+    }
+}
+
+/// Open the sled database at `path`, waiting while a previous instance still holds its lock.
+///
+/// sled's periodic background flush is off, so that only the flushes the replica makes put
+/// data into the files: a copy of the files then shows what a crash would leave.
+async fn open_db(path: &Path) -> sled::Db {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match sled::Config::new().path(path).flush_every_ms(None).open() {
+            Ok(db) => return db,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("cannot open {}: {e}", path.display()),
+        }
+    }
+}
+
+async fn start(path: &Path, cfg: ShardConfig) -> (sled::Db, ShardReplica) {
+    let db = open_db(path).await;
+    let replica = ShardReplica::open(db.clone(), cfg).await.expect("open");
+    replica.bootstrap_single().await.expect("bootstrap");
+    replica.wait_leader(WAIT).await.expect("leader");
+    (db, replica)
+}
+
+fn all_records(replica: &ShardReplica) -> Vec<TaskRecord> {
+    let mut records: Vec<TaskRecord> = replica.read_local(|s| s.records().cloned().collect());
+    records.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+    records
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("dir entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propose_and_read() {
+    let dir = TempDir::new().expect("tempdir");
+    let (_db, replica) = start(dir.path(), config()).await;
+    assert!(replica.is_leader());
+    assert!(replica.current_term() >= 1);
+    assert_eq!(replica.shard_id(), 3);
+    let l = replica.leadership().borrow().clone();
+    assert!(l.is_leader);
+    assert_eq!(l.leader, Some(1));
+    assert_eq!(l.term, replica.current_term());
+
+    let created = match replica.propose(create("t1")).await.expect("create") {
+        Applied::Created {
+            record,
+            fresh: true,
+        } => record,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert!(created.updated_index > 0);
+    assert_eq!(created.status, TaskStatus::Working);
+
+    match replica
+        .propose(set_status("t1", TaskStatus::InputRequired, 2_000))
+        .await
+        .expect("set status")
+    {
+        Applied::Updated { record } => {
+            assert_eq!(record.status, TaskStatus::InputRequired);
+            assert!(record.updated_index > created.updated_index);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let finished = match replica.propose(finish("t1", 3_000)).await.expect("finish") {
+        Applied::Updated { record } => record,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(finished.status, TaskStatus::Completed);
+
+    let read = replica
+        .read(|s| s.get("t1").cloned())
+        .await
+        .expect("read")
+        .expect("record present");
+    assert_eq!(read, finished);
+    assert_eq!(read.last_updated_at_ms, 3_000);
+    assert!(read.outcome.is_some());
+
+    match replica.propose(create("t1")).await.expect("repeat create") {
+        Applied::Created {
+            record,
+            fresh: false,
+        } => assert_eq!(record, finished),
+        other => panic!("unexpected {other:?}"),
+    }
+    match replica
+        .propose(set_status("missing", TaskStatus::Working, 1))
+        .await
+        .expect("propose")
+    {
+        Applied::Rejected(_) => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(replica.read(|s| s.len()).await.expect("read"), 1);
+    replica.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uninitialised_replica_is_not_leader() {
+    let dir = TempDir::new().expect("tempdir");
+    let db = open_db(dir.path()).await;
+    let replica = ShardReplica::open(db, config()).await.expect("open");
+    assert!(!replica.is_leader());
+    match replica.propose(create("t1")).await {
+        Err(ShardError::NotLeader { leader_hint: None }) => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    match replica.read(|s| s.len()).await {
+        Err(ShardError::NotLeader { .. }) => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    match replica.wait_leader(Duration::from_millis(300)).await {
+        Err(ShardError::Unavailable(_)) => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    replica.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_keeps_every_record() {
+    let dir = TempDir::new().expect("tempdir");
+    let before = {
+        let (db, replica) = start(dir.path(), config()).await;
+        for i in 0..5 {
+            replica
+                .propose(create(&format!("t{i}")))
+                .await
+                .expect("create");
+        }
+        replica
+            .propose(set_status("t1", TaskStatus::InputRequired, 5_000))
+            .await
+            .expect("set status");
+        replica.propose(finish("t2", 6_000)).await.expect("finish");
+        replica
+            .propose(Command::Cancel {
+                task_id: "t3".into(),
+                message: "stop".into(),
+                at_ms: 7_000,
+            })
+            .await
+            .expect("cancel");
+        let records = all_records(&replica);
+        assert_eq!(records.len(), 5);
+        replica.shutdown().await.expect("shutdown");
+        drop(replica);
+        drop(db);
+        records
+    };
+
+    let db = open_db(dir.path()).await;
+    let replica = ShardReplica::open(db.clone(), config())
+        .await
+        .expect("reopen");
+    // The state is rebuilt when the replica opens, before any leadership.
+    assert_eq!(all_records(&replica), before);
+    let (_, last_before) = replica.log_index_range().expect("log range");
+    replica
+        .bootstrap_single()
+        .await
+        .expect("bootstrap is a no-op");
+    replica.wait_leader(WAIT).await.expect("leader");
+    let (_, last_after) = replica.log_index_range().expect("log range");
+    // Becoming leader again appends one blank entry; bootstrapping appended nothing.
+    assert!(last_after <= last_before.map(|l| l + 1));
+
+    let after: Vec<TaskRecord> = replica
+        .read(|s| {
+            let mut v: Vec<TaskRecord> = s.records().cloned().collect();
+            v.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+            v
+        })
+        .await
+        .expect("read");
+    assert_eq!(after, before);
+
+    match replica
+        .propose(set_status("t4", TaskStatus::InputRequired, 8_000))
+        .await
+        .expect("propose after restart")
+    {
+        Applied::Updated { record } => {
+            let old = before.iter().find(|r| r.task_id == "t4").expect("t4");
+            assert!(record.updated_index > old.updated_index);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    replica.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_purges_the_log_and_state_survives() {
+    let dir = TempDir::new().expect("tempdir");
+    let cfg = ShardConfig {
+        snapshot_logs_since_last: 20,
+        max_in_snapshot_log_to_keep: 0,
+        ..config()
+    };
+    let (before, applied_before, snapshot) = {
+        let (db, replica) = start(dir.path(), cfg.clone()).await;
+        for i in 0..50 {
+            let id = format!("t{i:03}");
+            replica.propose(create(&id)).await.expect("create");
+            replica
+                .propose(set_status(&id, TaskStatus::InputRequired, 2_000 + i))
+                .await
+                .expect("set status");
+        }
+        replica.trigger_snapshot().await.expect("snapshot");
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let (first, _) = replica.log_index_range().expect("log range");
+            if first.is_some_and(|f| f > 1) || first.is_none() {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "log never purged");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let snapshot = replica
+            .raft()
+            .get_snapshot()
+            .await
+            .expect("get snapshot")
+            .expect("a snapshot exists");
+        let records = all_records(&replica);
+        assert_eq!(records.len(), 50);
+        let applied = replica.last_applied();
+        replica.shutdown().await.expect("shutdown");
+        drop(replica);
+        drop(db);
+        (records, applied, snapshot)
+    };
+    assert!(snapshot.meta.last_log_id.is_some_and(|l| l.index >= 100));
+
+    let db = open_db(dir.path()).await;
+    let replica = ShardReplica::open(db.clone(), cfg).await.expect("reopen");
+    let (first, _) = replica.log_index_range().expect("log range");
+    assert!(first.is_none_or(|f| f > 1), "log starts at {first:?}");
+    assert_eq!(all_records(&replica), before);
+    assert_eq!(replica.last_applied(), applied_before);
+    replica.bootstrap_single().await.expect("bootstrap");
+    replica.wait_leader(WAIT).await.expect("leader");
+    assert_eq!(replica.read(|s| s.len()).await.expect("read"), 50);
+    match replica.propose(create("late")).await.expect("propose") {
+        Applied::Created { fresh: true, .. } => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    replica.shutdown().await.expect("shutdown");
+
+    // The snapshot alone rebuilds the same state in an empty state machine.
+    let other_dir = TempDir::new().expect("tempdir");
+    let other_db = open_db(other_dir.path()).await;
+    let mut sm = StateMachineStore::open(&other_db, 3, 16).expect("open sm");
+    sm.install_snapshot(&snapshot.meta, snapshot.snapshot.clone())
+        .await
+        .expect("install");
+    let installed = {
+        let mut v: Vec<TaskRecord> = sm.read(|s| s.records().cloned().collect());
+        v.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+        v
+    };
+    assert_eq!(installed.len(), 50);
+    let by_snapshot: Vec<TaskRecord> = before
+        .iter()
+        .filter(|r| {
+            snapshot
+                .meta
+                .last_log_id
+                .is_some_and(|l| r.updated_index <= l.index)
+        })
+        .cloned()
+        .collect();
+    assert_eq!(installed, by_snapshot);
+    drop(sm);
+    let reopened = StateMachineStore::open(&other_db, 3, 16).expect("reopen sm");
+    assert_eq!(reopened.read(|s| s.len()), 50);
+    assert_eq!(reopened.last_applied(), snapshot.meta.last_log_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_follow_applied_changes() {
+    let dir = TempDir::new().expect("tempdir");
+    let (_db, replica) = start(dir.path(), config()).await;
+    let mut events = replica.subscribe();
+
+    let created = match replica.propose(create("t1")).await.expect("create") {
+        Applied::Created { record, .. } => record,
+        other => panic!("unexpected {other:?}"),
+    };
+    match tokio::time::timeout(WAIT, events.recv())
+        .await
+        .expect("event in time")
+    {
+        Ok(ShardEvent::Changed { index, record }) => {
+            assert_eq!(record, created);
+            assert_eq!(index, created.updated_index);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+
+    // A repeated create changes nothing and emits nothing: the next event is the status change.
+    replica.propose(create("t1")).await.expect("repeat");
+    let updated = match replica
+        .propose(set_status("t1", TaskStatus::InputRequired, 2_000))
+        .await
+        .expect("set status")
+    {
+        Applied::Updated { record } => record,
+        other => panic!("unexpected {other:?}"),
+    };
+    match tokio::time::timeout(WAIT, events.recv())
+        .await
+        .expect("event in time")
+    {
+        Ok(ShardEvent::Changed { index, record }) => {
+            assert_eq!(record, updated);
+            assert_eq!(index, updated.updated_index);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+
+    let expire = Command::Expire {
+        task_ids: vec!["t1".into()],
+        now_ms: 1_000 + 60_000,
+    };
+    match replica.propose(expire).await.expect("expire") {
+        Applied::Expired { task_ids } => assert_eq!(task_ids, vec!["t1".to_string()]),
+        other => panic!("unexpected {other:?}"),
+    }
+    match tokio::time::timeout(WAIT, events.recv())
+        .await
+        .expect("event in time")
+    {
+        Ok(ShardEvent::Expired { task_ids, index }) => {
+            assert_eq!(task_ids, vec!["t1".to_string()]);
+            assert!(index > updated.updated_index);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(replica.read(|s| s.is_empty()).await.expect("read"));
+    replica.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_proposal_is_on_disk() {
+    let dir = TempDir::new().expect("tempdir");
+    let (db, replica) = start(dir.path(), config()).await;
+    let created = match replica.propose(create("t1")).await.expect("create") {
+        Applied::Created { record, .. } => record,
+        other => panic!("unexpected {other:?}"),
+    };
+
+    // What is in the database files right after the acknowledgement, with the process still
+    // running: this is what a crash at this instant leaves behind.
+    let crash_dir = TempDir::new().expect("tempdir");
+    copy_dir(dir.path(), crash_dir.path());
+    {
+        let db = open_db(crash_dir.path()).await;
+        let copy = ShardReplica::open(db, config()).await.expect("open copy");
+        assert_eq!(
+            copy.read_local(|s| s.get("t1").cloned()),
+            Some(created.clone())
+        );
+        copy.bootstrap_single().await.expect("bootstrap");
+        copy.wait_leader(WAIT).await.expect("leader");
+        assert_eq!(
+            copy.read(|s| s.get("t1").cloned()).await.expect("read"),
+            Some(created.clone())
+        );
+        copy.shutdown().await.expect("shutdown copy");
+    }
+
+    // Dropping everything without a shutdown, then reopening the same directory.
+    drop(replica);
+    drop(db);
+    let db = open_db(dir.path()).await;
+    let replica = ShardReplica::open(db, config()).await.expect("reopen");
+    assert_eq!(replica.read_local(|s| s.get("t1").cloned()), Some(created));
+    replica.shutdown().await.expect("shutdown");
+}

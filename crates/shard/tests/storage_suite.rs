@@ -1,0 +1,28 @@
+//! Runs openraft's own storage conformance suite against the sled log store and state machine.
+
+use openraft::testing::log::{StoreBuilder, Suite};
+use openraft::type_config::TypeConfigExt;
+use openraft::StorageError;
+use taskmesh_shard::storage::{LogStore, StateMachineStore};
+use taskmesh_shard::TypeConfig;
+use tempfile::TempDir;
+
+struct SledBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledBuilder {
+    async fn build(
+        &self,
+    ) -> Result<(TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
+        let fail = |e: std::io::Error| StorageError::write(TypeConfig::err_from_error(&e));
+        let dir = TempDir::new().map_err(fail)?;
+        let db = sled::open(dir.path()).map_err(|e| fail(e.into()))?;
+        let log = LogStore::open(&db, 7).map_err(fail)?;
+        let sm = StateMachineStore::open(&db, 7, 16).map_err(fail)?;
+        Ok((dir, log, sm))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_storage_suite() -> Result<(), StorageError<TypeConfig>> {
+    Suite::test_all(SledBuilder).await
+}

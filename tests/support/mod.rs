@@ -1,0 +1,384 @@
+//! Test support: run a real `taskmesh serve` process on a free loopback port with its data in a
+//! temporary directory, and talk to it over real HTTP like an MCP client.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+pub const V: &str = "2025-11-25";
+
+/// A running server process. Dropping it kills the process.
+pub struct Server {
+    child: Option<Child>,
+    pub url: String,
+    pub dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    config: String,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    /// Start on a fresh data directory with the given extra TOML configuration.
+    pub fn start(config: &str) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        let mut s = Server {
+            child: None,
+            url: String::new(),
+            dir,
+            _tmp: Some(tmp),
+            config: config.to_string(),
+            log: Arc::new(Mutex::new(Vec::new())),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let cfg_path = self.dir.join("taskmesh.toml");
+        std::fs::write(&cfg_path, &self.config).expect("write config");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_taskmesh"))
+            .arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .arg("--config")
+            .arg(&cfg_path)
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info,openraft=warn")
+            .env_remove("TASKMESH_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn taskmesh");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log = self.log.clone();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(i) = line.find("listening on http://") {
+                    let rest = &line[i + "listening on ".len()..];
+                    let url = rest.split_whitespace().next().unwrap_or_default().to_string();
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(url);
+                    }
+                }
+                log.lock().unwrap().push(line);
+            }
+        });
+        self.child = Some(child);
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(url) => self.url = url,
+            Err(_) => {
+                let log = self.log.lock().unwrap().join("\n");
+                panic!("server did not start:\n{log}");
+            }
+        }
+    }
+
+    /// kill -9, then start again on the same data directory.
+    pub fn kill9_and_restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait; returns whether it exited successfully.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut c) = self.child.take() else { return false };
+        let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+        for _ in 0..300 {
+            if let Ok(Some(st)) = c.try_wait() {
+                return st.success();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        false
+    }
+
+    pub fn restart(&mut self) {
+        assert!(self.terminate(), "graceful stop failed");
+        self.spawn();
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A raw HTTP answer.
+pub struct Raw {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+}
+
+impl Raw {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+/// An MCP client over Streamable HTTP.
+#[derive(Clone)]
+pub struct Client {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub session: Option<String>,
+    pub version: String,
+    pub token: Option<String>,
+    next_id: Arc<std::sync::atomic::AtomicI64>,
+}
+
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+impl Client {
+    pub fn new(url: &str) -> Client {
+        Client {
+            http: http(),
+            url: url.to_string(),
+            session: None,
+            version: V.to_string(),
+            token: None,
+            next_id: Arc::new(std::sync::atomic::AtomicI64::new(1)),
+        }
+    }
+
+    pub fn with_token(mut self, token: &str) -> Client {
+        self.token = Some(token.to_string());
+        self
+    }
+
+    /// initialize + notifications/initialized.
+    pub async fn connect(url: &str, token: Option<&str>, version: &str, caps: Value) -> Client {
+        let mut c = Client::new(url);
+        c.token = token.map(str::to_string);
+        c.version = version.to_string();
+        let r = c
+            .post(
+                &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+                    "protocolVersion": version, "capabilities": caps,
+                    "clientInfo": {"name":"test","version":"1"}}})
+                .to_string(),
+                &[],
+            )
+            .await;
+        assert_eq!(r.status, 200, "initialize: {}", r.body);
+        let sid = r.headers.get("mcp-session-id").expect("session id").to_str().unwrap().to_string();
+        c.session = Some(sid);
+        let n = c.post(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string(), &[]).await;
+        assert_eq!(n.status, 202);
+        c
+    }
+
+    pub async fn new_session(url: &str) -> Client {
+        Client::connect(url, None, V, json!({"elicitation":{},"sampling":{}})).await
+    }
+
+    fn request(&self, body: String, extra: &[(&str, &str)]) -> reqwest::RequestBuilder {
+        let mut rb = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        if let Some(s) = &self.session {
+            rb = rb.header("mcp-session-id", s).header("mcp-protocol-version", &self.version);
+        }
+        if let Some(t) = &self.token {
+            rb = rb.header("authorization", format!("Bearer {t}"));
+        }
+        for (k, v) in extra {
+            rb = rb.header(*k, *v);
+        }
+        rb
+    }
+
+    /// POST a raw body; reads the whole answer.
+    pub async fn post(&self, body: &str, extra: &[(&str, &str)]) -> Raw {
+        let r = self.request(body.to_string(), extra).send().await.expect("send");
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        let body = r.text().await.unwrap_or_default();
+        Raw { status, headers, body }
+    }
+
+    pub fn id(&self) -> i64 {
+        self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Call a method; returns the JSON-RPC response object (with `result` or `error`), and every
+    /// message that came before it on an SSE stream.
+    pub async fn call_full(&self, method: &str, params: Value) -> (Value, Vec<Value>) {
+        let id = self.id();
+        let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
+        let r = self.request(body, &[]).send().await.expect("send");
+        assert_eq!(r.status().as_u16(), 200, "{method}: HTTP {}", r.status());
+        let ct = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+        if ct.starts_with("application/json") {
+            return (r.json().await.unwrap(), vec![]);
+        }
+        assert!(ct.starts_with("text/event-stream"), "content-type {ct}");
+        let mut sse = Sse::new(r);
+        let mut before = vec![];
+        while let Some(msg) = sse.next().await {
+            if msg.get("id") == Some(&json!(id)) && (msg.get("result").is_some() || msg.get("error").is_some()) {
+                return (msg, before);
+            }
+            before.push(msg);
+        }
+        panic!("{method}: stream ended without a response; got {before:?}");
+    }
+
+    pub async fn call(&self, method: &str, params: Value) -> Value {
+        self.call_full(method, params).await.0
+    }
+
+    /// `result` of a successful call (panics on a JSON-RPC error).
+    pub async fn ok(&self, method: &str, params: Value) -> Value {
+        let r = self.call(method, params).await;
+        match r.get("result") {
+            Some(v) => v.clone(),
+            None => panic!("{method} failed: {r}"),
+        }
+    }
+
+    /// `error.code` of a failed call (panics on success).
+    pub async fn err_code(&self, method: &str, params: Value) -> i64 {
+        let r = self.call(method, params).await;
+        r["error"]["code"].as_i64().unwrap_or_else(|| panic!("{method} did not fail: {r}"))
+    }
+
+    /// Start a task-augmented tools/call; returns the task id.
+    pub async fn start_task(&self, tool: &str, args: Value) -> String {
+        let r = self.ok("tools/call", json!({"name": tool, "arguments": args, "task": {}})).await;
+        r["task"]["taskId"].as_str().unwrap().to_string()
+    }
+
+    pub async fn status(&self, task_id: &str) -> String {
+        self.ok("tasks/get", json!({"taskId": task_id})).await["status"].as_str().unwrap().to_string()
+    }
+
+    /// Poll until the task has `status` (bounded: 30 s).
+    pub async fn wait_status(&self, task_id: &str, want: &str) -> Value {
+        for _ in 0..600 {
+            let t = self.ok("tasks/get", json!({"taskId": task_id})).await;
+            if t["status"] == want {
+                return t;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("task {task_id} never reached {want}");
+    }
+
+    /// Open a streaming request (e.g. tasks/result) and return the raw SSE reader with its id.
+    pub async fn open_stream(&self, method: &str, params: Value) -> (i64, Sse) {
+        let id = self.id();
+        let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
+        let r = self.request(body, &[]).send().await.expect("send");
+        assert_eq!(r.status().as_u16(), 200);
+        (id, Sse::new(r))
+    }
+
+    /// Open the session's GET stream.
+    pub async fn open_get(&self) -> Sse {
+        let mut rb = self.http.get(&self.url).header("accept", "text/event-stream");
+        if let Some(s) = &self.session {
+            rb = rb.header("mcp-session-id", s).header("mcp-protocol-version", &self.version);
+        }
+        if let Some(t) = &self.token {
+            rb = rb.header("authorization", format!("Bearer {t}"));
+        }
+        let r = rb.send().await.expect("get");
+        assert_eq!(r.status().as_u16(), 200);
+        Sse::new(r)
+    }
+
+    /// Answer a server request.
+    pub async fn answer(&self, id: &Value, result: Value) {
+        let body = json!({"jsonrpc":"2.0","id":id,"result":result}).to_string();
+        let r = self.post(&body, &[]).await;
+        assert_eq!(r.status, 202, "{}", r.body);
+    }
+}
+
+/// A reader of JSON messages on an SSE response.
+pub struct Sse {
+    stream: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buf: String,
+    pub content_type: String,
+}
+
+impl Sse {
+    pub fn new(r: reqwest::Response) -> Sse {
+        let content_type = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+        Sse {
+            stream: r.bytes_stream().boxed(),
+            buf: String::new(),
+            content_type,
+        }
+    }
+
+    /// The next JSON message, or `None` when the stream ends. Bounded by 60 s.
+    pub async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(i) = self.buf.find("\n\n") {
+                let event: String = self.buf.drain(..i + 2).collect();
+                let data: Vec<&str> = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:").map(|d| d.trim_start()))
+                    .collect();
+                if data.is_empty() {
+                    continue; // keep-alive comment
+                }
+                return Some(serde_json::from_str(&data.join("\n")).expect("SSE data is JSON"));
+            }
+            if self.content_type.starts_with("application/json") && !self.buf.is_empty() {
+                // Whole JSON body.
+            }
+            match tokio::time::timeout(Duration::from_secs(60), self.stream.next()).await {
+                Ok(Some(Ok(chunk))) => self.buf.push_str(&String::from_utf8_lossy(&chunk)),
+                Ok(_) => {
+                    if self.content_type.starts_with("application/json") && !self.buf.trim().is_empty() {
+                        let body = std::mem::take(&mut self.buf);
+                        return Some(serde_json::from_str(&body).expect("JSON body"));
+                    }
+                    return None;
+                }
+                Err(_) => panic!("SSE stream idle for 60 s"),
+            }
+        }
+    }
+}
