@@ -1,0 +1,293 @@
+//! Wire-level checks of the generated API: prost round trips of the messages, and a tonic
+//! server and client talking over loopback.
+
+use std::net::SocketAddr;
+
+use prost::Message;
+use taskmesh_rpc::v1::task_service_client::TaskServiceClient;
+use taskmesh_rpc::v1::task_service_server::{TaskService, TaskServiceServer};
+use taskmesh_rpc::v1::{
+    outcome, AppendEntriesRequest, AttachResultEvent, AttachResultRequest, CancelTaskRequest,
+    CancelTaskResponse, ClientCaps, CreateTaskRequest, CreateTaskResponse, DeliverResponseRequest,
+    DeliverResponseResponse, GetTaskRequest, GetTaskResponse, InstallSnapshotChunk, LeaderHint,
+    ListTasksRequest, ListTasksResponse, Outcome, OutcomeError, SnapshotHeader, TaskError,
+    TaskErrorKind, TaskRecord, TaskStatus, ToolRequest, VoteRequest, WatchStatusEvent,
+    WatchStatusRequest,
+};
+use taskmesh_rpc::METADATA_GROUP;
+use tonic::{Request, Response, Status};
+
+fn sample_record(task_id: &str, owner: &str) -> TaskRecord {
+    TaskRecord {
+        task_id: task_id.to_owned(),
+        owner: owner.to_owned(),
+        session: Some("session-1".to_owned()),
+        status: TaskStatus::Failed as i32,
+        status_message: Some("the tool reported an error".to_owned()),
+        created_at_ms: 1_700_000_000_000,
+        last_updated_at_ms: 1_700_000_004_321,
+        ttl_ms: Some(3_600_000),
+        poll_interval_ms: 1_000,
+        request: Some(ToolRequest {
+            tool: "slow_echo".to_owned(),
+            arguments_json: r#"{"text":"hi","delay_ms":50}"#.to_owned(),
+            progress_token_json: Some("\"tok-7\"".to_owned()),
+            client: Some(ClientCaps {
+                elicitation: true,
+                sampling: false,
+            }),
+        }),
+        outcome: Some(Outcome {
+            kind: Some(outcome::Kind::Error(OutcomeError {
+                code: -32603,
+                message: "boom".to_owned(),
+                data_json: Some(r#"{"retry":false}"#.to_owned()),
+            })),
+        }),
+        exec_term: 3,
+        updated_index: 42,
+    }
+}
+
+#[test]
+fn task_record_round_trips() {
+    let record = sample_record("0123456789abcdef0123456789abcdef", "alice");
+    let bytes = record.encode_to_vec();
+    let back = TaskRecord::decode(bytes.as_slice()).expect("decodes");
+    assert_eq!(back, record);
+    assert_eq!(back.status(), TaskStatus::Failed);
+    assert!(back.status().is_terminal());
+
+    // Absent optionals stay absent, and are distinct from empty or zero values.
+    let mut sparse = record.clone();
+    sparse.session = None;
+    sparse.status_message = None;
+    sparse.ttl_ms = None;
+    sparse.outcome = None;
+    sparse.status = TaskStatus::Working as i32;
+    let back = TaskRecord::decode(sparse.encode_to_vec().as_slice()).expect("decodes");
+    assert_eq!(back, sparse);
+    assert_eq!(back.ttl_ms, None);
+    assert!(!back.status().is_terminal());
+
+    let mut zero_ttl = record;
+    zero_ttl.ttl_ms = Some(0);
+    let back = TaskRecord::decode(zero_ttl.encode_to_vec().as_slice()).expect("decodes");
+    assert_eq!(back.ttl_ms, Some(0));
+}
+
+#[test]
+fn raft_messages_round_trip() {
+    let append = AppendEntriesRequest {
+        shard: 7,
+        target: 2,
+        payload: br#"{"vote":{},"prev_log_id":null,"entries":[],"leader_commit":null}"#.to_vec(),
+    };
+    let back = AppendEntriesRequest::decode(append.encode_to_vec().as_slice()).expect("decodes");
+    assert_eq!(back, append);
+
+    let vote = VoteRequest {
+        shard: METADATA_GROUP,
+        target: 1,
+        pre_vote: true,
+        payload: b"{}".to_vec(),
+    };
+    let back = VoteRequest::decode(vote.encode_to_vec().as_slice()).expect("decodes");
+    assert_eq!(back, vote);
+    assert_eq!(back.shard, u32::MAX);
+
+    let first = InstallSnapshotChunk {
+        shard: 0,
+        target: 3,
+        header: Some(SnapshotHeader {
+            vote: b"{\"leader_id\":{}}".to_vec(),
+            meta: b"{\"snapshot_id\":\"s-1\"}".to_vec(),
+            size_bytes: 6,
+        }),
+        offset: 0,
+        data: vec![1, 2, 3],
+        done: false,
+    };
+    let last = InstallSnapshotChunk {
+        shard: 0,
+        target: 3,
+        header: None,
+        offset: 3,
+        data: vec![4, 5, 6],
+        done: true,
+    };
+    for chunk in [first, last] {
+        let back = InstallSnapshotChunk::decode(chunk.encode_to_vec().as_slice()).expect("decodes");
+        assert_eq!(back, chunk);
+    }
+}
+
+#[test]
+fn task_error_survives_a_status() {
+    let hint = LeaderHint {
+        node_id: 5,
+        address: "10.0.0.5:7100".to_owned(),
+    };
+    let status =
+        TaskError::not_leader(Some(hint.clone()), "shard 3 is led by node 5").into_status();
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    let back = TaskError::from_status(&status).expect("carries a task error");
+    assert_eq!(back.kind(), TaskErrorKind::NotLeader);
+    assert_eq!(back.leader, Some(hint));
+
+    let status: Status = TaskError::terminal(TaskStatus::Completed, "done already").into();
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    let back = TaskError::from_status(&status).expect("carries a task error");
+    assert_eq!(back.kind(), TaskErrorKind::Terminal);
+    assert_eq!(back.terminal_status(), TaskStatus::Completed);
+
+    assert!(TaskError::from_status(&Status::internal("no details")).is_none());
+}
+
+/// A task service that knows one task and reports every other id as led elsewhere.
+struct OneTask {
+    record: TaskRecord,
+}
+
+type NoStream<T> = tokio_stream::Empty<Result<T, Status>>;
+
+#[tonic::async_trait]
+impl TaskService for OneTask {
+    async fn create_task(
+        &self,
+        _request: Request<CreateTaskRequest>,
+    ) -> Result<Response<CreateTaskResponse>, Status> {
+        Err(Status::unimplemented("create"))
+    }
+
+    async fn get_task(
+        &self,
+        request: Request<GetTaskRequest>,
+    ) -> Result<Response<GetTaskResponse>, Status> {
+        let req = request.into_inner();
+        if req.task_id == self.record.task_id && req.owner == self.record.owner {
+            return Ok(Response::new(GetTaskResponse {
+                task: Some(self.record.clone()),
+            }));
+        }
+        if req.task_id == self.record.task_id {
+            return Err(TaskError::not_found("no such task").into());
+        }
+        let hint = LeaderHint {
+            node_id: 9,
+            address: "127.0.0.1:1".to_owned(),
+        };
+        Err(
+            TaskError::not_leader(Some(hint), format!("shard {} is led by node 9", req.shard))
+                .into(),
+        )
+    }
+
+    async fn list_tasks(
+        &self,
+        _request: Request<ListTasksRequest>,
+    ) -> Result<Response<ListTasksResponse>, Status> {
+        Err(Status::unimplemented("list"))
+    }
+
+    async fn cancel_task(
+        &self,
+        _request: Request<CancelTaskRequest>,
+    ) -> Result<Response<CancelTaskResponse>, Status> {
+        Err(Status::unimplemented("cancel"))
+    }
+
+    type AttachResultStream = NoStream<AttachResultEvent>;
+
+    async fn attach_result(
+        &self,
+        _request: Request<AttachResultRequest>,
+    ) -> Result<Response<Self::AttachResultStream>, Status> {
+        Err(Status::unimplemented("attach"))
+    }
+
+    type WatchStatusStream = NoStream<WatchStatusEvent>;
+
+    async fn watch_status(
+        &self,
+        _request: Request<WatchStatusRequest>,
+    ) -> Result<Response<Self::WatchStatusStream>, Status> {
+        Err(Status::unimplemented("watch"))
+    }
+
+    async fn deliver_response(
+        &self,
+        _request: Request<DeliverResponseRequest>,
+    ) -> Result<Response<DeliverResponseResponse>, Status> {
+        Err(Status::unimplemented("deliver"))
+    }
+}
+
+#[tokio::test]
+async fn get_task_over_loopback() {
+    let record = sample_record("00000000000000000000000000000001", "alice");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let addr: SocketAddr = listener.local_addr().expect("has an address");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TaskServiceServer::new(OneTask {
+                record: record.clone(),
+            }))
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(listener),
+                async {
+                    let _ = stop_rx.await;
+                },
+            ),
+    );
+
+    let mut client = TaskServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connects");
+
+    let got = client
+        .get_task(GetTaskRequest {
+            shard: 1,
+            owner: "alice".to_owned(),
+            task_id: record.task_id.clone(),
+        })
+        .await
+        .expect("the owner reads its task")
+        .into_inner();
+    assert_eq!(got.task, Some(record.clone()));
+
+    let err = client
+        .get_task(GetTaskRequest {
+            shard: 1,
+            owner: "mallory".to_owned(),
+            task_id: record.task_id.clone(),
+        })
+        .await
+        .expect_err("another principal sees nothing");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    let e = TaskError::from_status(&err).expect("carries a task error");
+    assert_eq!(e.kind(), TaskErrorKind::NotFound);
+
+    let err = client
+        .get_task(GetTaskRequest {
+            shard: 3,
+            owner: "alice".to_owned(),
+            task_id: "ffffffffffffffffffffffffffffffff".to_owned(),
+        })
+        .await
+        .expect_err("the shard is led elsewhere");
+    let e = TaskError::from_status(&err).expect("carries a task error");
+    assert_eq!(e.kind(), TaskErrorKind::NotLeader);
+    let hint = e.leader.expect("names the leader");
+    assert_eq!((hint.node_id, hint.address.as_str()), (9, "127.0.0.1:1"));
+
+    drop(client);
+    stop_tx.send(()).expect("server still running");
+    server
+        .await
+        .expect("server task joins")
+        .expect("server stops cleanly");
+}
