@@ -11,7 +11,9 @@ use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use taskmesh_host::{now_ms, Attachment, HostError, NewTask};
-use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId, INTERNAL_ERROR, METHOD_NOT_FOUND, REQUEST_CANCELLED};
+use taskmesh_mcp::jsonrpc::{
+    self, ErrorObject, RequestId, INTERNAL_ERROR, METHOD_NOT_FOUND, REQUEST_CANCELLED,
+};
 use taskmesh_mcp::{params, CreateTaskResult, ListTasksResult, TaskSupport};
 use taskmesh_router::mint_task_id;
 use taskmesh_task::ClientCaps;
@@ -43,7 +45,10 @@ impl Cx {
         self.session.as_ref().map(|(id, _)| id.as_str())
     }
     fn nonce(&self) -> &str {
-        self.session.as_ref().map(|(_, c)| c.n.as_str()).unwrap_or("")
+        self.session
+            .as_ref()
+            .map(|(_, c)| c.n.as_str())
+            .unwrap_or("")
     }
 }
 
@@ -79,7 +84,13 @@ fn answer(id: &RequestId, r: Result<Value, ErrorObject>) -> Vec<u8> {
     }
 }
 
-pub async fn request(gw: &Arc<Gateway>, cx: &Cx, id: RequestId, method: &str, params: Option<Value>) -> Reply {
+pub async fn request(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    id: RequestId,
+    method: &str,
+    params: Option<Value>,
+) -> Reply {
     let p = match params::object(params.as_ref()) {
         Ok(p) => p,
         Err(e) => return err(&id, &e),
@@ -203,7 +214,12 @@ fn tools_list(gw: &Arc<Gateway>, cx: &Cx, p: &Map<String, Value>) -> Result<Valu
         .collect();
     let mut out = json!({ "tools": tools });
     if offset + page < gw.tools.len() {
-        out["nextCursor"] = json!(gw.signer.sign("tools-cursor", &ToolsCursor { offset: offset + page }));
+        out["nextCursor"] = json!(gw.signer.sign(
+            "tools-cursor",
+            &ToolsCursor {
+                offset: offset + page
+            }
+        ));
     }
     Ok(out)
 }
@@ -245,12 +261,17 @@ async fn tools_call(gw: &Arc<Gateway>, cx: &Cx, id: RequestId, p: &Map<String, V
         Some(_) => {
             return err(
                 &id,
-                &ErrorObject::invalid_params("Invalid params: '_meta.progressToken' must be a string or an integer"),
+                &ErrorObject::invalid_params(
+                    "Invalid params: '_meta.progressToken' must be a string or an integer",
+                ),
             )
         }
     };
     let Some(tool) = gw.tools.get(name).cloned() else {
-        return err(&id, &ErrorObject::invalid_params(format!("Invalid params: unknown tool '{name}'")));
+        return err(
+            &id,
+            &ErrorObject::invalid_params(format!("Invalid params: unknown tool '{name}'")),
+        );
     };
     if let Err(e) = tool.validate(&args) {
         return err(&id, &e);
@@ -329,7 +350,10 @@ impl ToolIo for PlainIo {
             if let Some(m) = message {
                 p["message"] = json!(m);
             }
-            let _ = self.tx.try_send(Arc::new(jsonrpc::notification("notifications/progress", &p)));
+            let _ = self.tx.try_send(Arc::new(jsonrpc::notification(
+                "notifications/progress",
+                &p,
+            )));
         }
     }
 
@@ -349,7 +373,8 @@ impl ToolIo for PlainIo {
                 gw.plain_pending.lock().remove(&rid);
                 return Err(ErrorObject::internal("the client went away"));
             }
-            rx.await.unwrap_or_else(|_| Err(ErrorObject::internal("no answer")))
+            rx.await
+                .unwrap_or_else(|_| Err(ErrorObject::internal("no answer")))
         }
         .boxed()
     }
@@ -383,7 +408,8 @@ fn call_plain(
     };
     // Tools that ask the client something are the task-required ones; a call that has no
     // progress token and cannot ask anything is answered as plain JSON.
-    let json_if_alone = progress_token.is_none() && tool.spec().task_support != TaskSupport::Required;
+    let json_if_alone =
+        progress_token.is_none() && tool.spec().task_support != TaskSupport::Required;
     let run = tool.call(args, ctx);
     let gw2 = gw.clone();
     tokio::spawn(async move {
@@ -404,15 +430,31 @@ fn task_id_param(p: &Map<String, Value>) -> Result<&str, ErrorObject> {
     params::req_str(p, "taskId")
 }
 
-async fn tasks_get(gw: &Arc<Gateway>, cx: &Cx, p: &Map<String, Value>) -> Result<Value, ErrorObject> {
+async fn tasks_get(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    p: &Map<String, Value>,
+) -> Result<Value, ErrorObject> {
     let task_id = task_id_param(p)?;
-    let r = gw.router.get(task_id, &cx.principal).await.map_err(|e| wire::host_error(&e))?;
+    let r = gw
+        .router
+        .get(task_id, &cx.principal)
+        .await
+        .map_err(|e| wire::host_error(&e))?;
     serde_json::to_value(wire::task(&r)).map_err(|e| ErrorObject::internal(e.to_string()))
 }
 
-async fn tasks_cancel(gw: &Arc<Gateway>, cx: &Cx, p: &Map<String, Value>) -> Result<Value, ErrorObject> {
+async fn tasks_cancel(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    p: &Map<String, Value>,
+) -> Result<Value, ErrorObject> {
     let task_id = task_id_param(p)?;
-    let r = gw.router.cancel(task_id, &cx.principal).await.map_err(|e| wire::host_error(&e))?;
+    let r = gw
+        .router
+        .cancel(task_id, &cx.principal)
+        .await
+        .map_err(|e| wire::host_error(&e))?;
     serde_json::to_value(wire::task(&r)).map_err(|e| ErrorObject::internal(e.to_string()))
 }
 
@@ -426,7 +468,11 @@ struct ListCursor {
     t: u64,
 }
 
-async fn tasks_list(gw: &Arc<Gateway>, cx: &Cx, p: &Map<String, Value>) -> Result<Value, ErrorObject> {
+async fn tasks_list(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    p: &Map<String, Value>,
+) -> Result<Value, ErrorObject> {
     let after = match params::opt_str(p, "cursor")? {
         None => None,
         Some(c) => {
@@ -435,7 +481,9 @@ async fn tasks_list(gw: &Arc<Gateway>, cx: &Cx, p: &Map<String, Value>) -> Resul
                 .signer
                 .verify::<ListCursor>("tasks-cursor", c)
                 .filter(|c| c.o == cx.principal && now <= c.t.saturating_add(gw.cfg.cursor_ttl_ms))
-                .ok_or_else(|| ErrorObject::invalid_params("Invalid params: invalid or expired cursor"))?;
+                .ok_or_else(|| {
+                    ErrorObject::invalid_params("Invalid params: invalid or expired cursor")
+                })?;
             Some(cur.a)
         }
     };

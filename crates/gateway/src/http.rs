@@ -31,13 +31,21 @@ pub const VERSION_HEADER: &str = "mcp-protocol-version";
 pub fn router(gw: Arc<Gateway>) -> axum::Router {
     let limit = gw.cfg.max_body_bytes;
     axum::Router::new()
-        .route("/mcp", post(handle_post).get(handle_get).delete(handle_delete))
+        .route(
+            "/mcp",
+            post(handle_post).get(handle_get).delete(handle_delete),
+        )
         .layer(DefaultBodyLimit::max(limit))
         .with_state(gw)
 }
 
 fn plain(status: StatusCode, msg: &'static str) -> Response {
-    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], msg).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        msg,
+    )
+        .into_response()
 }
 
 fn rpc_error(status: StatusCode, id: Option<&RequestId>, e: &ErrorObject) -> Response {
@@ -62,9 +70,9 @@ fn origin_allowed(gw: &Gateway, headers: &HeaderMap) -> bool {
             return true;
         }
         // An entry without a port matches any port of that scheme and host.
-        origin
-            .strip_prefix(allowed.as_str())
-            .is_some_and(|rest| rest.starts_with(':') && rest[1..].chars().all(|c| c.is_ascii_digit()))
+        origin.strip_prefix(allowed.as_str()).is_some_and(|rest| {
+            rest.starts_with(':') && rest[1..].chars().all(|c| c.is_ascii_digit())
+        })
     })
 }
 
@@ -77,7 +85,10 @@ fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
         .map(str::trim);
     let challenge = |err: Option<&str>| {
         let v = match err {
@@ -101,9 +112,16 @@ fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
 
 /// Validate the session and version headers of a non-initialize request.
 #[allow(clippy::result_large_err)]
-fn session_of(gw: &Gateway, headers: &HeaderMap, principal: &str) -> Result<(String, SessionClaims), Response> {
+fn session_of(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    principal: &str,
+) -> Result<(String, SessionClaims), Response> {
     let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
-        return Err(plain(StatusCode::BAD_REQUEST, "Bad Request: Mcp-Session-Id header is required"));
+        return Err(plain(
+            StatusCode::BAD_REQUEST,
+            "Bad Request: Mcp-Session-Id header is required",
+        ));
     };
     let claims = match gw.sessions.check(id) {
         Some(c) if c.p == principal => c,
@@ -112,7 +130,10 @@ fn session_of(gw: &Gateway, headers: &HeaderMap, principal: &str) -> Result<(Str
     if let Some(v) = headers.get(VERSION_HEADER) {
         let v = v.to_str().unwrap_or("");
         if !taskmesh_mcp::is_supported_version(v) {
-            return Err(plain(StatusCode::BAD_REQUEST, "Bad Request: unsupported MCP-Protocol-Version"));
+            return Err(plain(
+                StatusCode::BAD_REQUEST,
+                "Bad Request: unsupported MCP-Protocol-Version",
+            ));
         }
         if v != claims.v {
             return Err(plain(
@@ -128,12 +149,19 @@ fn session_of(gw: &Gateway, headers: &HeaderMap, principal: &str) -> Result<(Str
 #[allow(clippy::result_large_err)]
 fn front(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
     if !origin_allowed(gw, headers) {
-        return Err(plain(StatusCode::FORBIDDEN, "Forbidden: Origin not allowed"));
+        return Err(plain(
+            StatusCode::FORBIDDEN,
+            "Forbidden: Origin not allowed",
+        ));
     }
     authenticate(gw, headers)
 }
 
-async fn handle_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Result<Bytes, axum::extract::rejection::BytesRejection>) -> Response {
+async fn handle_post(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
     let principal = match front(&gw, &headers) {
         Ok(p) => p,
         Err(r) => return r,
@@ -142,7 +170,10 @@ async fn handle_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: R
         Ok(b) => b,
         Err(rej) => {
             return if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                plain(StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large: body exceeds http.max_body_bytes")
+                plain(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "Payload Too Large: body exceeds http.max_body_bytes",
+                )
             } else {
                 plain(rej.status(), "Bad Request: unreadable body")
             };
@@ -156,7 +187,10 @@ async fn handle_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: R
     let session = if is_initialize {
         if let Some(v) = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()) {
             if !taskmesh_mcp::is_supported_version(v) {
-                return plain(StatusCode::BAD_REQUEST, "Bad Request: unsupported MCP-Protocol-Version");
+                return plain(
+                    StatusCode::BAD_REQUEST,
+                    "Bad Request: unsupported MCP-Protocol-Version",
+                );
             }
         }
         None
@@ -168,15 +202,25 @@ async fn handle_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: R
     };
     let cx = Cx { principal, session };
     let (reply, id) = match msg {
-        Message::Request { id, method, params } => (dispatch::request(&gw, &cx, id.clone(), &method, params).await, Some(id)),
-        Message::Notification { method, params } => (dispatch::notification(&gw, &cx, &method, params), None),
+        Message::Request { id, method, params } => (
+            dispatch::request(&gw, &cx, id.clone(), &method, params).await,
+            Some(id),
+        ),
+        Message::Notification { method, params } => {
+            (dispatch::notification(&gw, &cx, &method, params), None)
+        }
         Message::Response { id, outcome } => (dispatch::response(&gw, id, outcome), None),
     };
     respond(&gw, reply, id.as_ref()).await
 }
 
 fn json_response(body: Vec<u8>) -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 fn is_response(json: &[u8]) -> bool {
@@ -194,11 +238,17 @@ async fn respond(gw: &Gateway, reply: Reply, id: Option<&RequestId>) -> Response
             }
             r
         }
-        Reply::Stream { mut rx, json_if_alone } => {
+        Reply::Stream {
+            mut rx,
+            json_if_alone,
+        } => {
             let first = if json_if_alone {
                 match rx.recv().await {
                     None => {
-                        return json_response(jsonrpc::error_response(id, &dispatch::cancelled_error()));
+                        return json_response(jsonrpc::error_response(
+                            id,
+                            &dispatch::cancelled_error(),
+                        ));
                     }
                     Some(m) if is_response(&m) => return json_response(m.to_vec()),
                     Some(m) => Some(m),
@@ -211,10 +261,18 @@ async fn respond(gw: &Gateway, reply: Reply, id: Option<&RequestId>) -> Response
     }
 }
 
-fn sse(gw: &Gateway, first: Option<Arc<Vec<u8>>>, rx: tokio::sync::mpsc::Receiver<Arc<Vec<u8>>>) -> Response {
+fn sse(
+    gw: &Gateway,
+    first: Option<Arc<Vec<u8>>>,
+    rx: tokio::sync::mpsc::Receiver<Arc<Vec<u8>>>,
+) -> Response {
     let head = futures::stream::iter(first);
     let events = head.chain(ReceiverStream::new(rx)).map(|m| {
-        Ok::<_, Infallible>(Event::default().event("message").data(String::from_utf8_lossy(&m)))
+        Ok::<_, Infallible>(
+            Event::default()
+                .event("message")
+                .data(String::from_utf8_lossy(&m)),
+        )
     });
     let keep = KeepAlive::new().interval(Duration::from_millis(gw.cfg.sse_keepalive_ms.max(100)));
     Sse::new(events).keep_alive(keep).into_response()
@@ -230,7 +288,10 @@ async fn handle_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Respo
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("text/event-stream") || v.contains("*/*"));
     if !accepts_sse {
-        return plain(StatusCode::NOT_ACCEPTABLE, "Not Acceptable: GET /mcp serves text/event-stream");
+        return plain(
+            StatusCode::NOT_ACCEPTABLE,
+            "Not Acceptable: GET /mcp serves text/event-stream",
+        );
     }
     let (id, _claims) = match session_of(&gw, &headers, &principal) {
         Ok(s) => s,
@@ -253,7 +314,10 @@ async fn handle_delete(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Re
         Ok(()) => StatusCode::OK.into_response(),
         Err(e) => {
             tracing::error!(error = %e, "could not record the ended session");
-            plain(StatusCode::INTERNAL_SERVER_ERROR, "could not end the session")
+            plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "could not end the session",
+            )
         }
     }
 }

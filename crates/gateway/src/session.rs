@@ -18,6 +18,10 @@ use crate::sign::Signer;
 
 const DOMAIN: &str = "mcp-session";
 
+/// One serialised JSON-RPC message, shared between the streams it goes to.
+pub type JsonMessage = Arc<Vec<u8>>;
+type StreamSender = mpsc::Sender<JsonMessage>;
+
 /// What a session id says about its session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionClaims {
@@ -40,7 +44,7 @@ pub struct SessionClaims {
 pub struct Sessions {
     signer: Signer,
     ended: sled::Tree,
-    streams: Mutex<HashMap<String, Vec<mpsc::Sender<Arc<Vec<u8>>>>>>,
+    streams: Mutex<HashMap<String, Vec<StreamSender>>>,
     log_levels: Mutex<HashMap<String, String>>,
     stream_buffer: usize,
 }
@@ -71,7 +75,8 @@ impl Sessions {
 
     /// End a session: later requests with its id get 404; its streams close.
     pub fn end(&self, id: &str, claims: &SessionClaims) -> Result<(), sled::Error> {
-        self.ended.insert(claims.n.as_bytes(), &claims.t.to_be_bytes())?;
+        self.ended
+            .insert(claims.n.as_bytes(), &claims.t.to_be_bytes())?;
         self.streams.lock().remove(id);
         self.log_levels.lock().remove(id);
         Ok(())
@@ -80,7 +85,11 @@ impl Sessions {
     /// Open a GET stream for the session.
     pub fn open_stream(&self, id: &str) -> mpsc::Receiver<Arc<Vec<u8>>> {
         let (tx, rx) = mpsc::channel(self.stream_buffer);
-        self.streams.lock().entry(id.to_string()).or_default().push(tx);
+        self.streams
+            .lock()
+            .entry(id.to_string())
+            .or_default()
+            .push(tx);
         rx
     }
 
@@ -102,7 +111,9 @@ impl Sessions {
     }
 
     pub fn set_log_level(&self, id: &str, level: &str) {
-        self.log_levels.lock().insert(id.to_string(), level.to_string());
+        self.log_levels
+            .lock()
+            .insert(id.to_string(), level.to_string());
     }
 
     pub fn log_level(&self, id: &str) -> Option<String> {

@@ -24,7 +24,8 @@ impl Signer {
 
     fn mac(&self, domain: &str, payload: &[u8]) -> HmacSha256 {
         // Infallible: HMAC accepts keys of any length.
-        let mut m = <HmacSha256 as Mac>::new_from_slice(&self.key).unwrap_or_else(|_| unreachable!());
+        let mut m =
+            <HmacSha256 as Mac>::new_from_slice(&self.key).unwrap_or_else(|_| unreachable!());
         m.update(domain.as_bytes());
         m.update(&[0]);
         m.update(payload);
@@ -35,7 +36,11 @@ impl Signer {
     pub fn sign<T: Serialize>(&self, domain: &str, value: &T) -> String {
         let payload = serde_json::to_vec(value).unwrap_or_default();
         let tag = self.mac(domain, &payload).finalize().into_bytes();
-        format!("{}.{}", URL_SAFE_NO_PAD.encode(&payload), URL_SAFE_NO_PAD.encode(tag))
+        format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(&payload),
+            URL_SAFE_NO_PAD.encode(tag)
+        )
     }
 
     /// The signed value, or `None` when the token is malformed or its signature is wrong.
@@ -56,9 +61,15 @@ mod tests {
     fn round_trip_and_tamper_detection() {
         let s = Signer::new(b"k1");
         let tok = s.sign("cursor", &("alice", 5));
-        assert_eq!(s.verify::<(String, u32)>("cursor", &tok), Some(("alice".into(), 5)));
+        assert_eq!(
+            s.verify::<(String, u32)>("cursor", &tok),
+            Some(("alice".into(), 5))
+        );
         assert_eq!(s.verify::<(String, u32)>("session", &tok), None);
-        assert_eq!(Signer::new(b"k2").verify::<(String, u32)>("cursor", &tok), None);
+        assert_eq!(
+            Signer::new(b"k2").verify::<(String, u32)>("cursor", &tok),
+            None
+        );
         let mut bad = tok.clone();
         bad.insert(1, 'x');
         assert_eq!(s.verify::<(String, u32)>("cursor", &bad), None);

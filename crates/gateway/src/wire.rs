@@ -67,10 +67,19 @@ pub fn terminal_answer(r: &TaskRecord) -> Result<Value, ErrorObject> {
             jsonrpc::put_meta(&mut obj, META_RELATED_TASK, related(&r.task_id));
             Ok(Value::Object(obj))
         }
-        (Some(Outcome::Error { code, message, data_json }), _) => Err(ErrorObject {
+        (
+            Some(Outcome::Error {
+                code,
+                message,
+                data_json,
+            }),
+            _,
+        ) => Err(ErrorObject {
             code: *code,
             message: message.clone(),
-            data: data_json.as_deref().and_then(|d| serde_json::from_str(d).ok()),
+            data: data_json
+                .as_deref()
+                .and_then(|d| serde_json::from_str(d).ok()),
         }),
         (None, TaskStatus::Cancelled) => Err(ErrorObject {
             code: INTERNAL_ERROR,
@@ -81,6 +90,8 @@ pub fn terminal_answer(r: &TaskRecord) -> Result<Value, ErrorObject> {
                 "_meta": { META_RELATED_TASK: related(&r.task_id) },
             })),
         }),
-        (None, s) => Err(ErrorObject::internal(format!("task is {s} without an outcome"))),
+        (None, s) => Err(ErrorObject::internal(format!(
+            "task is {s} without an outcome"
+        ))),
     }
 }

@@ -77,7 +77,14 @@ pub struct State {
 
 /// Spawn the actor of a live task. `reserved` says whether the caller already holds a live-task
 /// slot for it.
-pub(crate) async fn spawn(host: Host, shard: u32, record: TaskRecord, term: u64, tool: Arc<dyn Tool>, reserved: bool) {
+pub(crate) async fn spawn(
+    host: Host,
+    shard: u32,
+    record: TaskRecord,
+    term: u64,
+    tool: Arc<dyn Tool>,
+    reserved: bool,
+) {
     if !reserved {
         host.inner.live.fetch_add(1, Ordering::AcqRel);
     }
@@ -142,7 +149,11 @@ impl Actor for TaskActor {
     type State = State;
     type Arguments = Args;
 
-    async fn pre_start(&self, myself: ActorRef<TaskMsg>, args: Args) -> Result<State, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<TaskMsg>,
+        args: Args,
+    ) -> Result<State, ActorProcessingErr> {
         let Args {
             host,
             shard,
@@ -191,7 +202,12 @@ impl Actor for TaskActor {
         })
     }
 
-    async fn handle(&self, myself: ActorRef<TaskMsg>, msg: TaskMsg, st: &mut State) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<TaskMsg>,
+        msg: TaskMsg,
+        st: &mut State,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             TaskMsg::Attach(sink) => {
                 for (json, _) in st.pending.values() {
@@ -210,7 +226,11 @@ impl Actor for TaskActor {
                     Value::Object(m) => m,
                     _ => Map::new(),
                 };
-                jsonrpc::put_meta(&mut params, META_RELATED_TASK, json!({ "taskId": st.task_id }));
+                jsonrpc::put_meta(
+                    &mut params,
+                    META_RELATED_TASK,
+                    json!({ "taskId": st.task_id }),
+                );
                 let json = Arc::new(jsonrpc::request(
                     &RequestId::String(id.clone()),
                     method,
@@ -269,7 +289,7 @@ impl Actor for TaskActor {
                     outcome,
                     at_ms: now_ms(),
                 };
-                match st.host.shard(st.shard).map(|s| s.clone()) {
+                match st.host.shard(st.shard).cloned() {
                     Ok(shard) => match shard.propose(cmd).await {
                         Ok(Applied::Updated { record }) => {
                             tracing::info!(
@@ -300,7 +320,11 @@ impl Actor for TaskActor {
         Ok(())
     }
 
-    async fn post_stop(&self, myself: ActorRef<TaskMsg>, st: &mut State) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        myself: ActorRef<TaskMsg>,
+        st: &mut State,
+    ) -> Result<(), ActorProcessingErr> {
         st.cancel.cancel();
         for (_, (_, reply)) in st.pending.drain() {
             let _ = reply.send(Err(ErrorObject::internal("the task stopped")));
@@ -320,7 +344,12 @@ impl Actor for TaskActor {
 
 /// Propose a non-terminal status; on failure (terminal, stale term, lost leadership) stop the
 /// actor and return false.
-async fn set_status(myself: &ActorRef<TaskMsg>, st: &mut State, status: TaskStatus, message: Option<String>) -> bool {
+async fn set_status(
+    myself: &ActorRef<TaskMsg>,
+    st: &mut State,
+    status: TaskStatus,
+    message: Option<String>,
+) -> bool {
     let cmd = Command::SetStatus {
         task_id: st.task_id.clone(),
         term: st.term,
@@ -372,17 +401,26 @@ pub fn finish_of(result: &ToolResult) -> (TaskStatus, String, Outcome) {
     match result {
         Ok(v) => {
             let is_error = v.get("isError").and_then(Value::as_bool).unwrap_or(false);
-            let outcome = Outcome::Result { json: v.to_string() };
+            let outcome = Outcome::Result {
+                json: v.to_string(),
+            };
             if is_error {
                 let why = first_text(v).unwrap_or("the tool reported an error");
-                (TaskStatus::Failed, format!("The tool failed: {why}"), outcome)
+                (
+                    TaskStatus::Failed,
+                    format!("The tool failed: {why}"),
+                    outcome,
+                )
             } else {
                 (TaskStatus::Completed, "The task completed.".into(), outcome)
             }
         }
         Err(e) => (
             TaskStatus::Failed,
-            format!("The request failed with JSON-RPC error {}: {}", e.code, e.message),
+            format!(
+                "The request failed with JSON-RPC error {}: {}",
+                e.code, e.message
+            ),
             Outcome::Error {
                 code: e.code,
                 message: e.message.clone(),

@@ -31,7 +31,9 @@ pub(crate) fn spawn_shard_loops(host: Host, shard: ShardReplica) {
                             }
                             host.stop_actor(&record.task_id);
                         }
-                        let _ = host.inner.events.send(HostEvent::Status { record });
+                        let _ = host.inner.events.send(HostEvent::Status {
+                            record: Box::new(record),
+                        });
                     }
                     Ok(ShardEvent::Expired { task_ids, .. }) => {
                         for id in &task_ids {
@@ -41,7 +43,11 @@ pub(crate) fn spawn_shard_loops(host: Host, shard: ShardReplica) {
                         }
                     }
                     Err(RecvError::Lagged(n)) => {
-                        tracing::warn!(shard = shard.shard_id(), missed = n, "event fan-out lagged; rechecking waiters");
+                        tracing::warn!(
+                            shard = shard.shard_id(),
+                            missed = n,
+                            "event fan-out lagged; rechecking waiters"
+                        );
                         recheck_waiters(&host, &shard);
                     }
                     Err(RecvError::Closed) => break,
@@ -84,12 +90,24 @@ pub(crate) fn spawn_shard_loops(host: Host, shard: ShardReplica) {
             if ids.is_empty() {
                 continue;
             }
-            match shard.propose(Command::Expire { task_ids: ids, now_ms: now }).await {
+            match shard
+                .propose(Command::Expire {
+                    task_ids: ids,
+                    now_ms: now,
+                })
+                .await
+            {
                 Ok(Applied::Expired { task_ids }) => {
-                    tracing::info!(shard = shard.shard_id(), count = task_ids.len(), "expired tasks deleted");
+                    tracing::info!(
+                        shard = shard.shard_id(),
+                        count = task_ids.len(),
+                        "expired tasks deleted"
+                    );
                 }
                 Ok(_) => {}
-                Err(e) => tracing::debug!(shard = shard.shard_id(), error = %e, "expiry sweep skipped"),
+                Err(e) => {
+                    tracing::debug!(shard = shard.shard_id(), error = %e, "expiry sweep skipped")
+                }
             }
         }
     });
@@ -190,7 +208,9 @@ async fn take_over(host: &Host, shard: &ShardReplica, term: u64) {
                     "task failed by its resume policy"
                 );
             }
-            Ok(other) => tracing::debug!(task_id = %record.task_id, result = ?other, "take-over skipped"),
+            Ok(other) => {
+                tracing::debug!(task_id = %record.task_id, result = ?other, "take-over skipped")
+            }
             Err(e) => {
                 tracing::warn!(shard = shard.shard_id(), error = %e, "take-over interrupted");
                 return;

@@ -86,7 +86,10 @@ pub enum HostError {
     #[error("this node already hosts {limit} live tasks (setting tasks.max_live_tasks)")]
     Capacity { limit: usize },
     #[error("shard {shard} is led elsewhere")]
-    NotLeader { shard: u32, leader_hint: Option<u64> },
+    NotLeader {
+        shard: u32,
+        leader_hint: Option<u64>,
+    },
     #[error("shard unavailable: {0}")]
     Unavailable(String),
     #[error("internal error: {0}")]
@@ -107,7 +110,7 @@ impl HostError {
 #[derive(Debug, Clone)]
 pub enum HostEvent {
     /// A task record changed (for `notifications/tasks/status` on its session's streams).
-    Status { record: TaskRecord },
+    Status { record: Box<TaskRecord> },
     /// A task-related JSON-RPC message (request or notification) for a session, delivered on
     /// its GET stream because no `tasks/result` stream is attached.
     SessionMessage { session: String, json: Arc<Vec<u8>> },
@@ -237,7 +240,9 @@ impl Host {
         if self
             .inner
             .live
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
             .is_err()
         {
             return Err(HostError::Capacity { limit });
@@ -266,7 +271,10 @@ impl Host {
         };
         let applied = shard.propose(Command::Create { record }).await;
         match applied {
-            Ok(Applied::Created { record, fresh: true }) => {
+            Ok(Applied::Created {
+                record,
+                fresh: true,
+            }) => {
                 tracing::info!(
                     target: "audit",
                     event = "task_created",
@@ -279,13 +287,18 @@ impl Host {
                 actor::spawn(self.clone(), shard_id, record.clone(), term, tool, true).await;
                 Ok(record)
             }
-            Ok(Applied::Created { record, fresh: false }) => {
+            Ok(Applied::Created {
+                record,
+                fresh: false,
+            }) => {
                 self.inner.live.fetch_sub(1, Ordering::AcqRel);
                 Ok(record)
             }
             Ok(other) => {
                 self.inner.live.fetch_sub(1, Ordering::AcqRel);
-                Err(HostError::Internal(format!("unexpected create result {other:?}")))
+                Err(HostError::Internal(format!(
+                    "unexpected create result {other:?}"
+                )))
             }
             Err(e) => {
                 self.inner.live.fetch_sub(1, Ordering::AcqRel);
@@ -296,7 +309,12 @@ impl Host {
 
     /// A linearizable read of one of `owner`'s tasks. Another owner's task, an expired one and
     /// an unknown id all answer [`HostError::NotFound`].
-    pub async fn get(&self, shard_id: u32, task_id: &str, owner: &str) -> Result<TaskRecord, HostError> {
+    pub async fn get(
+        &self,
+        shard_id: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<TaskRecord, HostError> {
         let shard = self.shard(shard_id)?;
         let now = now_ms();
         shard
@@ -317,14 +335,24 @@ impl Host {
         let shard = self.shard(shard_id)?;
         let now = now_ms();
         shard
-            .read(|s| s.list(owner, after, limit, now).into_iter().cloned().collect())
+            .read(|s| {
+                s.list(owner, after, limit, now)
+                    .into_iter()
+                    .cloned()
+                    .collect()
+            })
             .await
             .map_err(|e| HostError::from_shard(shard_id, e))
     }
 
     /// `tasks/cancel`: `cancelled` is committed before this returns, then the execution is
     /// stopped.
-    pub async fn cancel(&self, shard_id: u32, task_id: &str, owner: &str) -> Result<TaskRecord, HostError> {
+    pub async fn cancel(
+        &self,
+        shard_id: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<TaskRecord, HostError> {
         // Ownership first, so another principal learns nothing.
         let current = self.get(shard_id, task_id, owner).await?;
         if current.status.is_terminal() {
@@ -353,12 +381,19 @@ impl Host {
             }
             Applied::Rejected(Rejection::Terminal(s)) => Err(HostError::Terminal(s)),
             Applied::Rejected(Rejection::NotFound) => Err(HostError::NotFound),
-            other => Err(HostError::Internal(format!("unexpected cancel result {other:?}"))),
+            other => Err(HostError::Internal(format!(
+                "unexpected cancel result {other:?}"
+            ))),
         }
     }
 
     /// Attach a `tasks/result` reader to a task.
-    pub async fn attach(&self, shard_id: u32, task_id: &str, owner: &str) -> Result<Attachment, HostError> {
+    pub async fn attach(
+        &self,
+        shard_id: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Attachment, HostError> {
         // Register the waiter before reading, so a completion between the two is not missed.
         let (done_tx, done_rx) = oneshot::channel();
         self.inner
@@ -390,7 +425,12 @@ impl Host {
 
     /// Route a client's answer to an elicitation or sampling request to the task waiting on it.
     /// Returns whether a live task took it.
-    pub fn deliver_response(&self, task_id: &str, request_id: String, outcome: Result<Value, ErrorObject>) -> bool {
+    pub fn deliver_response(
+        &self,
+        task_id: &str,
+        request_id: String,
+        outcome: Result<Value, ErrorObject>,
+    ) -> bool {
         match self.actor(task_id) {
             Some(actor) => actor
                 .cast(TaskMsg::Response {
@@ -403,7 +443,11 @@ impl Host {
     }
 
     pub(crate) fn actor(&self, task_id: &str) -> Option<ActorRef<TaskMsg>> {
-        self.inner.actors.lock().get(task_id).map(|(_, a)| a.clone())
+        self.inner
+            .actors
+            .lock()
+            .get(task_id)
+            .map(|(_, a)| a.clone())
     }
 
     pub(crate) fn stop_actor(&self, task_id: &str) {
@@ -424,7 +468,13 @@ impl Host {
 
     /// Stop every actor and wait briefly for them to end (drain on shutdown).
     pub async fn stop_all(&self, wait: Duration) {
-        let actors: Vec<_> = self.inner.actors.lock().values().map(|(_, a)| a.clone()).collect();
+        let actors: Vec<_> = self
+            .inner
+            .actors
+            .lock()
+            .values()
+            .map(|(_, a)| a.clone())
+            .collect();
         for a in &actors {
             a.stop(Some("node stopping".into()));
         }
@@ -438,4 +488,61 @@ impl Host {
 /// The record as `owner` may see it at `now`.
 fn visible<'a>(r: Option<&'a TaskRecord>, owner: &str, now: u64) -> Option<&'a TaskRecord> {
     r.filter(|r| r.owner == owner && !r.is_expired(now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use taskmesh_task::Outcome;
+
+    #[test]
+    fn ttl_grants_default_and_cap() {
+        let c = HostConfig {
+            default_ttl_ms: Some(1_000),
+            max_ttl_ms: Some(5_000),
+            ..HostConfig::default()
+        };
+        assert_eq!(c.grant_ttl(None), Some(1_000));
+        assert_eq!(c.grant_ttl(Some(9_000)), Some(5_000));
+        assert_eq!(c.grant_ttl(Some(2_000)), Some(2_000));
+        let unlimited = HostConfig {
+            default_ttl_ms: None,
+            max_ttl_ms: None,
+            ..HostConfig::default()
+        };
+        assert_eq!(unlimited.grant_ttl(None), None);
+        let capped_only = HostConfig {
+            default_ttl_ms: None,
+            max_ttl_ms: Some(7),
+            ..HostConfig::default()
+        };
+        assert_eq!(capped_only.grant_ttl(None), Some(7));
+    }
+
+    #[test]
+    fn tool_outcomes_map_to_terminal_statuses() {
+        let (s, m, o) = actor::finish_of(&Ok(
+            json!({"content":[{"type":"text","text":"ok"}],"isError":false}),
+        ));
+        assert_eq!(s, TaskStatus::Completed);
+        assert!(matches!(o, Outcome::Result { .. }));
+        assert!(!m.is_empty());
+        let (s, m, _) = actor::finish_of(&Ok(
+            json!({"content":[{"type":"text","text":"disk full"}],"isError":true}),
+        ));
+        assert_eq!(s, TaskStatus::Failed);
+        assert!(m.contains("disk full"));
+        let (s, m, o) = actor::finish_of(&Err(ErrorObject::new(-32603, "boom")));
+        assert_eq!(s, TaskStatus::Failed);
+        assert!(m.contains("-32603") && m.contains("boom"));
+        assert_eq!(
+            o,
+            Outcome::Error {
+                code: -32603,
+                message: "boom".into(),
+                data_json: None
+            }
+        );
+    }
 }

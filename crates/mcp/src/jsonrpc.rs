@@ -334,14 +334,20 @@ mod tests {
                 params: None
             }
         );
-        let m = parse_message(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-            .unwrap();
+        let m =
+            parse_message(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
         assert!(matches!(m, Message::Notification { .. }));
         let m = parse_message(br#"{"jsonrpc":"2.0","id":"x","result":{}}"#).unwrap();
         assert!(matches!(m, Message::Response { outcome: Ok(_), .. }));
         let m = parse_message(br#"{"jsonrpc":"2.0","id":"x","error":{"code":-1,"message":"no"}}"#)
             .unwrap();
-        assert!(matches!(m, Message::Response { outcome: Err(_), .. }));
+        assert!(matches!(
+            m,
+            Message::Response {
+                outcome: Err(_),
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -350,15 +356,33 @@ mod tests {
         assert_eq!(code(b"{not json"), PARSE_ERROR);
         assert_eq!(code(b""), PARSE_ERROR);
         assert_eq!(code(b"[1,2"), PARSE_ERROR);
-        assert_eq!(code(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), INVALID_REQUEST);
+        assert_eq!(
+            code(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#),
+            INVALID_REQUEST
+        );
         assert_eq!(code(br#"{"id":1,"method":"ping"}"#), INVALID_REQUEST);
-        assert_eq!(code(br#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#), INVALID_REQUEST);
+        assert_eq!(
+            code(br#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#),
+            INVALID_REQUEST
+        );
         assert_eq!(code(br#"{"jsonrpc":"2.0","id":1}"#), INVALID_REQUEST);
-        assert_eq!(code(br#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#), INVALID_REQUEST);
-        assert_eq!(code(br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#), INVALID_REQUEST);
-        assert_eq!(code(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":3}"#), INVALID_REQUEST);
+        assert_eq!(
+            code(br#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#),
+            INVALID_REQUEST
+        );
+        assert_eq!(
+            code(br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#),
+            INVALID_REQUEST
+        );
+        assert_eq!(
+            code(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":3}"#),
+            INVALID_REQUEST
+        );
         assert_eq!(code(br#""hello""#), INVALID_REQUEST);
-        assert_eq!(code(br#"{"jsonrpc":"2.0","id":1,"method":7}"#), INVALID_REQUEST);
+        assert_eq!(
+            code(br#"{"jsonrpc":"2.0","id":1,"method":7}"#),
+            INVALID_REQUEST
+        );
     }
 
     #[test]

@@ -99,7 +99,10 @@ mod tests {
         assert!(e.message.contains("taskId"));
         assert!(opt_u64(p, "ttl").unwrap_err().message.contains("ttl"));
         assert_eq!(opt_str(p, "cursor").unwrap(), Some("c"));
-        assert!(req_str(p, "missing").unwrap_err().message.contains("missing"));
+        assert!(req_str(p, "missing")
+            .unwrap_err()
+            .message
+            .contains("missing"));
         assert!(object(Some(&json!([1]))).is_err());
     }
 }

@@ -245,7 +245,10 @@ impl Config {
     /// Reject settings that cannot work, with a message naming the setting.
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.shards == 0 || !self.shards.is_power_of_two() || self.shards > 4096 {
-            bail!("shards must be a power of two between 1 and 4096 (got {})", self.shards);
+            bail!(
+                "shards must be a power of two between 1 and 4096 (got {})",
+                self.shards
+            );
         }
         if self.node_id == 0 {
             bail!("node_id must be at least 1");
@@ -292,8 +295,14 @@ mod tests {
         let file = dir.path().join("c.toml");
         std::fs::write(&file, "listen = \"127.0.0.1:9000\"\nshards = 8\n[tasks]\nmax_live_tasks = 7\npoll_interval_ms = 250\n").unwrap();
         let env = vec![
-            ("TASKMESH_TASKS__MAX_LIVE_TASKS".to_string(), "9".to_string()),
-            ("TASKMESH_AUTH__TOKENS".to_string(), "{ \"tok-12345\" = \"alice\" }".to_string()),
+            (
+                "TASKMESH_TASKS__MAX_LIVE_TASKS".to_string(),
+                "9".to_string(),
+            ),
+            (
+                "TASKMESH_AUTH__TOKENS".to_string(),
+                "{ \"tok-12345\" = \"alice\" }".to_string(),
+            ),
             ("TASKMESH_DATA_DIR".to_string(), "/var/lib/x".to_string()),
             ("OTHER".to_string(), "1".to_string()),
         ];
@@ -310,19 +319,35 @@ mod tests {
         assert_eq!(cfg.shards, 8);
         assert_eq!(cfg.tasks.max_live_tasks, 9);
         assert_eq!(cfg.tasks.poll_interval_ms, 250);
-        assert_eq!(cfg.auth.tokens.get("tok-12345").map(String::as_str), Some("alice"));
+        assert_eq!(
+            cfg.auth.tokens.get("tok-12345").map(String::as_str),
+            Some("alice")
+        );
         assert_eq!(cfg.data_dir, PathBuf::from("/var/lib/x"));
     }
 
     #[test]
     fn bad_settings_are_named() {
         let err = |env: Vec<(&str, &str)>| {
-            Config::load(None, env.into_iter().map(|(a, b)| (a.to_string(), b.to_string())), Overrides::default())
-                .unwrap_err()
-                .to_string()
+            Config::load(
+                None,
+                env.into_iter().map(|(a, b)| (a.to_string(), b.to_string())),
+                Overrides::default(),
+            )
+            .unwrap_err()
+            .to_string()
         };
         assert!(err(vec![("TASKMESH_SHARDS", "12")]).contains("shards"));
-        assert!(format!("{:#}", Config::load(None, vec![("TASKMESH_NOPE".to_string(), "1".to_string())], Overrides::default()).unwrap_err()).contains("nope"));
+        assert!(format!(
+            "{:#}",
+            Config::load(
+                None,
+                vec![("TASKMESH_NOPE".to_string(), "1".to_string())],
+                Overrides::default()
+            )
+            .unwrap_err()
+        )
+        .contains("nope"));
         assert!(err(vec![("TASKMESH_TASKS__MAX_LIVE_TASKS", "0")]).contains("max_live_tasks"));
     }
 }

@@ -34,11 +34,17 @@ fn check_identity(db: &sled::Db, shards: u32) -> anyhow::Result<()> {
             db.flush()?;
         }
         Some(v) => {
-            let stored = u32::from_be_bytes(v.as_ref().try_into().context("corrupt shard count in cluster metadata")?);
+            let stored = u32::from_be_bytes(
+                v.as_ref()
+                    .try_into()
+                    .context("corrupt shard count in cluster metadata")?,
+            );
             if stored != shards {
                 bail!("this data directory belongs to a cluster with {stored} shards; refusing to start with shards = {shards} (the shard count is fixed at cluster creation)");
             }
-            let hash = meta.get("hash")?.map(|h| String::from_utf8_lossy(&h).into_owned());
+            let hash = meta
+                .get("hash")?
+                .map(|h| String::from_utf8_lossy(&h).into_owned());
             if hash.as_deref() != Some(HASH_NAME) {
                 bail!("this data directory uses task hash {hash:?}; this build uses {HASH_NAME}");
             }
@@ -69,10 +75,14 @@ fn session_secret(cfg: &Config, data_dir: &Path) -> anyhow::Result<Vec<u8>> {
 }
 
 /// Run the single-node server until `shutdown` resolves.
-pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn serve(
+    cfg: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     cfg.validate()?;
     let data_dir = cfg.data_dir.clone();
-    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     let db = sled::Config::new()
         .path(data_dir.join("db"))
         .open()
@@ -140,7 +150,10 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
     let _ = stop_tx.send(());
     let drain = Duration::from_millis(cfg.shutdown_drain_ms);
     if tokio::time::timeout(drain, server).await.is_err() {
-        tracing::info!("drain time ({} ms) over; closing remaining streams", cfg.shutdown_drain_ms);
+        tracing::info!(
+            "drain time ({} ms) over; closing remaining streams",
+            cfg.shutdown_drain_ms
+        );
     }
     host.stop_all(Duration::from_secs(2)).await;
     for s in &shards {

@@ -21,7 +21,8 @@ pub struct Router {
 /// 128 bits from the OS CSPRNG, as 32 lowercase hex digits.
 pub fn mint_task_id() -> Result<String, HostError> {
     let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| HostError::Internal(format!("OS random source failed: {e}")))?;
+    getrandom::fill(&mut bytes)
+        .map_err(|e| HostError::Internal(format!("OS random source failed: {e}")))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -58,21 +59,35 @@ impl Router {
 
     pub async fn cancel(&self, task_id: &str, owner: &str) -> Result<TaskRecord, HostError> {
         Self::check_id(task_id)?;
-        self.host.cancel(self.shard_of(task_id), task_id, owner).await
+        self.host
+            .cancel(self.shard_of(task_id), task_id, owner)
+            .await
     }
 
     pub async fn attach(&self, task_id: &str, owner: &str) -> Result<Attachment, HostError> {
         Self::check_id(task_id)?;
-        self.host.attach(self.shard_of(task_id), task_id, owner).await
+        self.host
+            .attach(self.shard_of(task_id), task_id, owner)
+            .await
     }
 
-    pub fn deliver_response(&self, task_id: &str, request_id: String, outcome: Result<Value, ErrorObject>) -> bool {
+    pub fn deliver_response(
+        &self,
+        task_id: &str,
+        request_id: String,
+        outcome: Result<Value, ErrorObject>,
+    ) -> bool {
         Self::check_id(task_id).is_ok() && self.host.deliver_response(task_id, request_id, outcome)
     }
 
     /// One page of `owner`'s tasks with ids after `after`, merged over all shards in id order;
     /// the flag says whether more follow.
-    pub async fn list(&self, owner: &str, after: Option<&str>, limit: usize) -> Result<(Vec<TaskRecord>, bool), HostError> {
+    pub async fn list(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<TaskRecord>, bool), HostError> {
         let limit = limit.max(1);
         let mut merged = Vec::new();
         for shard in 0..self.shards {
@@ -94,7 +109,9 @@ mod tests {
         let a = mint_task_id().unwrap();
         let b = mint_task_id().unwrap();
         assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert!(a
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         assert_ne!(a, b);
     }
 }

@@ -59,7 +59,10 @@ async fn sleep_or_cancel(ctx: &ToolContext, d: Duration) -> bool {
 }
 
 fn cancelled() -> ErrorObject {
-    ErrorObject::new(taskmesh_mcp::jsonrpc::REQUEST_CANCELLED, "Request cancelled")
+    ErrorObject::new(
+        taskmesh_mcp::jsonrpc::REQUEST_CANCELLED,
+        "Request cancelled",
+    )
 }
 
 pub struct Greet {
@@ -99,7 +102,11 @@ impl Tool for Greet {
         params::req_str(args, "name").map(|_| ())
     }
     fn call(&self, args: Map<String, Value>, _ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
-        let name = args.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+        let name = args
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         async move { Ok(text_result(format!("Hello, {name}!"), false)) }.boxed()
     }
 }
@@ -180,9 +187,13 @@ impl Tool for SlowCompute {
                 }
             }
             if ctx.has_progress_token {
-                ctx.io.progress(seconds, Some(seconds), Some(format!("{label}: done")));
+                ctx.io
+                    .progress(seconds, Some(seconds), Some(format!("{label}: done")));
             }
-            Ok(text_result(format!("{label}: computed for {seconds} seconds"), false))
+            Ok(text_result(
+                format!("{label}: computed for {seconds} seconds"),
+                false,
+            ))
         }
         .boxed()
     }
@@ -198,7 +209,8 @@ impl FailingJob {
             spec: ToolSpec {
                 name: "failing_job",
                 title: "Failing job",
-                description: "Runs about one second, then answers with a tool error (isError: true).",
+                description:
+                    "Runs about one second, then answers with a tool error (isError: true).",
                 input_schema: empty_schema(),
                 task_support: TaskSupport::Required,
                 resume: ResumePolicy::Rerun,
@@ -278,7 +290,11 @@ impl Tool for ProtocolErrorJob {
 }
 
 /// Ask the client for a form and return the accepted content (or `None` when declined).
-async fn elicit(ctx: &ToolContext, message: String, schema: Value) -> Result<Option<Map<String, Value>>, ErrorObject> {
+async fn elicit(
+    ctx: &ToolContext,
+    message: String,
+    schema: Value,
+) -> Result<Option<Map<String, Value>>, ErrorObject> {
     if !ctx.client_elicitation {
         return Err(ErrorObject::invalid_params(
             "the client did not declare the elicitation capability",
@@ -344,7 +360,11 @@ impl Tool for ConfirmDelete {
         params::req_str(args, "filename").map(|_| ())
     }
     fn call(&self, args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
-        let filename = args.get("filename").and_then(Value::as_str).unwrap_or_default().to_string();
+        let filename = args
+            .get("filename")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         async move {
             let schema = json!({
                 "type": "object",
@@ -411,7 +431,10 @@ impl Tool for MultiInput {
             let read = |c: Option<Map<String, Value>>, key: &str| {
                 c.and_then(|c| c.get(key).and_then(Value::as_str).map(str::to_string))
             };
-            let name = read(elicit(&ctx, "Your name?".into(), field("name")).await?, "name");
+            let name = read(
+                elicit(&ctx, "Your name?".into(), field("name")).await?,
+                "name",
+            );
             let colour = read(
                 elicit(&ctx, "Your favourite colour?".into(), field("colour")).await?,
                 "colour",
@@ -435,7 +458,8 @@ impl AskModel {
             spec: ToolSpec {
                 name: "ask_model",
                 title: "Ask model",
-                description: "Asks the client's model (sampling/createMessage) and returns its text.",
+                description:
+                    "Asks the client's model (sampling/createMessage) and returns its text.",
                 input_schema: json!({
                     "type": "object",
                     "properties": { "prompt": { "type": "string" } },
@@ -462,7 +486,11 @@ impl Tool for AskModel {
         params::req_str(args, "prompt").map(|_| ())
     }
     fn call(&self, args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
-        let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or_default().to_string();
+        let prompt = args
+            .get("prompt")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         async move {
             if !ctx.client_sampling {
                 return Err(ErrorObject::invalid_params(
@@ -485,7 +513,9 @@ impl Tool for AskModel {
                         c.get("text").and_then(Value::as_str).map(str::to_string)
                     }
                 })
-                .ok_or_else(|| ErrorObject::invalid_params("sampling answer has no text content"))?;
+                .ok_or_else(|| {
+                    ErrorObject::invalid_params("sampling answer has no text content")
+                })?;
             Ok(text_result(format!("The model said: {text}"), false))
         }
         .boxed()
@@ -510,7 +540,10 @@ mod tests {
             self.progress.lock().unwrap().push(p);
         }
         fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {
-            self.asked.lock().unwrap().push((method.to_string(), params));
+            self.asked
+                .lock()
+                .unwrap()
+                .push((method.to_string(), params));
             let a = self.answers.lock().unwrap().remove(0);
             async move { Ok(a) }.boxed()
         }
@@ -545,19 +578,38 @@ mod tests {
         let (c, _) = ctx(vec![]);
         let out = g.call(obj(json!({"name":"Ada"})), c).await.unwrap();
         assert_eq!(first_text(&out), Some("Hello, Ada!"));
-        assert!(g.validate(&obj(json!({"name": 3}))).unwrap_err().message.contains("name"));
+        assert!(g
+            .validate(&obj(json!({"name": 3})))
+            .unwrap_err()
+            .message
+            .contains("name"));
         let s = r.get("slow_compute").unwrap();
-        assert!(s.validate(&obj(json!({"seconds": "x"}))).unwrap_err().message.contains("seconds"));
+        assert!(s
+            .validate(&obj(json!({"seconds": "x"})))
+            .unwrap_err()
+            .message
+            .contains("seconds"));
         assert!(s.validate(&obj(json!({"seconds": -1}))).is_err());
-        assert!(s.validate(&obj(json!({"seconds": 1, "label": 2}))).unwrap_err().message.contains("label"));
-        assert!(r.get("failing_job").unwrap().validate(&obj(json!({"x":1}))).is_err());
+        assert!(s
+            .validate(&obj(json!({"seconds": 1, "label": 2})))
+            .unwrap_err()
+            .message
+            .contains("label"));
+        assert!(r
+            .get("failing_job")
+            .unwrap()
+            .validate(&obj(json!({"x":1})))
+            .is_err());
     }
 
     #[tokio::test(start_paused = true)]
     async fn slow_compute_reports_progress_and_stops_when_cancelled() {
         let t = SlowCompute::new();
         let (c, io) = ctx(vec![]);
-        let out = t.call(obj(json!({"seconds": 3, "label": "L"})), c).await.unwrap();
+        let out = t
+            .call(obj(json!({"seconds": 3, "label": "L"})), c)
+            .await
+            .unwrap();
         assert!(first_text(&out).unwrap().contains("L"));
         assert_eq!(*io.progress.lock().unwrap(), vec![1.0, 2.0, 3.0]);
 
@@ -572,12 +624,18 @@ mod tests {
     #[tokio::test]
     async fn confirm_delete_and_multi_input_and_ask_model() {
         let (c, io) = ctx(vec![json!({"action":"accept","content":{"confirm":true}})]);
-        let out = ConfirmDelete::new().call(obj(json!({"filename":"a.txt"})), c).await.unwrap();
+        let out = ConfirmDelete::new()
+            .call(obj(json!({"filename":"a.txt"})), c)
+            .await
+            .unwrap();
         assert_eq!(first_text(&out), Some("Deleted a.txt"));
         assert_eq!(io.asked.lock().unwrap()[0].0, "elicitation/create");
 
         let (c, _) = ctx(vec![json!({"action":"decline"})]);
-        let out = ConfirmDelete::new().call(obj(json!({"filename":"a.txt"})), c).await.unwrap();
+        let out = ConfirmDelete::new()
+            .call(obj(json!({"filename":"a.txt"})), c)
+            .await
+            .unwrap();
         assert!(first_text(&out).unwrap().starts_with("Kept"));
 
         let (c, io) = ctx(vec![
@@ -588,8 +646,13 @@ mod tests {
         assert_eq!(first_text(&out), Some("Ada likes green"));
         assert_eq!(io.asked.lock().unwrap().len(), 2);
 
-        let (c, _) = ctx(vec![json!({"role":"assistant","content":{"type":"text","text":"42"},"model":"m"})]);
-        let out = AskModel::new().call(obj(json!({"prompt":"q"})), c).await.unwrap();
+        let (c, _) = ctx(vec![
+            json!({"role":"assistant","content":{"type":"text","text":"42"},"model":"m"}),
+        ]);
+        let out = AskModel::new()
+            .call(obj(json!({"prompt":"q"})), c)
+            .await
+            .unwrap();
         assert_eq!(first_text(&out), Some("The model said: 42"));
     }
 
@@ -599,7 +662,10 @@ mod tests {
         let out = FailingJob::new().call(obj(json!({})), c).await.unwrap();
         assert_eq!(out["isError"], json!(true));
         let (c, _) = ctx(vec![]);
-        let e = ProtocolErrorJob::new().call(obj(json!({})), c).await.unwrap_err();
+        let e = ProtocolErrorJob::new()
+            .call(obj(json!({})), c)
+            .await
+            .unwrap_err();
         assert_eq!(e.code, -32603);
     }
 }

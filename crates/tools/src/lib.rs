@@ -89,7 +89,11 @@ pub trait Tool: Send + Sync {
     fn spec(&self) -> &ToolSpec;
     /// Check the arguments before anything is created; errors are `-32602` naming the argument.
     fn validate(&self, args: &serde_json::Map<String, Value>) -> Result<(), ErrorObject>;
-    fn call(&self, args: serde_json::Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult>;
+    fn call(
+        &self,
+        args: serde_json::Map<String, Value>,
+        ctx: ToolContext,
+    ) -> BoxFuture<'static, ToolResult>;
 }
 
 /// The tools this node serves, in a stable order.

@@ -50,7 +50,12 @@ fn cancel(id: &str) -> Command {
 #[test]
 fn create_is_idempotent() {
     let mut s = ShardState::new();
-    let a = s.apply(&Command::Create { record: record("a", "p", None) }, 1);
+    let a = s.apply(
+        &Command::Create {
+            record: record("a", "p", None),
+        },
+        1,
+    );
     assert!(matches!(a, Applied::Created { fresh: true, .. }));
     s.apply(&finish("a", 1, TaskStatus::Completed), 2);
     let mut again = record("a", "p", None);
@@ -69,7 +74,12 @@ fn create_is_idempotent() {
 #[test]
 fn cancelled_beats_a_late_completion() {
     let mut s = ShardState::new();
-    s.apply(&Command::Create { record: record("a", "p", None) }, 1);
+    s.apply(
+        &Command::Create {
+            record: record("a", "p", None),
+        },
+        1,
+    );
     assert!(matches!(s.apply(&cancel("a"), 2), Applied::Updated { .. }));
     assert_eq!(
         s.apply(&finish("a", 1, TaskStatus::Completed), 3),
@@ -86,7 +96,12 @@ fn cancelled_beats_a_late_completion() {
 #[test]
 fn an_old_term_cannot_change_a_resumed_task() {
     let mut s = ShardState::new();
-    s.apply(&Command::Create { record: record("a", "p", None) }, 1);
+    s.apply(
+        &Command::Create {
+            record: record("a", "p", None),
+        },
+        1,
+    );
     let resume = Command::Resume {
         task_id: "a".into(),
         term: 3,
@@ -110,9 +125,24 @@ fn an_old_term_cannot_change_a_resumed_task() {
 #[test]
 fn expiry_deletes_only_expired_records() {
     let mut s = ShardState::new();
-    s.apply(&Command::Create { record: record("a", "p", Some(500)) }, 1);
-    s.apply(&Command::Create { record: record("b", "p", Some(5_000)) }, 2);
-    s.apply(&Command::Create { record: record("c", "p", None) }, 3);
+    s.apply(
+        &Command::Create {
+            record: record("a", "p", Some(500)),
+        },
+        1,
+    );
+    s.apply(
+        &Command::Create {
+            record: record("b", "p", Some(5_000)),
+        },
+        2,
+    );
+    s.apply(
+        &Command::Create {
+            record: record("c", "p", None),
+        },
+        3,
+    );
     assert_eq!(s.expired(1_499, 10), Vec::<String>::new());
     assert_eq!(s.expired(1_500, 10), vec!["a".to_string()]);
     let applied = s.apply(
@@ -136,10 +166,25 @@ fn expiry_deletes_only_expired_records() {
 fn list_is_scoped_paged_and_skips_expired() {
     let mut s = ShardState::new();
     for (i, id) in ["d", "a", "c", "b"].iter().enumerate() {
-        s.apply(&Command::Create { record: record(id, "p", None) }, i as u64 + 1);
+        s.apply(
+            &Command::Create {
+                record: record(id, "p", None),
+            },
+            i as u64 + 1,
+        );
     }
-    s.apply(&Command::Create { record: record("e", "q", None) }, 9);
-    s.apply(&Command::Create { record: record("f", "p", Some(1)) }, 10);
+    s.apply(
+        &Command::Create {
+            record: record("e", "q", None),
+        },
+        9,
+    );
+    s.apply(
+        &Command::Create {
+            record: record("f", "p", Some(1)),
+        },
+        10,
+    );
     let ids = |v: Vec<&TaskRecord>| v.iter().map(|r| r.task_id.clone()).collect::<Vec<_>>();
     assert_eq!(ids(s.list("p", None, 2, 5_000)), ["a", "b"]);
     assert_eq!(ids(s.list("p", Some("b"), 10, 5_000)), ["c", "d"]);
@@ -152,8 +197,9 @@ fn arb_command() -> impl Strategy<Value = Command> {
     let live = prop::sample::select(vec![TaskStatus::Working, TaskStatus::InputRequired]);
     let done = prop::sample::select(vec![TaskStatus::Completed, TaskStatus::Failed]);
     prop_oneof![
-        (id.clone(), prop::option::of(0u64..3_000))
-            .prop_map(|(id, ttl)| Command::Create { record: record(id, "p", ttl) }),
+        (id.clone(), prop::option::of(0u64..3_000)).prop_map(|(id, ttl)| Command::Create {
+            record: record(id, "p", ttl)
+        }),
         (id.clone(), 0u64..4, live, 0u64..5_000).prop_map(|(id, term, status, at_ms)| {
             Command::SetStatus {
                 task_id: id.into(),
