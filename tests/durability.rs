@@ -22,12 +22,15 @@ async fn snapshot(c: &Client, ids: &[String]) -> BTreeMap<String, (Value, Option
     let mut out = BTreeMap::new();
     for id in ids {
         let got = c.ok("tasks/get", json!({"taskId": id})).await;
-        let result = if ["completed", "failed", "cancelled"].contains(&got["status"].as_str().unwrap()) {
-            let body = json!({"jsonrpc":"2.0","id":1,"method":"tasks/result","params":{"taskId": id}}).to_string();
-            Some(c.post(&body, &[]).await.body)
-        } else {
-            None
-        };
+        let result =
+            if ["completed", "failed", "cancelled"].contains(&got["status"].as_str().unwrap()) {
+                let body =
+                    json!({"jsonrpc":"2.0","id":1,"method":"tasks/result","params":{"taskId": id}})
+                        .to_string();
+                Some(c.post(&body, &[]).await.body)
+            } else {
+                None
+            };
         out.insert(id.clone(), (got, result));
     }
     out
@@ -36,11 +39,22 @@ async fn snapshot(c: &Client, ids: &[String]) -> BTreeMap<String, (Value, Option
 #[tokio::test]
 async fn kill_9_and_restart_keep_every_task_and_result() {
     let mut s = Server::start(AUTH);
-    let c = Client::connect(&s.url, Some("alice-token-1"), support::V, json!({"elicitation":{}})).await;
+    let c = Client::connect(
+        &s.url,
+        Some("alice-token-1"),
+        support::V,
+        json!({"elicitation":{}}),
+    )
+    .await;
 
     let mut terminal = vec![];
     for i in 0..5 {
-        let id = c.start_task("slow_compute", json!({"seconds": 0, "label": format!("t{i}")})).await;
+        let id = c
+            .start_task(
+                "slow_compute",
+                json!({"seconds": 0, "label": format!("t{i}")}),
+            )
+            .await;
         terminal.push(id);
     }
     terminal.push(c.start_task("failing_job", json!({})).await);
@@ -58,12 +72,19 @@ async fn kill_9_and_restart_keep_every_task_and_result() {
         }
     }
     // Live at the crash: a rerun tool and a fail tool (waiting for input).
-    let rerun = c.start_task("slow_compute", json!({"seconds": 1.5, "label": "again"})).await;
-    let fail = c.start_task("confirm_delete", json!({"filename": "f"})).await;
+    let rerun = c
+        .start_task("slow_compute", json!({"seconds": 1.5, "label": "again"}))
+        .await;
+    let fail = c
+        .start_task("confirm_delete", json!({"filename": "f"}))
+        .await;
     c.wait_status(&fail, "input_required").await;
     // A short TTL whose clock must keep counting from createdAt across the restart.
     let short = c
-        .ok("tools/call", json!({"name":"slow_compute","arguments":{"seconds":0},"task":{"ttl": 4000}}))
+        .ok(
+            "tools/call",
+            json!({"name":"slow_compute","arguments":{"seconds":0},"task":{"ttl": 4000}}),
+        )
         .await["task"]["taskId"]
         .as_str()
         .unwrap()
@@ -73,20 +94,41 @@ async fn kill_9_and_restart_keep_every_task_and_result() {
     let rerun_before = c.ok("tasks/get", json!({"taskId": rerun})).await;
     let fail_before = c.ok("tasks/get", json!({"taskId": fail})).await;
     let short_before = c.ok("tasks/get", json!({"taskId": short})).await;
-    let list_before = c.ok("tasks/list", json!({})).await["tasks"].as_array().unwrap().len();
+    let list_before = c.ok("tasks/list", json!({})).await["tasks"]
+        .as_array()
+        .unwrap()
+        .len();
 
     s.kill9_and_restart();
-    let c = Client::connect(&s.url, Some("alice-token-1"), support::V, json!({"elicitation":{}})).await;
+    let c = Client::connect(
+        &s.url,
+        Some("alice-token-1"),
+        support::V,
+        json!({"elicitation":{}}),
+    )
+    .await;
 
     let after = snapshot(&c, &terminal).await;
-    assert_eq!(before, after, "terminal tasks or results changed across kill -9");
-    assert_eq!(c.ok("tasks/list", json!({})).await["tasks"].as_array().unwrap().len(), list_before);
+    assert_eq!(
+        before, after,
+        "terminal tasks or results changed across kill -9"
+    );
+    assert_eq!(
+        c.ok("tasks/list", json!({})).await["tasks"]
+            .as_array()
+            .unwrap()
+            .len(),
+        list_before
+    );
 
     // rerun: working again (same createdAt), then completes.
     let r = c.ok("tasks/get", json!({"taskId": rerun})).await;
     assert_eq!(r["createdAt"], rerun_before["createdAt"]);
     let done = c.call("tasks/result", json!({"taskId": rerun})).await;
-    assert_eq!(done["result"]["content"][0]["text"], "again: computed for 1.5 seconds");
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        "again: computed for 1.5 seconds"
+    );
     let r = c.ok("tasks/get", json!({"taskId": rerun})).await;
     assert_eq!(r["status"], "completed");
 
@@ -106,7 +148,11 @@ async fn kill_9_and_restart_keep_every_task_and_result() {
     }
     let mut expired = false;
     for _ in 0..200 {
-        if c.call("tasks/get", json!({"taskId": short})).await.get("error").is_some() {
+        if c.call("tasks/get", json!({"taskId": short}))
+            .await
+            .get("error")
+            .is_some()
+        {
             expired = true;
             break;
         }

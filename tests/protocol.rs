@@ -28,7 +28,10 @@ async fn initialize_negotiates_versions_and_capabilities() {
     let r = c.post(&init_body(V), &[]).await;
     let v = r.json();
     assert_eq!(v["result"]["protocolVersion"], V);
-    assert_eq!(v["result"]["capabilities"]["tasks"]["requests"]["tools"]["call"], json!({}));
+    assert_eq!(
+        v["result"]["capabilities"]["tasks"]["requests"]["tools"]["call"],
+        json!({})
+    );
     assert_eq!(v["result"]["capabilities"]["tasks"]["cancel"], json!({}));
     // No authentication: tasks cannot be scoped to a requestor, so no tasks.list.
     assert!(v["result"]["capabilities"]["tasks"].get("list").is_none());
@@ -45,9 +48,33 @@ async fn initialize_negotiates_versions_and_capabilities() {
     // Every tool declares execution.taskSupport under 2025-11-25.
     let c = Client::new_session(&s.url).await;
     let tools = c.ok("tools/list", json!({})).await;
-    let names: Vec<&str> = tools["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["greet", "slow_compute", "failing_job", "protocol_error_job", "confirm_delete", "multi_input", "ask_model"]);
-    let support = |n: &str| tools["tools"].as_array().unwrap().iter().find(|t| t["name"] == n).unwrap()["execution"]["taskSupport"].clone();
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "greet",
+            "slow_compute",
+            "failing_job",
+            "protocol_error_job",
+            "confirm_delete",
+            "multi_input",
+            "ask_model"
+        ]
+    );
+    let support = |n: &str| {
+        tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == n)
+            .unwrap()["execution"]["taskSupport"]
+            .clone()
+    };
     assert_eq!(support("greet"), "forbidden");
     assert_eq!(support("slow_compute"), "optional");
     assert_eq!(support("failing_job"), "required");
@@ -83,22 +110,52 @@ async fn transport_rules() {
     assert_eq!(c.post(&ping, &[]).await.status, 200);
 
     // Origin allow-list (DNS rebinding protection).
-    assert_eq!(c.post(&ping, &[("origin", "http://evil.example")]).await.status, 403);
-    assert_eq!(c.post(&ping, &[("origin", "http://localhost:3000")]).await.status, 200);
-    assert_eq!(c.post(&ping, &[("origin", "http://localhost.evil.example")]).await.status, 403);
+    assert_eq!(
+        c.post(&ping, &[("origin", "http://evil.example")])
+            .await
+            .status,
+        403
+    );
+    assert_eq!(
+        c.post(&ping, &[("origin", "http://localhost:3000")])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        c.post(&ping, &[("origin", "http://localhost.evil.example")])
+            .await
+            .status,
+        403
+    );
 
     // Body over the limit: 413, nothing happens.
     let big = json!({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"greet","arguments":{"name":"x".repeat(4096)}}}).to_string();
     assert_eq!(c.post(&big, &[]).await.status, 413);
 
     // Notifications and client responses: 202 without a body.
-    let n = c.post(&json!({"jsonrpc":"2.0","method":"notifications/whatever"}).to_string(), &[]).await;
+    let n = c
+        .post(
+            &json!({"jsonrpc":"2.0","method":"notifications/whatever"}).to_string(),
+            &[],
+        )
+        .await;
     assert_eq!((n.status, n.body.as_str()), (202, ""));
-    let resp = c.post(&json!({"jsonrpc":"2.0","id":"tm-unknown-1","result":{}}).to_string(), &[]).await;
+    let resp = c
+        .post(
+            &json!({"jsonrpc":"2.0","id":"tm-unknown-1","result":{}}).to_string(),
+            &[],
+        )
+        .await;
     assert_eq!(resp.status, 202);
 
     // GET without a session: 400; DELETE ends the session; afterwards 404.
-    let g = support::http().get(&s.url).header("accept", "text/event-stream").send().await.unwrap();
+    let g = support::http()
+        .get(&s.url)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(g.status().as_u16(), 400);
     let d = support::http()
         .delete(&s.url)
@@ -125,32 +182,96 @@ async fn jsonrpc_error_table_changes_nothing() {
             v["error"]["code"].as_i64().unwrap()
         }
     };
-    assert_eq!(raw("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":").await, -32700);
-    assert_eq!(raw("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]").await, -32600);
+    assert_eq!(
+        raw("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":").await,
+        -32700
+    );
+    assert_eq!(
+        raw("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]").await,
+        -32600
+    );
     assert_eq!(raw("{\"id\":1,\"method\":\"ping\"}").await, -32600);
-    assert_eq!(raw("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":7}").await, -32600);
+    assert_eq!(
+        raw("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":7}").await,
+        -32600
+    );
     assert_eq!(raw("42").await, -32600);
 
     assert_eq!(c.err_code("no/such/method", json!({})).await, -32601);
     let r = c.call("tasks/get", json!({"taskId": 5})).await;
     assert_eq!(r["error"]["code"], -32602);
-    assert!(r["error"]["message"].as_str().unwrap().contains("taskId"), "{r}");
-    let r = c.call("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": "ten"}, "task": {}})).await;
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("taskId"),
+        "{r}"
+    );
+    let r = c
+        .call(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": "ten"}, "task": {}}),
+        )
+        .await;
     assert_eq!(r["error"]["code"], -32602);
-    assert!(r["error"]["message"].as_str().unwrap().contains("seconds"), "{r}");
-    let r = c.call("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 1}, "task": {"ttl": "long"}})).await;
-    assert!(r["error"]["message"].as_str().unwrap().contains("ttl"), "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("seconds"),
+        "{r}"
+    );
+    let r = c
+        .call(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 1}, "task": {"ttl": "long"}}),
+        )
+        .await;
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("ttl"),
+        "{r}"
+    );
     assert_eq!(c.err_code("tools/call", json!({"name": 3})).await, -32602);
-    assert_eq!(c.err_code("tools/call", json!({"name": "nope"})).await, -32602);
-    assert_eq!(c.err_code("tools/call", json!({"name": "greet", "arguments": {"name": "a"}, "task": {}})).await, -32601);
-    assert_eq!(c.err_code("tools/call", json!({"name": "failing_job", "arguments": {}})).await, -32601);
-    assert_eq!(c.err_code("tools/call", json!({"name": "confirm_delete", "arguments": {"filename": "f"}})).await, -32601);
+    assert_eq!(
+        c.err_code("tools/call", json!({"name": "nope"})).await,
+        -32602
+    );
+    assert_eq!(
+        c.err_code(
+            "tools/call",
+            json!({"name": "greet", "arguments": {"name": "a"}, "task": {}})
+        )
+        .await,
+        -32601
+    );
+    assert_eq!(
+        c.err_code(
+            "tools/call",
+            json!({"name": "failing_job", "arguments": {}})
+        )
+        .await,
+        -32601
+    );
+    assert_eq!(
+        c.err_code(
+            "tools/call",
+            json!({"name": "confirm_delete", "arguments": {"filename": "f"}})
+        )
+        .await,
+        -32601
+    );
     for m in ["tasks/get", "tasks/result", "tasks/cancel"] {
-        assert_eq!(c.err_code(m, json!({"taskId": "0123456789abcdef0123456789abcdef"})).await, -32602, "{m}");
+        assert_eq!(
+            c.err_code(m, json!({"taskId": "0123456789abcdef0123456789abcdef"}))
+                .await,
+            -32602,
+            "{m}"
+        );
         assert_eq!(c.err_code(m, json!({})).await, -32602, "{m}");
     }
-    assert_eq!(c.err_code("tasks/list", json!({"cursor": "forged"})).await, -32602);
-    assert_eq!(c.err_code("logging/setLevel", json!({"level": "loud"})).await, -32602);
+    assert_eq!(
+        c.err_code("tasks/list", json!({"cursor": "forged"})).await,
+        -32602
+    );
+    assert_eq!(
+        c.err_code("logging/setLevel", json!({"level": "loud"}))
+            .await,
+        -32602
+    );
     // None of the above created anything.
     let list = c.ok("tasks/list", json!({})).await;
     assert_eq!(list["tasks"], json!([]));
@@ -171,7 +292,10 @@ async fn lifecycle_result_replay_and_failures() {
 
     let first = c.call("tasks/result", json!({"taskId": id})).await;
     let result = &first["result"];
-    assert_eq!(result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id);
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        id
+    );
     assert_eq!(result["content"][0]["text"], "L: computed for 0.3 seconds");
     assert_eq!(result["isError"], false);
     let got = c.ok("tasks/get", json!({"taskId": id})).await;
@@ -183,7 +307,10 @@ async fn lifecycle_result_replay_and_failures() {
     // Terminal is sticky: cancel is refused and changes nothing.
     let e = c.call("tasks/cancel", json!({"taskId": id})).await;
     assert_eq!(e["error"]["code"], -32602);
-    assert!(e["error"]["message"].as_str().unwrap().contains("completed"));
+    assert!(e["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("completed"));
     assert_eq!(c.ok("tasks/get", json!({"taskId": id})).await, got);
 
     // A tool result with isError: failed, with a useful statusMessage; the result is replayed.
@@ -192,18 +319,29 @@ async fn lifecycle_result_replay_and_failures() {
     assert_eq!(r["result"]["isError"], true);
     let g = c.ok("tasks/get", json!({"taskId": f})).await;
     assert_eq!(g["status"], "failed");
-    assert!(g["statusMessage"].as_str().unwrap().contains("disk quota"), "{g}");
+    assert!(
+        g["statusMessage"].as_str().unwrap().contains("disk quota"),
+        "{g}"
+    );
 
     // A JSON-RPC error of the underlying request: failed, and tasks/result replays that error.
     let p = c.start_task("protocol_error_job", json!({})).await;
     let r = c.call("tasks/result", json!({"taskId": p})).await;
     assert_eq!(r["error"]["code"], -32603);
-    assert!(r["error"]["message"].as_str().unwrap().contains("malformed reply"));
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("malformed reply"));
     let g = c.ok("tasks/get", json!({"taskId": p})).await;
     assert_eq!(g["status"], "failed");
     assert!(g["statusMessage"].as_str().unwrap().contains("-32603"));
     // The plain (non-task) call of the same tool gives the same error.
-    let plain = c.call("tools/call", json!({"name":"protocol_error_job","arguments":{}})).await;
+    let plain = c
+        .call(
+            "tools/call",
+            json!({"name":"protocol_error_job","arguments":{}}),
+        )
+        .await;
     assert_eq!(plain["error"], r["error"]);
 }
 
@@ -231,7 +369,10 @@ async fn cancel_stops_the_execution_and_releases_result_readers() {
     }
     let last = last.expect("tasks/result answered");
     assert_eq!(last["error"]["code"], -32603);
-    assert!(last["error"]["message"].as_str().unwrap().contains("cancelled"));
+    assert!(last["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("cancelled"));
 
     // The execution stopped: no more progress for this task reaches the session's GET stream.
     let mut get = c.open_get().await;
@@ -244,9 +385,15 @@ async fn cancel_stops_the_execution_and_releases_result_readers() {
         None
     })
     .await;
-    assert!(matches!(watch, Err(_) | Ok(None)), "progress after cancel: {watch:?}");
+    assert!(
+        matches!(watch, Err(_) | Ok(None)),
+        "progress after cancel: {watch:?}"
+    );
     assert_eq!(c.status(&id).await, "cancelled");
-    assert_eq!(c.err_code("tasks/cancel", json!({"taskId": id})).await, -32602);
+    assert_eq!(
+        c.err_code("tasks/cancel", json!({"taskId": id})).await,
+        -32602
+    );
 }
 
 #[tokio::test]
@@ -283,14 +430,31 @@ async fn cancel_racing_completion_is_consistent() {
 
 #[tokio::test]
 async fn ttl_default_cap_and_expiry() {
-    let s = Server::start("[tasks]\ndefault_ttl_ms = 30000\nmax_ttl_ms = 60000\nexpiry_sweep_interval_ms = 100\n");
+    let s = Server::start(
+        "[tasks]\ndefault_ttl_ms = 30000\nmax_ttl_ms = 60000\nexpiry_sweep_interval_ms = 100\n",
+    );
     let c = Client::new_session(&s.url).await;
-    let t = c.ok("tools/call", json!({"name":"slow_compute","arguments":{"seconds":0},"task":{}})).await;
+    let t = c
+        .ok(
+            "tools/call",
+            json!({"name":"slow_compute","arguments":{"seconds":0},"task":{}}),
+        )
+        .await;
     assert_eq!(t["task"]["ttl"], 30000);
-    let t = c.ok("tools/call", json!({"name":"slow_compute","arguments":{"seconds":0},"task":{"ttl": 999999999}})).await;
+    let t = c
+        .ok(
+            "tools/call",
+            json!({"name":"slow_compute","arguments":{"seconds":0},"task":{"ttl": 999999999}}),
+        )
+        .await;
     assert_eq!(t["task"]["ttl"], 60000);
 
-    let short = c.ok("tools/call", json!({"name":"slow_compute","arguments":{"seconds":0},"task":{"ttl": 400}})).await;
+    let short = c
+        .ok(
+            "tools/call",
+            json!({"name":"slow_compute","arguments":{"seconds":0},"task":{"ttl": 400}}),
+        )
+        .await;
     let id = short["task"]["taskId"].as_str().unwrap().to_string();
     assert_eq!(short["task"]["ttl"], 400);
     let mut gone = false;
@@ -304,8 +468,14 @@ async fn ttl_default_cap_and_expiry() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(gone, "task never expired");
-    assert_eq!(c.err_code("tasks/result", json!({"taskId": id})).await, -32602);
-    assert_eq!(c.err_code("tasks/cancel", json!({"taskId": id})).await, -32602);
+    assert_eq!(
+        c.err_code("tasks/result", json!({"taskId": id})).await,
+        -32602
+    );
+    assert_eq!(
+        c.err_code("tasks/cancel", json!({"taskId": id})).await,
+        -32602
+    );
 }
 
 #[tokio::test]
@@ -314,10 +484,17 @@ async fn list_pagination_and_cursor_forgery() {
     let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
     let bob = Client::connect(&s.url, Some("bob-token-22"), V, json!({})).await;
     let init = alice.post(&init_body(V), &[]).await;
-    assert_eq!(init.json()["result"]["capabilities"]["tasks"]["list"], json!({}));
+    assert_eq!(
+        init.json()["result"]["capabilities"]["tasks"]["list"],
+        json!({})
+    );
     let mut mine = std::collections::BTreeSet::new();
     for _ in 0..7 {
-        mine.insert(alice.start_task("slow_compute", json!({"seconds": 0})).await);
+        mine.insert(
+            alice
+                .start_task("slow_compute", json!({"seconds": 0}))
+                .await,
+        );
     }
     bob.start_task("slow_compute", json!({"seconds": 0})).await;
 
@@ -348,17 +525,38 @@ async fn list_pagination_and_cursor_forgery() {
     }
     assert_eq!(pages, 3);
     assert_eq!(seen.len(), 7);
-    assert_eq!(seen.iter().cloned().collect::<std::collections::BTreeSet<_>>(), mine);
+    assert_eq!(
+        seen.iter()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>(),
+        mine
+    );
 
     // Forged, altered and foreign cursors are rejected.
     let c0 = &cursors[0];
     let mut altered = c0.clone();
     let last = altered.pop().unwrap();
     altered.push(if last == 'A' { 'B' } else { 'A' });
-    assert_eq!(alice.err_code("tasks/list", json!({"cursor": altered})).await, -32602);
-    assert_eq!(alice.err_code("tasks/list", json!({"cursor": "eyJvIjoiYWxpY2UifQ.AAAA"})).await, -32602);
-    assert_eq!(bob.err_code("tasks/list", json!({"cursor": c0})).await, -32602);
-    assert_eq!(alice.err_code("tasks/list", json!({"cursor": 17})).await, -32602);
+    assert_eq!(
+        alice
+            .err_code("tasks/list", json!({"cursor": altered}))
+            .await,
+        -32602
+    );
+    assert_eq!(
+        alice
+            .err_code("tasks/list", json!({"cursor": "eyJvIjoiYWxpY2UifQ.AAAA"}))
+            .await,
+        -32602
+    );
+    assert_eq!(
+        bob.err_code("tasks/list", json!({"cursor": c0})).await,
+        -32602
+    );
+    assert_eq!(
+        alice.err_code("tasks/list", json!({"cursor": 17})).await,
+        -32602
+    );
 }
 
 #[tokio::test]
@@ -366,7 +564,9 @@ async fn principals_are_isolated() {
     let s = Server::start(AUTH);
     let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
     let bob = Client::connect(&s.url, Some("bob-token-22"), V, json!({})).await;
-    let id = alice.start_task("slow_compute", json!({"seconds": 5})).await;
+    let id = alice
+        .start_task("slow_compute", json!({"seconds": 5}))
+        .await;
     let unknown = "0123456789abcdef0123456789abcdef";
     for m in ["tasks/get", "tasks/result", "tasks/cancel"] {
         let foreign = bob.call(m, json!({"taskId": id})).await;
@@ -375,7 +575,13 @@ async fn principals_are_isolated() {
         assert_eq!(foreign["error"]["code"], -32602);
     }
     assert_eq!(bob.ok("tasks/list", json!({})).await["tasks"], json!([]));
-    assert_eq!(alice.ok("tasks/list", json!({})).await["tasks"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        alice.ok("tasks/list", json!({})).await["tasks"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
     // Bob's cancel did nothing.
     assert_eq!(alice.status(&id).await, "working");
 
@@ -385,16 +591,31 @@ async fn principals_are_isolated() {
     anon.token = None;
     let r = anon.post(&ping, &[]).await;
     assert_eq!(r.status, 401);
-    assert!(r.headers.get("www-authenticate").unwrap().to_str().unwrap().starts_with("Bearer"));
+    assert!(r
+        .headers
+        .get("www-authenticate")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .starts_with("Bearer"));
     anon.token = Some("wrong-token-x".into());
     let r = anon.post(&ping, &[]).await;
     assert_eq!(r.status, 401);
-    assert!(r.headers.get("www-authenticate").unwrap().to_str().unwrap().contains("invalid_token"));
+    assert!(r
+        .headers
+        .get("www-authenticate")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .contains("invalid_token"));
     // Alice's session with Bob's token is unknown.
     let mut stolen = alice.clone();
     stolen.token = Some("bob-token-22".into());
     assert_eq!(stolen.post(&ping, &[]).await.status, 404);
-    assert_eq!(alice.ok("tasks/cancel", json!({"taskId": id})).await["status"], "cancelled");
+    assert_eq!(
+        alice.ok("tasks/cancel", json!({"taskId": id})).await["status"],
+        "cancelled"
+    );
 }
 
 #[tokio::test]
@@ -403,13 +624,22 @@ async fn progress_on_plain_calls_and_on_tasks() {
     let c = Client::new_session(&s.url).await;
     // Plain call with a progress token: progress on the response stream, then the result.
     let (resp, before) = c
-        .call_full("tools/call", json!({"name":"slow_compute","arguments":{"seconds":2.2},"_meta":{"progressToken":7}}))
+        .call_full(
+            "tools/call",
+            json!({"name":"slow_compute","arguments":{"seconds":2.2},"_meta":{"progressToken":7}}),
+        )
         .await;
     assert_eq!(resp["result"]["isError"], false);
-    let progress: Vec<&Value> = before.iter().filter(|m| m["method"] == "notifications/progress").collect();
+    let progress: Vec<&Value> = before
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
     assert!(progress.len() >= 2, "{before:?}");
     assert!(progress.iter().all(|p| p["params"]["progressToken"] == 7));
-    let values: Vec<f64> = progress.iter().map(|p| p["params"]["progress"].as_f64().unwrap()).collect();
+    let values: Vec<f64> = progress
+        .iter()
+        .map(|p| p["params"]["progress"].as_f64().unwrap())
+        .collect();
     assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
 
     // A task: progress keeps flowing on the original token after CreateTaskResult (here to the
@@ -425,7 +655,10 @@ async fn progress_on_plain_calls_and_on_tasks() {
         if m["method"] == "notifications/progress" {
             assert!(!saw_completed, "progress after terminal status");
             assert_eq!(m["params"]["progressToken"], "tp");
-            assert_eq!(m["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id);
+            assert_eq!(
+                m["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+                id
+            );
             saw_progress += 1;
         }
         if m["method"] == "notifications/tasks/status" && m["params"]["taskId"] == id {
@@ -437,7 +670,10 @@ async fn progress_on_plain_calls_and_on_tasks() {
             }
         }
     }
-    assert!(saw_progress >= 2 && saw_completed, "progress {saw_progress}, completed {saw_completed}");
+    assert!(
+        saw_progress >= 2 && saw_completed,
+        "progress {saw_progress}, completed {saw_completed}"
+    );
 }
 
 /// Drive a task that asks the client: poll until input_required, open tasks/result, answer each
@@ -464,12 +700,25 @@ async fn drive_interactive(c: &Client, id: &str, answers: Vec<Value>) -> (Vec<Va
 async fn input_required_round_trip_elicitation() {
     let s = Server::start("");
     let c = Client::new_session(&s.url).await;
-    let id = c.start_task("confirm_delete", json!({"filename": "report.pdf"})).await;
-    let (reqs, resp) = drive_interactive(&c, &id, vec![json!({"action":"accept","content":{"confirm":true}})]).await;
+    let id = c
+        .start_task("confirm_delete", json!({"filename": "report.pdf"}))
+        .await;
+    let (reqs, resp) = drive_interactive(
+        &c,
+        &id,
+        vec![json!({"action":"accept","content":{"confirm":true}})],
+    )
+    .await;
     assert_eq!(reqs.len(), 1);
     assert_eq!(reqs[0]["method"], "elicitation/create");
-    assert_eq!(reqs[0]["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id);
-    assert_eq!(reqs[0]["params"]["requestedSchema"]["properties"]["confirm"]["type"], "boolean");
+    assert_eq!(
+        reqs[0]["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        id
+    );
+    assert_eq!(
+        reqs[0]["params"]["requestedSchema"]["properties"]["confirm"]["type"],
+        "boolean"
+    );
     assert_eq!(resp["result"]["content"][0]["text"], "Deleted report.pdf");
     assert_eq!(c.status(&id).await, "completed");
 
@@ -479,31 +728,46 @@ async fn input_required_round_trip_elicitation() {
     let (rid, mut stream) = c.open_stream("tasks/result", json!({"taskId": id})).await;
     let q1 = stream.next().await.unwrap();
     assert_eq!(q1["method"], "elicitation/create");
-    c.answer(&q1["id"], json!({"action":"accept","content":{"name":"Ada"}})).await;
+    c.answer(
+        &q1["id"],
+        json!({"action":"accept","content":{"name":"Ada"}}),
+    )
+    .await;
     let q2 = stream.next().await.unwrap();
     assert_eq!(q2["method"], "elicitation/create");
     assert_ne!(q1["id"], q2["id"]);
-    c.answer(&q2["id"], json!({"action":"accept","content":{"colour":"green"}})).await;
+    c.answer(
+        &q2["id"],
+        json!({"action":"accept","content":{"colour":"green"}}),
+    )
+    .await;
     let fin = stream.next().await.unwrap();
     assert_eq!(fin["id"], json!(rid));
     assert_eq!(fin["result"]["content"][0]["text"], "Ada likes green");
 
     // A request still unanswered is delivered again to a new tasks/result reader.
-    let id = c.start_task("confirm_delete", json!({"filename": "x"})).await;
+    let id = c
+        .start_task("confirm_delete", json!({"filename": "x"}))
+        .await;
     c.wait_status(&id, "input_required").await;
     let (_, mut s1) = c.open_stream("tasks/result", json!({"taskId": id})).await;
     let q = s1.next().await.unwrap();
     drop(s1);
     let (reqs, resp) = drive_interactive(&c, &id, vec![json!({"action":"decline"})]).await;
     assert_eq!(reqs[0]["id"], q["id"]);
-    assert!(resp["result"]["content"][0]["text"].as_str().unwrap().starts_with("Kept"));
+    assert!(resp["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("Kept"));
 }
 
 #[tokio::test]
 async fn input_required_round_trip_sampling() {
     let s = Server::start("");
     let c = Client::new_session(&s.url).await;
-    let id = c.start_task("ask_model", json!({"prompt": "What is 6 x 7?"})).await;
+    let id = c
+        .start_task("ask_model", json!({"prompt": "What is 6 x 7?"}))
+        .await;
     let (reqs, resp) = drive_interactive(
         &c,
         &id,
@@ -511,15 +775,24 @@ async fn input_required_round_trip_sampling() {
     )
     .await;
     assert_eq!(reqs[0]["method"], "sampling/createMessage");
-    assert_eq!(reqs[0]["params"]["messages"][0]["content"]["text"], "What is 6 x 7?");
-    assert_eq!(reqs[0]["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id);
+    assert_eq!(
+        reqs[0]["params"]["messages"][0]["content"]["text"],
+        "What is 6 x 7?"
+    );
+    assert_eq!(
+        reqs[0]["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        id
+    );
     assert_eq!(resp["result"]["content"][0]["text"], "The model said: 42");
 
     // A client without the sampling capability: the task fails with a statusMessage saying why.
     let plain = Client::connect(&s.url, None, V, json!({})).await;
     let id = plain.start_task("ask_model", json!({"prompt": "q"})).await;
     let g = plain.wait_status(&id, "failed").await;
-    assert!(g["statusMessage"].as_str().unwrap().contains("sampling"), "{g}");
+    assert!(
+        g["statusMessage"].as_str().unwrap().contains("sampling"),
+        "{g}"
+    );
 }
 
 #[tokio::test]
@@ -527,17 +800,29 @@ async fn input_required_request_reaches_the_get_stream() {
     let s = Server::start("");
     let c = Client::new_session(&s.url).await;
     let mut get = c.open_get().await;
-    let id = c.start_task("confirm_delete", json!({"filename": "g"})).await;
+    let id = c
+        .start_task("confirm_delete", json!({"filename": "g"}))
+        .await;
     let req = loop {
         let m = get.next().await.expect("GET stream open");
         if m["method"] == "elicitation/create" {
             break m;
         }
     };
-    assert_eq!(req["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id);
-    c.answer(&req["id"], json!({"action":"accept","content":{"confirm":false}})).await;
+    assert_eq!(
+        req["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        id
+    );
+    c.answer(
+        &req["id"],
+        json!({"action":"accept","content":{"confirm":false}}),
+    )
+    .await;
     let r = c.call("tasks/result", json!({"taskId": id})).await;
-    assert!(r["result"]["content"][0]["text"].as_str().unwrap().starts_with("Kept g"));
+    assert!(r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("Kept g"));
 }
 
 #[tokio::test]
@@ -546,15 +831,34 @@ async fn live_task_cap_refuses_and_creates_nothing() {
     let c = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
     let a = c.start_task("slow_compute", json!({"seconds": 30})).await;
     c.start_task("slow_compute", json!({"seconds": 30})).await;
-    let r = c.call("tools/call", json!({"name":"slow_compute","arguments":{"seconds":1},"task":{}})).await;
+    let r = c
+        .call(
+            "tools/call",
+            json!({"name":"slow_compute","arguments":{"seconds":1},"task":{}}),
+        )
+        .await;
     assert_eq!(r["error"]["code"], -32001, "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("max_live_tasks"));
-    assert_eq!(c.ok("tasks/list", json!({})).await["tasks"].as_array().unwrap().len(), 2);
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("max_live_tasks"));
+    assert_eq!(
+        c.ok("tasks/list", json!({})).await["tasks"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
     // A slot frees when a task ends.
     c.ok("tasks/cancel", json!({"taskId": a})).await;
     let mut created = false;
     for _ in 0..100 {
-        let r = c.call("tools/call", json!({"name":"slow_compute","arguments":{"seconds":0},"task":{}})).await;
+        let r = c
+            .call(
+                "tools/call",
+                json!({"name":"slow_compute","arguments":{"seconds":0},"task":{}}),
+            )
+            .await;
         if r.get("result").is_some() {
             created = true;
             break;
@@ -569,18 +873,35 @@ async fn older_protocol_versions_are_plain_tools_servers() {
     let s = Server::start("");
     let c = Client::connect(&s.url, None, "2025-06-18", json!({"elicitation":{}})).await;
     // `task` is ignored: the tool result comes back directly.
-    let r = c.ok("tools/call", json!({"name":"slow_compute","arguments":{"seconds":0,"label":"old"},"task":{}})).await;
+    let r = c
+        .ok(
+            "tools/call",
+            json!({"name":"slow_compute","arguments":{"seconds":0,"label":"old"},"task":{}}),
+        )
+        .await;
     assert_eq!(r["content"][0]["text"], "old: computed for 0 seconds");
     assert!(r.get("task").is_none());
-    assert_eq!(c.err_code("tasks/get", json!({"taskId": "x"})).await, -32601);
+    assert_eq!(
+        c.err_code("tasks/get", json!({"taskId": "x"})).await,
+        -32601
+    );
     assert_eq!(c.err_code("tasks/list", json!({})).await, -32601);
     let tools = c.ok("tools/list", json!({})).await;
     assert!(tools["tools"][0].get("execution").is_none());
     // An interactive tool runs plainly: its elicitation arrives on the POST's stream.
-    let (rid, mut stream) = c.open_stream("tools/call", json!({"name":"confirm_delete","arguments":{"filename":"o"}})).await;
+    let (rid, mut stream) = c
+        .open_stream(
+            "tools/call",
+            json!({"name":"confirm_delete","arguments":{"filename":"o"}}),
+        )
+        .await;
     let q = stream.next().await.unwrap();
     assert_eq!(q["method"], "elicitation/create");
-    c.answer(&q["id"], json!({"action":"accept","content":{"confirm":true}})).await;
+    c.answer(
+        &q["id"],
+        json!({"action":"accept","content":{"confirm":true}}),
+    )
+    .await;
     let fin = stream.next().await.unwrap();
     assert_eq!(fin["id"], json!(rid));
     assert_eq!(fin["result"]["content"][0]["text"], "Deleted o");
@@ -607,8 +928,14 @@ async fn tools_list_pagination_logging_and_plain_cancellation() {
         }
     }
     assert_eq!(names.len(), 7);
-    assert_eq!(c.err_code("tools/list", json!({"cursor": "bogus"})).await, -32602);
-    assert_eq!(c.ok("logging/setLevel", json!({"level": "warning"})).await, json!({}));
+    assert_eq!(
+        c.err_code("tools/list", json!({"cursor": "bogus"})).await,
+        -32602
+    );
+    assert_eq!(
+        c.ok("logging/setLevel", json!({"level": "warning"})).await,
+        json!({})
+    );
 
     // notifications/cancelled ends a plain request.
     let id = c.id();

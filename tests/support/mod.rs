@@ -67,7 +67,11 @@ impl Server {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(i) = line.find("listening on http://") {
                     let rest = &line[i + "listening on ".len()..];
-                    let url = rest.split_whitespace().next().unwrap_or_default().to_string();
+                    let url = rest
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string();
                     if let Some(tx) = tx.take() {
                         let _ = tx.send(url);
                     }
@@ -100,8 +104,13 @@ impl Server {
 
     /// SIGTERM and wait; returns whether it exited successfully.
     pub fn terminate(&mut self) -> bool {
-        let Some(mut c) = self.child.take() else { return false };
-        let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+        let Some(mut c) = self.child.take() else {
+            return false;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
         for _ in 0..300 {
             if let Ok(Some(st)) = c.try_wait() {
                 return st.success();
@@ -196,9 +205,20 @@ impl Client {
             )
             .await;
         assert_eq!(r.status, 200, "initialize: {}", r.body);
-        let sid = r.headers.get("mcp-session-id").expect("session id").to_str().unwrap().to_string();
+        let sid = r
+            .headers
+            .get("mcp-session-id")
+            .expect("session id")
+            .to_str()
+            .unwrap()
+            .to_string();
         c.session = Some(sid);
-        let n = c.post(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string(), &[]).await;
+        let n = c
+            .post(
+                &json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string(),
+                &[],
+            )
+            .await;
         assert_eq!(n.status, 202);
         c
     }
@@ -215,7 +235,9 @@ impl Client {
             .header("accept", "application/json, text/event-stream")
             .body(body);
         if let Some(s) = &self.session {
-            rb = rb.header("mcp-session-id", s).header("mcp-protocol-version", &self.version);
+            rb = rb
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", &self.version);
         }
         if let Some(t) = &self.token {
             rb = rb.header("authorization", format!("Bearer {t}"));
@@ -228,15 +250,24 @@ impl Client {
 
     /// POST a raw body; reads the whole answer.
     pub async fn post(&self, body: &str, extra: &[(&str, &str)]) -> Raw {
-        let r = self.request(body.to_string(), extra).send().await.expect("send");
+        let r = self
+            .request(body.to_string(), extra)
+            .send()
+            .await
+            .expect("send");
         let status = r.status().as_u16();
         let headers = r.headers().clone();
         let body = r.text().await.unwrap_or_default();
-        Raw { status, headers, body }
+        Raw {
+            status,
+            headers,
+            body,
+        }
     }
 
     pub fn id(&self) -> i64 {
-        self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        self.next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Call a method; returns the JSON-RPC response object (with `result` or `error`), and every
@@ -246,7 +277,11 @@ impl Client {
         let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
         let r = self.request(body, &[]).send().await.expect("send");
         assert_eq!(r.status().as_u16(), 200, "{method}: HTTP {}", r.status());
-        let ct = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+        let ct = r
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
         if ct.starts_with("application/json") {
             return (r.json().await.unwrap(), vec![]);
         }
@@ -254,7 +289,9 @@ impl Client {
         let mut sse = Sse::new(r);
         let mut before = vec![];
         while let Some(msg) = sse.next().await {
-            if msg.get("id") == Some(&json!(id)) && (msg.get("result").is_some() || msg.get("error").is_some()) {
+            if msg.get("id") == Some(&json!(id))
+                && (msg.get("result").is_some() || msg.get("error").is_some())
+            {
                 return (msg, before);
             }
             before.push(msg);
@@ -278,17 +315,27 @@ impl Client {
     /// `error.code` of a failed call (panics on success).
     pub async fn err_code(&self, method: &str, params: Value) -> i64 {
         let r = self.call(method, params).await;
-        r["error"]["code"].as_i64().unwrap_or_else(|| panic!("{method} did not fail: {r}"))
+        r["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{method} did not fail: {r}"))
     }
 
     /// Start a task-augmented tools/call; returns the task id.
     pub async fn start_task(&self, tool: &str, args: Value) -> String {
-        let r = self.ok("tools/call", json!({"name": tool, "arguments": args, "task": {}})).await;
+        let r = self
+            .ok(
+                "tools/call",
+                json!({"name": tool, "arguments": args, "task": {}}),
+            )
+            .await;
         r["task"]["taskId"].as_str().unwrap().to_string()
     }
 
     pub async fn status(&self, task_id: &str) -> String {
-        self.ok("tasks/get", json!({"taskId": task_id})).await["status"].as_str().unwrap().to_string()
+        self.ok("tasks/get", json!({"taskId": task_id})).await["status"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     /// Poll until the task has `status` (bounded: 30 s).
@@ -314,9 +361,14 @@ impl Client {
 
     /// Open the session's GET stream.
     pub async fn open_get(&self) -> Sse {
-        let mut rb = self.http.get(&self.url).header("accept", "text/event-stream");
+        let mut rb = self
+            .http
+            .get(&self.url)
+            .header("accept", "text/event-stream");
         if let Some(s) = &self.session {
-            rb = rb.header("mcp-session-id", s).header("mcp-protocol-version", &self.version);
+            rb = rb
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", &self.version);
         }
         if let Some(t) = &self.token {
             rb = rb.header("authorization", format!("Bearer {t}"));
@@ -343,7 +395,11 @@ pub struct Sse {
 
 impl Sse {
     pub fn new(r: reqwest::Response) -> Sse {
-        let content_type = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+        let content_type = r
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
         Sse {
             stream: r.bytes_stream().boxed(),
             buf: String::new(),
@@ -371,7 +427,9 @@ impl Sse {
             match tokio::time::timeout(Duration::from_secs(60), self.stream.next()).await {
                 Ok(Some(Ok(chunk))) => self.buf.push_str(&String::from_utf8_lossy(&chunk)),
                 Ok(_) => {
-                    if self.content_type.starts_with("application/json") && !self.buf.trim().is_empty() {
+                    if self.content_type.starts_with("application/json")
+                        && !self.buf.trim().is_empty()
+                    {
                         let body = std::mem::take(&mut self.buf);
                         return Some(serde_json::from_str(&body).expect("JSON body"));
                     }

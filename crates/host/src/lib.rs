@@ -405,13 +405,18 @@ impl Host {
         let record = match self.get(shard_id, task_id, owner).await {
             Ok(r) => r,
             Err(e) => {
+                drop(done_rx);
                 self.drop_closed_waiters(task_id);
                 return Err(e);
             }
         };
         if record.status.is_terminal() {
+            drop(done_rx);
+            self.drop_closed_waiters(task_id);
             return Ok(Attachment::Terminal(record));
         }
+        // Readers that went away earlier leave closed waiters behind: sweep them.
+        self.drop_closed_waiters(task_id);
         let (tx, messages) = mpsc::channel(self.inner.cfg.attach_buffer.max(1));
         if let Some(actor) = self.actor(task_id) {
             let _ = actor.cast(TaskMsg::Attach(tx));

@@ -161,7 +161,11 @@ pub async fn serve(
             tracing::warn!(shard = s.shard_id(), error = %e, "shard shutdown");
         }
     }
-    db.flush_async().await.context("flushing the database")?;
+    let flushing = db.clone();
+    tokio::task::spawn_blocking(move || flushing.flush())
+        .await
+        .context("flushing the database")?
+        .context("flushing the database")?;
     tracing::info!("taskmesh stopped; data flushed");
     Ok(())
 }

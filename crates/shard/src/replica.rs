@@ -243,7 +243,7 @@ impl ShardReplica {
             .await
             .map_err(|e| ShardError::Fatal(format!("raft shutdown failed: {e}")))?;
         self.inner.watcher.abort();
-        self.inner.db.flush_async().await?;
+        crate::storage::flush(&self.inner.db).await?;
         Ok(())
     }
 

@@ -10,7 +10,11 @@ use clap::{Parser, Subcommand};
 use taskmesh_node::config::{Config, Overrides};
 
 #[derive(Parser)]
-#[command(name = "taskmesh", version, about = "A durable, sharded server for MCP tasks")]
+#[command(
+    name = "taskmesh",
+    version,
+    about = "A durable, sharded server for MCP tasks"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -35,7 +39,9 @@ enum Command {
 fn init_logging(cfg: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cfg.log.level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if cfg.log.format == "json" {
         builder.json().init();
     } else {
@@ -72,9 +78,15 @@ fn main() -> anyhow::Result<()> {
             data_dir,
             config,
         } => {
-            let cfg = Config::load(config.as_deref(), std::env::vars(), Overrides { listen, data_dir })?;
+            let cfg = Config::load(
+                config.as_deref(),
+                std::env::vars(),
+                Overrides { listen, data_dir },
+            )?;
             init_logging(&cfg);
-            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             rt.block_on(taskmesh_node::serve(cfg, shutdown_signal()))
         }
     }

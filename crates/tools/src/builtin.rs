@@ -177,7 +177,7 @@ impl Tool for SlowCompute {
                     return Err(cancelled());
                 }
                 step += 1;
-                let done = start.elapsed().min(total).as_secs_f64();
+                let done = (step as f64).min(seconds);
                 if ctx.has_progress_token && done < seconds {
                     ctx.io.progress(
                         done,

@@ -86,7 +86,7 @@ impl LogStore {
     }
 
     async fn flush(&self) -> io::Result<()> {
-        self.db.flush_async().await?;
+        super::flush(&self.db).await?;
         Ok(())
     }
 }

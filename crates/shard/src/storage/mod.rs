@@ -44,3 +44,41 @@ pub(crate) fn read_json<T: DeserializeOwned>(
         None => Ok(None),
     }
 }
+
+/// Make everything written to `db` so far durable.
+///
+/// Flushes go through one flusher thread per process instead of sled's `flush_async`, which can
+/// leave futures un-woken when several flushes of one database race (sled 0.34). The thread
+/// takes every request that queued up while the previous flush ran and serves them together,
+/// so concurrent appends and applies of all shards share one fsync (group commit): a request
+/// that finds its data already flushed by the batch's first flush costs almost nothing.
+pub(crate) async fn flush(db: &sled::Db) -> io::Result<()> {
+    use std::sync::mpsc;
+    use std::sync::OnceLock;
+    type Request = (sled::Db, tokio::sync::oneshot::Sender<io::Result<()>>);
+    static FLUSHER: OnceLock<Option<mpsc::Sender<Request>>> = OnceLock::new();
+    let tx = FLUSHER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("sled-flush".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut batch = vec![first];
+                    batch.extend(rx.try_iter());
+                    for (db, reply) in batch {
+                        let _ = reply.send(db.flush().map(|_| ()).map_err(io::Error::from));
+                    }
+                }
+            })
+            .ok()
+            .map(|_| tx)
+    });
+    let Some(tx) = tx else {
+        return Err(io::Error::other("could not start the flusher thread"));
+    };
+    let (reply, done) = tokio::sync::oneshot::channel();
+    tx.send((db.clone(), reply))
+        .map_err(|_| io::Error::other("the flusher thread stopped"))?;
+    done.await
+        .map_err(|_| io::Error::other("the flusher thread stopped"))?
+}

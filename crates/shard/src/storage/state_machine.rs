@@ -232,7 +232,7 @@ impl StateMachineStore {
             batch.insert(KEY_MEMBERSHIP, encode(membership)?);
         }
         self.shared.tree.apply_batch(batch)?;
-        self.shared.db.flush_async().await?;
+        super::flush(&self.shared.db).await?;
         for (responder, response) in p.responses {
             responder.send(response);
         }
@@ -316,7 +316,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             let _guard = self.shared.snapshot_io.lock();
             self.shared.tree.apply_batch(batch)?;
         }
-        self.shared.db.flush_async().await?;
+        super::flush(&self.shared.db).await?;
 
         let state = ShardState::from_records(payload.records);
         let mut data = self.shared.data.write();
@@ -362,7 +362,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardSnapshotBuilder {
 
         let shared = &self.store.shared;
         shared.store_built_snapshot(&meta, &data)?;
-        shared.db.flush_async().await?;
+        super::flush(&shared.db).await?;
         Ok(Snapshot {
             meta,
             snapshot: data,
