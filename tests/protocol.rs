@@ -948,3 +948,49 @@ async fn tools_list_pagination_logging_and_plain_cancellation() {
     let r = call.await.unwrap();
     assert_eq!(r.json()["error"]["code"], -32800, "{}", r.body);
 }
+
+#[tokio::test]
+async fn rate_limit_per_principal_and_failed_lookup_watch() {
+    let s = Server::start(&format!(
+        "{AUTH}\n[limits]\nrequests_per_second = 1\nburst = 3\nfailed_lookup_alert_per_minute = 3\n"
+    ));
+    let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
+    let ping = json!({"jsonrpc":"2.0","id":1,"method":"ping"}).to_string();
+    let mut limited = None;
+    for _ in 0..10 {
+        let r = alice.post(&ping, &[]).await;
+        if r.status == 429 {
+            limited = Some(r);
+            break;
+        }
+        assert_eq!(r.status, 200);
+    }
+    let r = limited.expect("no request was limited");
+    assert_eq!(r.headers.get("retry-after").unwrap(), "1");
+    // Another principal has its own budget.
+    let bob = Client::connect(&s.url, Some("bob-token-22"), V, json!({})).await;
+    assert_eq!(bob.post(&ping, &[]).await.status, 200);
+
+    // Lookups of unknown ids past the alert threshold produce one audit warning.
+    let mut sent = 0;
+    while sent < 5 {
+        let body = json!({"jsonrpc":"2.0","id":2,"method":"tasks/get","params":{"taskId": format!("{sent:032x}")}}).to_string();
+        let r = bob.post(&body, &[]).await;
+        if r.status == 429 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
+        assert_eq!(r.json()["error"]["code"], -32602);
+        sent += 1;
+    }
+    let mut warned = false;
+    for _ in 0..50 {
+        if s.log_text().contains("failed_lookup_burst") {
+            warned = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(warned, "no audit warning in:\n{}", s.log_text());
+    assert_eq!(s.log_text().matches("failed_lookup_burst").count(), 1);
+}

@@ -11,9 +11,7 @@ use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use taskmesh_host::{now_ms, Attachment, HostError, NewTask};
-use taskmesh_mcp::jsonrpc::{
-    self, ErrorObject, RequestId, INTERNAL_ERROR, METHOD_NOT_FOUND, REQUEST_CANCELLED,
-};
+use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId, METHOD_NOT_FOUND, REQUEST_CANCELLED};
 use taskmesh_mcp::{params, CreateTaskResult, ListTasksResult, TaskSupport};
 use taskmesh_router::mint_task_id;
 use taskmesh_task::ClientCaps;
@@ -430,6 +428,15 @@ fn task_id_param(p: &Map<String, Value>) -> Result<&str, ErrorObject> {
     params::req_str(p, "taskId")
 }
 
+/// The client-facing error of a failed task operation; unknown ids are counted for the
+/// enumeration watch.
+fn task_error(gw: &Gateway, cx: &Cx, task_id: &str, e: &HostError) -> ErrorObject {
+    if *e == HostError::NotFound {
+        gw.limits.failed_lookup(&cx.principal, task_id);
+    }
+    wire::host_error(e)
+}
+
 async fn tasks_get(
     gw: &Arc<Gateway>,
     cx: &Cx,
@@ -440,7 +447,7 @@ async fn tasks_get(
         .router
         .get(task_id, &cx.principal)
         .await
-        .map_err(|e| wire::host_error(&e))?;
+        .map_err(|e| task_error(gw, cx, task_id, &e))?;
     serde_json::to_value(wire::task(&r)).map_err(|e| ErrorObject::internal(e.to_string()))
 }
 
@@ -454,7 +461,7 @@ async fn tasks_cancel(
         .router
         .cancel(task_id, &cx.principal)
         .await
-        .map_err(|e| wire::host_error(&e))?;
+        .map_err(|e| task_error(gw, cx, task_id, &e))?;
     serde_json::to_value(wire::task(&r)).map_err(|e| ErrorObject::internal(e.to_string()))
 }
 
@@ -521,7 +528,7 @@ async fn tasks_result(gw: &Arc<Gateway>, cx: &Cx, id: RequestId, p: &Map<String,
     };
     let attachment = match gw.router.attach(&task_id, &cx.principal).await {
         Ok(a) => a,
-        Err(e) => return err(&id, &wire::host_error(&e)),
+        Err(e) => return err(&id, &task_error(gw, cx, &task_id, &e)),
     };
     let (mut messages, mut done) = match attachment {
         Attachment::Terminal(r) => {
@@ -583,13 +590,4 @@ async fn tasks_result(gw: &Arc<Gateway>, cx: &Cx, id: RequestId, p: &Map<String,
 /// A cancelled plain request's answer when the transport must still say something.
 pub fn cancelled_error() -> ErrorObject {
     ErrorObject::new(REQUEST_CANCELLED, "Request cancelled")
-}
-
-/// Map a host error for callers outside this module.
-pub fn internal(e: HostError) -> ErrorObject {
-    let mut o = wire::host_error(&e);
-    if o.code == 0 {
-        o.code = INTERNAL_ERROR;
-    }
-    o
 }

@@ -154,7 +154,17 @@ fn front(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
             "Forbidden: Origin not allowed",
         ));
     }
-    authenticate(gw, headers)
+    let principal = authenticate(gw, headers)?;
+    if !gw.limits.allow_request(&principal) {
+        let mut r = plain(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too Many Requests: over limits.requests_per_second for this principal",
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return Err(r);
+    }
+    Ok(principal)
 }
 
 async fn handle_post(

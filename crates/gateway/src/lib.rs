@@ -9,6 +9,7 @@
 
 pub mod dispatch;
 pub mod http;
+mod limits;
 pub mod session;
 pub mod sign;
 mod wire;
@@ -50,6 +51,13 @@ pub struct GatewayConfig {
     pub sse_keepalive_ms: u64,
     /// Queue length of one SSE stream; a client that reads slower loses progress messages.
     pub stream_buffer: usize,
+    /// Requests per second allowed per principal (token bucket); 0 = no limit.
+    pub rate_limit_per_second: u32,
+    /// Burst above the steady rate; 0 = the rate itself.
+    pub rate_limit_burst: u32,
+    /// Unknown-task lookups per minute per principal above which an audit warning is logged
+    /// (at most one a minute per principal); 0 = never.
+    pub failed_lookup_alert_per_minute: u32,
 }
 
 impl Default for GatewayConfig {
@@ -71,6 +79,9 @@ impl Default for GatewayConfig {
             cursor_ttl_ms: 3_600_000,
             sse_keepalive_ms: 15_000,
             stream_buffer: 256,
+            rate_limit_per_second: 0,
+            rate_limit_burst: 0,
+            failed_lookup_alert_per_minute: 60,
         }
     }
 }
@@ -85,12 +96,14 @@ pub struct Gateway {
     pub(crate) inflight: Mutex<HashMap<(String, RequestId), CancellationToken>>,
     /// Requests sent to clients by plain (non-task) tool calls, by id.
     pub(crate) plain_pending: Mutex<HashMap<String, oneshot::Sender<ToolResult>>>,
+    pub(crate) limits: limits::Limits,
 }
 
 impl Gateway {
     /// `ended_sessions` is a durable tree of this node for ended session ids.
     pub fn new(cfg: GatewayConfig, router: Router, ended_sessions: sled::Tree) -> Arc<Self> {
         let signer = Signer::new(&cfg.secret);
+        let cfg_limits = cfg.clone();
         let tools = router.host().tools().clone();
         let gw = Arc::new(Self {
             sessions: Sessions::new(signer.clone(), ended_sessions, cfg.stream_buffer),
@@ -100,6 +113,7 @@ impl Gateway {
             tools,
             inflight: Mutex::new(HashMap::new()),
             plain_pending: Mutex::new(HashMap::new()),
+            limits: limits::Limits::new(&cfg_limits),
         });
         gw.spawn_event_fanout();
         gw

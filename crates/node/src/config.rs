@@ -34,6 +34,29 @@ pub struct Config {
     pub tools: ToolsConfig,
     pub raft: RaftConfig,
     pub log: LogConfig,
+    pub limits: LimitsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Requests per second per principal; 0 = no limit.
+    pub requests_per_second: u32,
+    /// Burst above the rate; 0 = the rate.
+    pub burst: u32,
+    /// Unknown-task lookups per minute per principal before an audit warning; 0 = never.
+    pub failed_lookup_alert_per_minute: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let g = taskmesh_gateway::GatewayConfig::default();
+        Self {
+            requests_per_second: g.rate_limit_per_second,
+            burst: g.rate_limit_burst,
+            failed_lookup_alert_per_minute: g.failed_lookup_alert_per_minute,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -115,6 +138,7 @@ impl Default for Config {
             tools: ToolsConfig::default(),
             raft: RaftConfig::default(),
             log: LogConfig::default(),
+            limits: LimitsConfig::default(),
         }
     }
 }
@@ -349,5 +373,20 @@ mod tests {
         )
         .contains("nope"));
         assert!(err(vec![("TASKMESH_TASKS__MAX_LIVE_TASKS", "0")]).contains("max_live_tasks"));
+    }
+}
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    /// The annotated example in deploy/ stays a valid configuration.
+    #[test]
+    fn deploy_example_loads() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/taskmesh.toml");
+        let cfg = Config::load(Some(&path), Vec::new(), Overrides::default()).unwrap();
+        assert_eq!(cfg.shards, 32);
+        assert_eq!(cfg.log.format, "json");
     }
 }

@@ -192,6 +192,9 @@ impl Config {
             tasks_page_size: self.tasks.list_page_size,
             cursor_ttl_ms: self.tasks.cursor_ttl_ms,
             sse_keepalive_ms: self.http.sse_keepalive_ms,
+            rate_limit_per_second: self.limits.requests_per_second,
+            rate_limit_burst: self.limits.burst,
+            failed_lookup_alert_per_minute: self.limits.failed_lookup_alert_per_minute,
             ..GatewayConfig::default()
         }
     }
