@@ -292,14 +292,7 @@ impl Actor for TaskActor {
                 match st.host.shard(st.shard).cloned() {
                     Ok(shard) => match shard.propose(cmd).await {
                         Ok(Applied::Updated { record }) => {
-                            tracing::info!(
-                                target: "audit",
-                                event = "task_terminal",
-                                task_id = %record.task_id,
-                                principal = %record.owner,
-                                status = %record.status,
-                                "task reached a terminal status"
-                            );
+                            crate::audit_terminal(&record, "task reached a terminal status");
                         }
                         Ok(other) => {
                             tracing::debug!(task_id = %st.task_id, result = ?other, "finish not applied");

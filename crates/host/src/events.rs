@@ -199,14 +199,7 @@ async fn take_over(host: &Host, shard: &ShardReplica, term: u64) {
                 }
             }
             Ok(Applied::Updated { record }) => {
-                tracing::info!(
-                    target: "audit",
-                    event = "task_terminal",
-                    task_id = %record.task_id,
-                    principal = %record.owner,
-                    status = %record.status,
-                    "task failed by its resume policy"
-                );
+                crate::audit_terminal(&record, "task failed by its resume policy");
             }
             Ok(other) => {
                 tracing::debug!(task_id = %record.task_id, result = ?other, "take-over skipped")

@@ -490,6 +490,18 @@ impl Host {
     }
 }
 
+/// Audit event for a task that reached a terminal status.
+pub(crate) fn audit_terminal(record: &TaskRecord, how: &'static str) {
+    tracing::info!(
+        target: "audit",
+        event = "task_terminal",
+        task_id = %record.task_id,
+        principal = %record.owner,
+        status = %record.status,
+        "{how}"
+    );
+}
+
 /// The record as `owner` may see it at `now`.
 fn visible<'a>(r: Option<&'a TaskRecord>, owner: &str, now: u64) -> Option<&'a TaskRecord> {
     r.filter(|r| r.owner == owner && !r.is_expired(now))

@@ -9,6 +9,9 @@
 //! | `confirm_delete` | `{filename}` | required | fail |
 //! | `multi_input` | `{}` | required | fail |
 //! | `ask_model` | `{prompt}` | required | rerun |
+//!
+//! Each is a [`Builtin`]: a spec plus two plain functions, one that validates the arguments and
+//! one that runs the call.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,20 +28,54 @@ use crate::{first_text, text_result, ResumePolicy, Tool, ToolContext, ToolResult
 /// Longest `slow_compute` run accepted, in seconds (one day).
 pub const SLOW_COMPUTE_MAX_SECONDS: f64 = 86_400.0;
 
+type Validate = fn(&Map<String, Value>) -> Result<(), ErrorObject>;
+type Run = fn(Map<String, Value>, ToolContext) -> BoxFuture<'static, ToolResult>;
+
+/// A tool made of a spec and two functions.
+pub struct Builtin {
+    spec: ToolSpec,
+    validate: Validate,
+    run: Run,
+}
+
+impl Tool for Builtin {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
+        (self.validate)(args)
+    }
+    fn call(&self, args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
+        (self.run)(args, ctx)
+    }
+}
+
 pub fn all() -> Vec<Arc<dyn Tool>> {
-    vec![
-        Arc::new(Greet::new()),
-        Arc::new(SlowCompute::new()),
-        Arc::new(FailingJob::new()),
-        Arc::new(ProtocolErrorJob::new()),
-        Arc::new(ConfirmDelete::new()),
-        Arc::new(MultiInput::new()),
-        Arc::new(AskModel::new()),
+    [
+        greet(),
+        slow_compute(),
+        failing_job(),
+        protocol_error_job(),
+        confirm_delete(),
+        multi_input(),
+        ask_model(),
     ]
+    .into_iter()
+    .map(|b| Arc::new(b) as Arc<dyn Tool>)
+    .collect()
 }
 
 fn empty_schema() -> Value {
     json!({ "type": "object", "properties": {}, "additionalProperties": false })
+}
+
+/// An object schema with one required string property.
+fn one_string(name: &str) -> Value {
+    json!({
+        "type": "object",
+        "properties": { name: { "type": "string" } },
+        "required": [name],
+    })
 }
 
 fn no_args(args: &Map<String, Value>) -> Result<(), ErrorObject> {
@@ -48,6 +85,14 @@ fn no_args(args: &Map<String, Value>) -> Result<(), ErrorObject> {
             "Invalid params: unexpected argument '{k}'"
         ))),
     }
+}
+
+/// The string argument `name` (already validated).
+fn str_arg(args: &Map<String, Value>, name: &str) -> String {
+    args.get(name)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Sleep for `d`, or return `false` early when cancelled.
@@ -65,227 +110,141 @@ fn cancelled() -> ErrorObject {
     )
 }
 
-pub struct Greet {
-    spec: ToolSpec,
+pub fn greet() -> Builtin {
+    Builtin {
+        spec: ToolSpec {
+            name: "greet",
+            title: "Greet",
+            description: "Answers at once with a greeting for `name`.",
+            input_schema: one_string("name"),
+            task_support: TaskSupport::Forbidden,
+            resume: ResumePolicy::Rerun,
+        },
+        validate: |args| params::req_str(args, "name").map(|_| ()),
+        run: |args, _ctx| {
+            let name = str_arg(&args, "name");
+            async move { Ok(text_result(format!("Hello, {name}!"), false)) }.boxed()
+        },
+    }
 }
 
-impl Greet {
-    pub fn new() -> Self {
-        Self {
-            spec: ToolSpec {
-                name: "greet",
-                title: "Greet",
-                description: "Answers at once with a greeting for `name`.",
-                input_schema: json!({
-                    "type": "object",
-                    "properties": { "name": { "type": "string" } },
-                    "required": ["name"],
-                }),
-                task_support: TaskSupport::Forbidden,
-                resume: ResumePolicy::Rerun,
-            },
+pub fn slow_compute() -> Builtin {
+    Builtin {
+        spec: ToolSpec {
+            name: "slow_compute",
+            title: "Slow compute",
+            description: "Works for `seconds` seconds, reporting progress about every second, then answers with the label and the seconds.",
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "seconds": { "type": "number", "minimum": 0, "maximum": SLOW_COMPUTE_MAX_SECONDS },
+                    "label": { "type": "string" }
+                },
+                "required": ["seconds"],
+            }),
+            task_support: TaskSupport::Optional,
+            resume: ResumePolicy::Rerun,
+        },
+        validate: |args| {
+            let s = params::req_f64(args, "seconds")?;
+            if !(0.0..=SLOW_COMPUTE_MAX_SECONDS).contains(&s) {
+                return Err(ErrorObject::invalid_params(format!(
+                    "Invalid params: 'seconds' must be between 0 and {SLOW_COMPUTE_MAX_SECONDS}"
+                )));
+            }
+            params::opt_str(args, "label").map(|_| ())
+        },
+        run: |args, ctx| {
+            let seconds = args.get("seconds").and_then(Value::as_f64).unwrap_or(0.0);
+            let label = args
+                .get("label")
+                .and_then(Value::as_str)
+                .unwrap_or("slow_compute")
+                .to_string();
+            run_slow_compute(seconds, label, ctx).boxed()
+        },
+    }
+}
+
+async fn run_slow_compute(seconds: f64, label: String, ctx: ToolContext) -> ToolResult {
+    let total = Duration::from_secs_f64(seconds);
+    let start = tokio::time::Instant::now();
+    let mut step = 0u64;
+    loop {
+        let elapsed = start.elapsed();
+        if elapsed >= total {
+            break;
+        }
+        let next = (total - elapsed).min(Duration::from_secs(1));
+        if !sleep_or_cancel(&ctx, next).await {
+            return Err(cancelled());
+        }
+        step += 1;
+        let done = (step as f64).min(seconds);
+        if ctx.has_progress_token && done < seconds {
+            ctx.io.progress(
+                done,
+                Some(seconds),
+                Some(format!("{label}: {step} s of {seconds} s")),
+            );
         }
     }
+    if ctx.has_progress_token {
+        ctx.io
+            .progress(seconds, Some(seconds), Some(format!("{label}: done")));
+    }
+    Ok(text_result(
+        format!("{label}: computed for {seconds} seconds"),
+        false,
+    ))
 }
 
-impl Default for Greet {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for Greet {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
-        params::req_str(args, "name").map(|_| ())
-    }
-    fn call(&self, args: Map<String, Value>, _ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
-        let name = args
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        async move { Ok(text_result(format!("Hello, {name}!"), false)) }.boxed()
-    }
-}
-
-pub struct SlowCompute {
-    spec: ToolSpec,
-}
-
-impl SlowCompute {
-    pub fn new() -> Self {
-        Self {
-            spec: ToolSpec {
-                name: "slow_compute",
-                title: "Slow compute",
-                description: "Works for `seconds` seconds, reporting progress about every second, then answers with the label and the seconds.",
-                input_schema: json!({
-                    "type": "object",
-                    "properties": {
-                        "seconds": { "type": "number", "minimum": 0, "maximum": SLOW_COMPUTE_MAX_SECONDS },
-                        "label": { "type": "string" }
-                    },
-                    "required": ["seconds"],
-                }),
-                task_support: TaskSupport::Optional,
-                resume: ResumePolicy::Rerun,
-            },
-        }
-    }
-}
-
-impl Default for SlowCompute {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for SlowCompute {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
-        let s = params::req_f64(args, "seconds")?;
-        if !(0.0..=SLOW_COMPUTE_MAX_SECONDS).contains(&s) {
-            return Err(ErrorObject::invalid_params(format!(
-                "Invalid params: 'seconds' must be between 0 and {SLOW_COMPUTE_MAX_SECONDS}"
-            )));
-        }
-        params::opt_str(args, "label").map(|_| ())
-    }
-    fn call(&self, args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
-        let seconds = args.get("seconds").and_then(Value::as_f64).unwrap_or(0.0);
-        let label = args
-            .get("label")
-            .and_then(Value::as_str)
-            .unwrap_or("slow_compute")
-            .to_string();
-        async move {
-            let total = Duration::from_secs_f64(seconds);
-            let start = tokio::time::Instant::now();
-            let mut step = 0u64;
-            loop {
-                let elapsed = start.elapsed();
-                if elapsed >= total {
-                    break;
-                }
-                let next = (total - elapsed).min(Duration::from_secs(1));
-                if !sleep_or_cancel(&ctx, next).await {
+pub fn failing_job() -> Builtin {
+    Builtin {
+        spec: ToolSpec {
+            name: "failing_job",
+            title: "Failing job",
+            description: "Runs about one second, then answers with a tool error (isError: true).",
+            input_schema: empty_schema(),
+            task_support: TaskSupport::Required,
+            resume: ResumePolicy::Rerun,
+        },
+        validate: no_args,
+        run: |_args, ctx| {
+            async move {
+                if !sleep_or_cancel(&ctx, Duration::from_secs(1)).await {
                     return Err(cancelled());
                 }
-                step += 1;
-                let done = (step as f64).min(seconds);
-                if ctx.has_progress_token && done < seconds {
-                    ctx.io.progress(
-                        done,
-                        Some(seconds),
-                        Some(format!("{label}: {step} s of {seconds} s")),
-                    );
-                }
+                Ok(text_result(
+                    "failing_job: the job failed (disk quota exceeded while writing the report)",
+                    true,
+                ))
             }
-            if ctx.has_progress_token {
-                ctx.io
-                    .progress(seconds, Some(seconds), Some(format!("{label}: done")));
+            .boxed()
+        },
+    }
+}
+
+pub fn protocol_error_job() -> Builtin {
+    Builtin {
+        spec: ToolSpec {
+            name: "protocol_error_job",
+            title: "Protocol error job",
+            description: "Fails with JSON-RPC error -32603.",
+            input_schema: empty_schema(),
+            task_support: TaskSupport::Optional,
+            resume: ResumePolicy::Rerun,
+        },
+        validate: no_args,
+        run: |_args, _ctx| {
+            async move {
+                Err(ErrorObject::new(
+                    INTERNAL_ERROR,
+                    "protocol_error_job: the backend answered with a malformed reply",
+                ))
             }
-            Ok(text_result(
-                format!("{label}: computed for {seconds} seconds"),
-                false,
-            ))
-        }
-        .boxed()
-    }
-}
-
-pub struct FailingJob {
-    spec: ToolSpec,
-}
-
-impl FailingJob {
-    pub fn new() -> Self {
-        Self {
-            spec: ToolSpec {
-                name: "failing_job",
-                title: "Failing job",
-                description:
-                    "Runs about one second, then answers with a tool error (isError: true).",
-                input_schema: empty_schema(),
-                task_support: TaskSupport::Required,
-                resume: ResumePolicy::Rerun,
-            },
-        }
-    }
-}
-
-impl Default for FailingJob {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for FailingJob {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
-        no_args(args)
-    }
-    fn call(&self, _args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
-        async move {
-            if !sleep_or_cancel(&ctx, Duration::from_secs(1)).await {
-                return Err(cancelled());
-            }
-            Ok(text_result(
-                "failing_job: the job failed (disk quota exceeded while writing the report)",
-                true,
-            ))
-        }
-        .boxed()
-    }
-}
-
-pub struct ProtocolErrorJob {
-    spec: ToolSpec,
-}
-
-impl ProtocolErrorJob {
-    pub fn new() -> Self {
-        Self {
-            spec: ToolSpec {
-                name: "protocol_error_job",
-                title: "Protocol error job",
-                description: "Fails with JSON-RPC error -32603.",
-                input_schema: empty_schema(),
-                task_support: TaskSupport::Optional,
-                resume: ResumePolicy::Rerun,
-            },
-        }
-    }
-}
-
-impl Default for ProtocolErrorJob {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for ProtocolErrorJob {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
-        no_args(args)
-    }
-    fn call(&self, _args: Map<String, Value>, _ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
-        async move {
-            Err(ErrorObject::new(
-                INTERNAL_ERROR,
-                "protocol_error_job: the backend answered with a malformed reply",
-            ))
-        }
-        .boxed()
+            .boxed()
+        },
     }
 }
 
@@ -323,202 +282,118 @@ async fn elicit(
     }
 }
 
-pub struct ConfirmDelete {
-    spec: ToolSpec,
-}
-
-impl ConfirmDelete {
-    pub fn new() -> Self {
-        Self {
-            spec: ToolSpec {
-                name: "confirm_delete",
-                title: "Confirm delete",
-                description: "Asks the user to confirm, then says whether it deleted `filename`.",
-                input_schema: json!({
+pub fn confirm_delete() -> Builtin {
+    Builtin {
+        spec: ToolSpec {
+            name: "confirm_delete",
+            title: "Confirm delete",
+            description: "Asks the user to confirm, then says whether it deleted `filename`.",
+            input_schema: one_string("filename"),
+            task_support: TaskSupport::Required,
+            resume: ResumePolicy::Fail,
+        },
+        validate: |args| params::req_str(args, "filename").map(|_| ()),
+        run: |args, ctx| {
+            let filename = str_arg(&args, "filename");
+            async move {
+                let schema = json!({
                     "type": "object",
-                    "properties": { "filename": { "type": "string" } },
-                    "required": ["filename"],
-                }),
-                task_support: TaskSupport::Required,
-                resume: ResumePolicy::Fail,
-            },
-        }
-    }
-}
-
-impl Default for ConfirmDelete {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for ConfirmDelete {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
-        params::req_str(args, "filename").map(|_| ())
-    }
-    fn call(&self, args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
-        let filename = args
-            .get("filename")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        async move {
-            let schema = json!({
-                "type": "object",
-                "properties": { "confirm": { "type": "boolean", "title": "Delete the file?" } },
-                "required": ["confirm"],
-            });
-            let answer = elicit(&ctx, format!("Delete {filename}?"), schema).await?;
-            let confirmed = answer
-                .as_ref()
-                .and_then(|c| c.get("confirm"))
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            Ok(if confirmed {
-                text_result(format!("Deleted {filename}"), false)
-            } else {
-                text_result(format!("Kept {filename}: deletion not confirmed"), false)
-            })
-        }
-        .boxed()
-    }
-}
-
-pub struct MultiInput {
-    spec: ToolSpec,
-}
-
-impl MultiInput {
-    pub fn new() -> Self {
-        Self {
-            spec: ToolSpec {
-                name: "multi_input",
-                title: "Multi input",
-                description: "Asks two questions (a name, then a colour) before it answers.",
-                input_schema: empty_schema(),
-                task_support: TaskSupport::Required,
-                resume: ResumePolicy::Fail,
-            },
-        }
-    }
-}
-
-impl Default for MultiInput {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for MultiInput {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
-        no_args(args)
-    }
-    fn call(&self, _args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
-        async move {
-            let field = |key: &str| {
-                json!({
-                    "type": "object",
-                    "properties": { key: { "type": "string" } },
-                    "required": [key],
+                    "properties": { "confirm": { "type": "boolean", "title": "Delete the file?" } },
+                    "required": ["confirm"],
+                });
+                let answer = elicit(&ctx, format!("Delete {filename}?"), schema).await?;
+                let confirmed = answer
+                    .as_ref()
+                    .and_then(|c| c.get("confirm"))
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                Ok(if confirmed {
+                    text_result(format!("Deleted {filename}"), false)
+                } else {
+                    text_result(format!("Kept {filename}: deletion not confirmed"), false)
                 })
-            };
-            let read = |c: Option<Map<String, Value>>, key: &str| {
-                c.and_then(|c| c.get(key).and_then(Value::as_str).map(str::to_string))
-            };
-            let name = read(
-                elicit(&ctx, "Your name?".into(), field("name")).await?,
-                "name",
-            );
-            let colour = read(
-                elicit(&ctx, "Your favourite colour?".into(), field("colour")).await?,
-                "colour",
-            );
-            match (name, colour) {
-                (Some(n), Some(c)) => Ok(text_result(format!("{n} likes {c}"), false)),
-                _ => Ok(text_result("multi_input: an answer was declined", true)),
             }
-        }
-        .boxed()
+            .boxed()
+        },
     }
 }
 
-pub struct AskModel {
-    spec: ToolSpec,
-}
-
-impl AskModel {
-    pub fn new() -> Self {
-        Self {
-            spec: ToolSpec {
-                name: "ask_model",
-                title: "Ask model",
-                description:
-                    "Asks the client's model (sampling/createMessage) and returns its text.",
-                input_schema: json!({
-                    "type": "object",
-                    "properties": { "prompt": { "type": "string" } },
-                    "required": ["prompt"],
-                }),
-                task_support: TaskSupport::Required,
-                resume: ResumePolicy::Rerun,
-            },
-        }
-    }
-}
-
-impl Default for AskModel {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for AskModel {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-    fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
-        params::req_str(args, "prompt").map(|_| ())
-    }
-    fn call(&self, args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
-        let prompt = args
-            .get("prompt")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        async move {
-            if !ctx.client_sampling {
-                return Err(ErrorObject::invalid_params(
-                    "the client did not declare the sampling capability",
-                ));
+pub fn multi_input() -> Builtin {
+    Builtin {
+        spec: ToolSpec {
+            name: "multi_input",
+            title: "Multi input",
+            description: "Asks two questions (a name, then a colour) before it answers.",
+            input_schema: empty_schema(),
+            task_support: TaskSupport::Required,
+            resume: ResumePolicy::Fail,
+        },
+        validate: no_args,
+        run: |_args, ctx| {
+            async move {
+                let read = |c: Option<Map<String, Value>>, key: &str| {
+                    c.and_then(|c| c.get(key).and_then(Value::as_str).map(str::to_string))
+                };
+                let name = read(
+                    elicit(&ctx, "Your name?".into(), one_string("name")).await?,
+                    "name",
+                );
+                let colour = read(
+                    elicit(&ctx, "Your favourite colour?".into(), one_string("colour")).await?,
+                    "colour",
+                );
+                match (name, colour) {
+                    (Some(n), Some(c)) => Ok(text_result(format!("{n} likes {c}"), false)),
+                    _ => Ok(text_result("multi_input: an answer was declined", true)),
+                }
             }
-            let answer = tokio::select! {
-                a = ctx.io.request("sampling/createMessage", json!({
-                    "messages": [{ "role": "user", "content": { "type": "text", "text": prompt } }],
-                    "maxTokens": 256,
-                })) => a?,
-                _ = ctx.cancel.cancelled() => return Err(cancelled()),
-            };
-            let text = answer
-                .get("content")
-                .and_then(|c| {
-                    if c.is_array() {
-                        first_text(&json!({ "content": c })).map(str::to_string)
-                    } else {
-                        c.get("text").and_then(Value::as_str).map(str::to_string)
-                    }
-                })
-                .ok_or_else(|| {
-                    ErrorObject::invalid_params("sampling answer has no text content")
-                })?;
-            Ok(text_result(format!("The model said: {text}"), false))
-        }
-        .boxed()
+            .boxed()
+        },
+    }
+}
+
+pub fn ask_model() -> Builtin {
+    Builtin {
+        spec: ToolSpec {
+            name: "ask_model",
+            title: "Ask model",
+            description: "Asks the client's model (sampling/createMessage) and returns its text.",
+            input_schema: one_string("prompt"),
+            task_support: TaskSupport::Required,
+            resume: ResumePolicy::Rerun,
+        },
+        validate: |args| params::req_str(args, "prompt").map(|_| ()),
+        run: |args, ctx| {
+            let prompt = str_arg(&args, "prompt");
+            async move {
+                if !ctx.client_sampling {
+                    return Err(ErrorObject::invalid_params(
+                        "the client did not declare the sampling capability",
+                    ));
+                }
+                let answer = tokio::select! {
+                    a = ctx.io.request("sampling/createMessage", json!({
+                        "messages": [{ "role": "user", "content": { "type": "text", "text": prompt } }],
+                        "maxTokens": 256,
+                    })) => a?,
+                    _ = ctx.cancel.cancelled() => return Err(cancelled()),
+                };
+                let text = answer
+                    .get("content")
+                    .and_then(|c| {
+                        if c.is_array() {
+                            first_text(&json!({ "content": c })).map(str::to_string)
+                        } else {
+                            c.get("text").and_then(Value::as_str).map(str::to_string)
+                        }
+                    })
+                    .ok_or_else(|| {
+                        ErrorObject::invalid_params("sampling answer has no text content")
+                    })?;
+                Ok(text_result(format!("The model said: {text}"), false))
+            }
+            .boxed()
+        },
     }
 }
 
@@ -604,7 +479,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn slow_compute_reports_progress_and_stops_when_cancelled() {
-        let t = SlowCompute::new();
+        let t = slow_compute();
         let (c, io) = ctx(vec![]);
         let out = t
             .call(obj(json!({"seconds": 3, "label": "L"})), c)
@@ -624,7 +499,7 @@ mod tests {
     #[tokio::test]
     async fn confirm_delete_and_multi_input_and_ask_model() {
         let (c, io) = ctx(vec![json!({"action":"accept","content":{"confirm":true}})]);
-        let out = ConfirmDelete::new()
+        let out = confirm_delete()
             .call(obj(json!({"filename":"a.txt"})), c)
             .await
             .unwrap();
@@ -632,7 +507,7 @@ mod tests {
         assert_eq!(io.asked.lock().unwrap()[0].0, "elicitation/create");
 
         let (c, _) = ctx(vec![json!({"action":"decline"})]);
-        let out = ConfirmDelete::new()
+        let out = confirm_delete()
             .call(obj(json!({"filename":"a.txt"})), c)
             .await
             .unwrap();
@@ -642,14 +517,14 @@ mod tests {
             json!({"action":"accept","content":{"name":"Ada"}}),
             json!({"action":"accept","content":{"colour":"green"}}),
         ]);
-        let out = MultiInput::new().call(obj(json!({})), c).await.unwrap();
+        let out = multi_input().call(obj(json!({})), c).await.unwrap();
         assert_eq!(first_text(&out), Some("Ada likes green"));
         assert_eq!(io.asked.lock().unwrap().len(), 2);
 
         let (c, _) = ctx(vec![
             json!({"role":"assistant","content":{"type":"text","text":"42"},"model":"m"}),
         ]);
-        let out = AskModel::new()
+        let out = ask_model()
             .call(obj(json!({"prompt":"q"})), c)
             .await
             .unwrap();
@@ -659,10 +534,10 @@ mod tests {
     #[tokio::test]
     async fn failing_tools() {
         let (c, _) = ctx(vec![]);
-        let out = FailingJob::new().call(obj(json!({})), c).await.unwrap();
+        let out = failing_job().call(obj(json!({})), c).await.unwrap();
         assert_eq!(out["isError"], json!(true));
         let (c, _) = ctx(vec![]);
-        let e = ProtocolErrorJob::new()
+        let e = protocol_error_job()
             .call(obj(json!({})), c)
             .await
             .unwrap_err();
