@@ -221,8 +221,9 @@ async def confirm_delete_as_task(session, state, filename):
     )
     task_id = created.task.taskId
     statuses, _ = await poll_to_end(session, task_id, stop_at=("input_required",))
-    # tasks/result blocks until the task ends; the server sends its elicitation/create
-    # on that stream and the SDK hands it to the elicitation callback.
+    # tasks/result blocks until the task ends; the server sends its elicitation/create on that
+    # stream (or on the session's GET stream when no tasks/result is open yet) and the SDK
+    # hands it to the elicitation callback.
     result = await session.experimental.get_task_result(task_id, CallToolResult)
     final = await session.experimental.get_task(task_id)
     return {
