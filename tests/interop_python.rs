@@ -531,7 +531,10 @@ fn check_run(run: &Run, expect_list: bool) -> HashMap<&'static str, String> {
         // the GET stream already). Every copy must be the same request.
         let asked = e["elicitations"].as_array().cloned().unwrap_or_default();
         run.ensure(
-            !asked.is_empty() && asked.iter().all(|q| q["requestId"] == asked[0]["requestId"]),
+            !asked.is_empty()
+                && asked
+                    .iter()
+                    .all(|q| q["requestId"] == asked[0]["requestId"]),
             format!(
                 "{step}: expected one elicitation/create request (possibly re-sent): {}",
                 e["elicitations"]

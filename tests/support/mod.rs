@@ -20,6 +20,8 @@ pub struct Server {
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
     config: String,
+    /// `None`: `taskmesh serve`; `Some(bootstrap)`: `taskmesh node`.
+    node: Option<bool>,
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
@@ -34,6 +36,25 @@ impl Server {
             dir,
             _tmp: Some(tmp),
             config: config.to_string(),
+            node: None,
+            log: Arc::new(Mutex::new(Vec::new())),
+        };
+        s.spawn();
+        s
+    }
+
+    /// Start one cluster node (`taskmesh node`) with the given configuration, which must set
+    /// `data_dir`-independent cluster settings; the data directory is a fresh temporary one.
+    pub fn start_node(config: &str, bootstrap: bool) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        let mut s = Server {
+            child: None,
+            url: String::new(),
+            dir,
+            _tmp: Some(tmp),
+            config: config.to_string(),
+            node: Some(bootstrap),
             log: Arc::new(Mutex::new(Vec::new())),
         };
         s.spawn();
@@ -43,12 +64,25 @@ impl Server {
     fn spawn(&mut self) {
         let cfg_path = self.dir.join("taskmesh.toml");
         std::fs::write(&cfg_path, &self.config).expect("write config");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_taskmesh"))
-            .arg("serve")
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_taskmesh"));
+        match self.node {
+            None => {
+                cmd.arg("serve");
+            }
+            Some(bootstrap) => {
+                cmd.arg("node");
+                if bootstrap {
+                    cmd.arg("--bootstrap");
+                }
+                cmd.env("TASKMESH_DATA_DIR", self.dir.join("data"));
+            }
+        }
+        if self.node.is_none() {
+            cmd.arg("--data-dir").arg(self.dir.join("data"));
+        }
+        let mut child = cmd
             .arg("--listen")
             .arg("127.0.0.1:0")
-            .arg("--data-dir")
-            .arg(self.dir.join("data"))
             .arg("--config")
             .arg(&cfg_path)
             .env("NO_COLOR", "1")
@@ -140,6 +174,17 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// `n` free loopback ports (bound once and released: good enough on a test machine).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("addr").port())
+        .collect()
 }
 
 /// A raw HTTP answer.

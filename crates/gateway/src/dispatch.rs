@@ -128,20 +128,33 @@ pub fn notification(gw: &Arc<Gateway>, cx: &Cx, method: &str, params: Option<Val
     Reply::Accepted
 }
 
-/// A client's answer to a request the server sent.
-pub fn response(gw: &Arc<Gateway>, id: RequestId, outcome: Result<Value, ErrorObject>) -> Reply {
-    if let RequestId::String(s) = &id {
-        if let Some(rest) = s.strip_prefix("tm-p-") {
-            let _ = rest;
-            if let Some(tx) = gw.plain_pending.lock().remove(s) {
+/// A client's answer to a request the server sent: to a plain call waiting on this node, or
+/// to the task (on whichever node leads it) whose id the request id carries.
+pub fn response(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    id: RequestId,
+    outcome: Result<Value, ErrorObject>,
+) -> Reply {
+    if let RequestId::String(s) = id {
+        if s.starts_with("tm-p-") {
+            if let Some(tx) = gw.plain_pending.lock().remove(&s) {
                 let _ = tx.send(outcome);
             }
-        } else if let Some(rest) = s.strip_prefix("tm-") {
-            if let Some((task_id, _seq)) = rest.rsplit_once('-') {
-                if !gw.router.deliver_response(task_id, s.clone(), outcome) {
-                    tracing::debug!(request_id = %s, "answer for a task that is not running here");
+        } else if let Some((task_id, _seq)) = s.strip_prefix("tm-").and_then(|r| r.rsplit_once('-'))
+        {
+            let task_id = task_id.to_string();
+            let gw = gw.clone();
+            let owner = cx.principal.clone();
+            tokio::spawn(async move {
+                if !gw
+                    .router
+                    .deliver_response(&task_id, &owner, s.clone(), outcome)
+                    .await
+                {
+                    tracing::debug!(request_id = %s, "answer for no waiting task");
                 }
-            }
+            });
         }
     }
     Reply::Accepted

@@ -219,7 +219,7 @@ async fn handle_post(
         Message::Notification { method, params } => {
             (dispatch::notification(&gw, &cx, &method, params), None)
         }
-        Message::Response { id, outcome } => (dispatch::response(&gw, id, outcome), None),
+        Message::Response { id, outcome } => (dispatch::response(&gw, &cx, id, outcome), None),
     };
     respond(&gw, reply, id.as_ref()).await
 }

@@ -126,7 +126,7 @@ impl Gateway {
 
     /// Deliver host events to sessions' GET streams.
     fn spawn_event_fanout(self: &Arc<Self>) {
-        let mut rx = self.router.host().subscribe();
+        let mut rx = self.router.subscribe();
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             loop {
@@ -146,7 +146,7 @@ impl Gateway {
                             gw.sessions.push(session, json);
                         }
                     }
-                    HostEvent::SessionMessage { session, json } => {
+                    HostEvent::SessionMessage { session, json, .. } => {
                         gw.sessions.push(&session, json);
                     }
                 }

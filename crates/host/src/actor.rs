@@ -383,6 +383,7 @@ fn deliver(st: &mut State, json: Arc<Vec<u8>>) {
         if let Some(session) = &st.session {
             let _ = st.host.inner.events.send(HostEvent::SessionMessage {
                 session: session.clone(),
+                task_id: st.task_id.clone(),
                 json,
             });
         }

@@ -65,7 +65,7 @@ pub(crate) fn spawn_shard_loops(host: Host, shard: ShardReplica) {
                 let now = leadership.borrow_and_update().clone();
                 if now.is_leader && led_term != Some(now.term) {
                     led_term = Some(now.term);
-                    take_over(&host, &shard, now.term).await;
+                    take_over(&host, &shard, now.term, false).await;
                 } else if !now.is_leader && led_term.is_some() {
                     led_term = None;
                     stop_shard_actors(&host, shard.shard_id());
@@ -85,6 +85,8 @@ pub(crate) fn spawn_shard_loops(host: Host, shard: ShardReplica) {
             if !shard.is_leader() {
                 continue;
             }
+            // Safety net: a live task of an earlier term with no actor here is taken over.
+            take_over(&host, &shard, shard.current_term(), true).await;
             let now = now_ms();
             let ids = shard.read_local(|s| s.expired(now, host.inner.cfg.expiry_batch));
             if ids.is_empty() {
@@ -148,10 +150,22 @@ fn stop_shard_actors(host: &Host, shard_id: u32) {
 
 /// This node leads the shard in `term`: run every live task whose execution is not running
 /// here, by its tool's resume policy.
-async fn take_over(host: &Host, shard: &ShardReplica, term: u64) {
-    let live: Vec<_> = shard.read_local(|s| s.live().cloned().collect());
+///
+/// The live set is read through the shard's linearizable read, which waits until everything
+/// committed before this leadership (including the previous leader's last creates) is applied:
+/// reading the local state right at the leadership change could miss tasks. `only_older_terms`
+/// limits the pass to executions started under an earlier term (the periodic safety net must
+/// not race a create of this term whose actor is about to start).
+async fn take_over(host: &Host, shard: &ShardReplica, term: u64, only_older_terms: bool) {
+    let live: Vec<_> = match shard.read(|s| s.live().cloned().collect()).await {
+        Ok(live) => live,
+        Err(e) => {
+            tracing::debug!(shard = shard.shard_id(), error = %e, "take-over skipped: not readable as leader");
+            return;
+        }
+    };
     for record in live {
-        if host.actor(&record.task_id).is_some() {
+        if host.actor(&record.task_id).is_some() || (only_older_terms && record.exec_term >= term) {
             continue;
         }
         let tool = host.inner.tools.get(&record.request.tool).cloned();

@@ -113,7 +113,11 @@ pub enum HostEvent {
     Status { record: Box<TaskRecord> },
     /// A task-related JSON-RPC message (request or notification) for a session, delivered on
     /// its GET stream because no `tasks/result` stream is attached.
-    SessionMessage { session: String, json: Arc<Vec<u8>> },
+    SessionMessage {
+        session: String,
+        task_id: String,
+        json: Arc<Vec<u8>>,
+    },
 }
 
 /// A new task as the gateway validated it.
@@ -429,13 +433,22 @@ impl Host {
     }
 
     /// Route a client's answer to an elicitation or sampling request to the task waiting on it.
-    /// Returns whether a live task took it.
+    /// Only the task's owner may answer. Returns whether a live task took it.
     pub fn deliver_response(
         &self,
+        shard_id: u32,
         task_id: &str,
+        owner: &str,
         request_id: String,
         outcome: Result<Value, ErrorObject>,
     ) -> bool {
+        let owned = self
+            .shard(shard_id)
+            .map(|s| s.read_local(|st| st.get(task_id).is_some_and(|r| r.owner == owner)))
+            .unwrap_or(false);
+        if !owned {
+            return false;
+        }
         match self.actor(task_id) {
             Some(actor) => actor
                 .cast(TaskMsg::Response {
@@ -445,6 +458,16 @@ impl Host {
                 .is_ok(),
             None => false,
         }
+    }
+
+    /// The node this node believes leads `shard` (itself included), if any.
+    pub fn shard_leader(&self, shard_id: u32) -> Option<u64> {
+        self.shard(shard_id).ok()?.leadership().borrow().leader
+    }
+
+    /// Whether this node leads `shard` now.
+    pub fn leads(&self, shard_id: u32) -> bool {
+        self.shard(shard_id).is_ok_and(|s| s.is_leader())
     }
 
     pub(crate) fn actor(&self, task_id: &str) -> Option<ActorRef<TaskMsg>> {

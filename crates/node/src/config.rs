@@ -35,6 +35,44 @@ pub struct Config {
     pub raft: RaftConfig,
     pub log: LogConfig,
     pub limits: LimitsConfig,
+    pub cluster: ClusterConfig,
+}
+
+/// Multi-node operation. With no peers the node is the embedded single-node server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Internal gRPC address (Raft traffic and the task service between nodes).
+    pub grpc_listen: Option<SocketAddr>,
+    /// Every node of the cluster, this one included.
+    pub peers: Vec<PeerConfig>,
+    /// Create the cluster's shard groups with all peers as voters (run once, on one node;
+    /// idempotent). Also `--bootstrap`.
+    pub bootstrap: bool,
+    /// How long a request keeps retrying while a shard has no reachable leader, in ms.
+    pub request_retry_ms: u64,
+    /// How long a stopping node waits for the leadership of its shards to move, in ms.
+    pub leader_transfer_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    pub id: u64,
+    /// The peer's internal gRPC address.
+    pub grpc: String,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            grpc_listen: None,
+            peers: Vec::new(),
+            bootstrap: false,
+            request_retry_ms: 5_000,
+            leader_transfer_ms: 3_000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -139,6 +177,7 @@ impl Default for Config {
             raft: RaftConfig::default(),
             log: LogConfig::default(),
             limits: LimitsConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -299,6 +338,35 @@ impl Config {
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             bail!("log.format must be 'text' or 'json'");
+        }
+        if !self.cluster.peers.is_empty() {
+            let me = self
+                .cluster
+                .peers
+                .iter()
+                .filter(|p| p.id == self.node_id)
+                .count();
+            if me != 1 {
+                bail!(
+                    "cluster.peers must list this node (node_id {}) exactly once",
+                    self.node_id
+                );
+            }
+            if self.cluster.grpc_listen.is_none() {
+                bail!("cluster.grpc_listen is required when cluster.peers is set");
+            }
+            let mut ids: Vec<u64> = self.cluster.peers.iter().map(|p| p.id).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            if ids.len() != self.cluster.peers.len() || ids.contains(&0) {
+                bail!("cluster.peers: node ids must be unique and at least 1");
+            }
+            if self.cluster.peers.len() > 3 {
+                bail!("cluster.peers: this version replicates every shard on every node and supports up to 3 nodes");
+            }
+            if self.session.secret.is_none() {
+                bail!("session.secret is required in a cluster (every node must validate every session)");
+            }
         }
         for (token, principal) in &self.auth.tokens {
             if token.len() < 8 || principal.is_empty() {

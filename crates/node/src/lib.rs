@@ -74,7 +74,48 @@ fn session_secret(cfg: &Config, data_dir: &Path) -> anyhow::Result<Vec<u8>> {
     }
 }
 
-/// Run the single-node server until `shutdown` resolves.
+/// Open this node's replica of every shard: single-voter groups without peers, groups over
+/// the gRPC transport in a cluster (registered so that peers' Raft traffic reaches them).
+async fn open_shards(
+    cfg: &Config,
+    db: &sled::Db,
+    registry: &taskmesh_transport::ReplicaRegistry,
+) -> anyhow::Result<Vec<ShardReplica>> {
+    let clustered = !cfg.cluster.peers.is_empty();
+    let pool = taskmesh_transport::PeerChannels::new(Duration::from_secs(1));
+    let transport = taskmesh_transport::TransportConfig::default();
+    let node_addr = cfg
+        .cluster
+        .grpc_listen
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let mut shards = Vec::with_capacity(cfg.shards as usize);
+    for shard_id in 0..cfg.shards {
+        let scfg = ShardConfig {
+            shard_id,
+            node_id: cfg.node_id,
+            node_addr: node_addr.clone(),
+            heartbeat_interval_ms: cfg.raft.heartbeat_interval_ms,
+            election_timeout_min_ms: cfg.raft.election_timeout_min_ms,
+            election_timeout_max_ms: cfg.raft.election_timeout_max_ms,
+            snapshot_logs_since_last: cfg.raft.snapshot_logs_since_last,
+            max_in_snapshot_log_to_keep: cfg.raft.max_in_snapshot_log_to_keep,
+            ..ShardConfig::default()
+        };
+        let replica = if clustered {
+            taskmesh_transport::open_replica(db.clone(), scfg, &pool, &transport).await
+        } else {
+            ShardReplica::open(db.clone(), scfg).await
+        }
+        .map_err(|e| anyhow::anyhow!("opening shard {shard_id}: {e}"))?;
+        registry.insert(replica.clone());
+        shards.push(replica);
+    }
+    Ok(shards)
+}
+
+/// Run a node until `shutdown` resolves: the embedded single-node server when
+/// `cluster.peers` is empty, a cluster member otherwise.
 pub async fn serve(
     cfg: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -88,33 +129,10 @@ pub async fn serve(
         .open()
         .with_context(|| format!("opening the database in {}", data_dir.display()))?;
     check_identity(&db, cfg.shards)?;
+    let clustered = !cfg.cluster.peers.is_empty();
 
-    let mut shards = Vec::with_capacity(cfg.shards as usize);
-    for shard_id in 0..cfg.shards {
-        let scfg = ShardConfig {
-            shard_id,
-            node_id: cfg.node_id,
-            heartbeat_interval_ms: cfg.raft.heartbeat_interval_ms,
-            election_timeout_min_ms: cfg.raft.election_timeout_min_ms,
-            election_timeout_max_ms: cfg.raft.election_timeout_max_ms,
-            snapshot_logs_since_last: cfg.raft.snapshot_logs_since_last,
-            max_in_snapshot_log_to_keep: cfg.raft.max_in_snapshot_log_to_keep,
-            ..ShardConfig::default()
-        };
-        let replica = ShardReplica::open(db.clone(), scfg)
-            .await
-            .map_err(|e| anyhow::anyhow!("opening shard {shard_id}: {e}"))?;
-        replica
-            .bootstrap_single()
-            .await
-            .map_err(|e| anyhow::anyhow!("initialising shard {shard_id}: {e}"))?;
-        shards.push(replica);
-    }
-    for s in &shards {
-        s.wait_leader(Duration::from_secs(30))
-            .await
-            .map_err(|e| anyhow::anyhow!("shard {} has no leader: {e}", s.shard_id()))?;
-    }
+    let registry = taskmesh_transport::ReplicaRegistry::new();
+    let shards = open_shards(&cfg, &db, &registry).await?;
 
     let tools = if cfg.tools.builtin {
         ToolRegistry::with_builtins()
@@ -122,8 +140,79 @@ pub async fn serve(
         ToolRegistry::new()
     };
     let host = Host::new(cfg.host_config(), Arc::new(tools), shards.clone());
+
+    // In a cluster the internal gRPC server must run before the groups can elect.
+    let (grpc_stop_tx, grpc_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut grpc_server = None;
+    let router = if clustered {
+        let addrs: std::collections::HashMap<u64, String> = cfg
+            .cluster
+            .peers
+            .iter()
+            .map(|p| (p.id, p.grpc.clone()))
+            .collect();
+        let peers = Arc::new(
+            taskmesh_router::Peers::new(addrs.clone(), Duration::from_secs(30))
+                .map_err(|e| anyhow::anyhow!("cluster.peers: {e}"))?,
+        );
+        let book_addrs = addrs.clone();
+        let book: taskmesh_router::service::AddressBook =
+            Arc::new(move |id| book_addrs.get(&id).cloned());
+        let grpc_addr = cfg
+            .cluster
+            .grpc_listen
+            .context("cluster.grpc_listen is required")?;
+        let listener = tokio::net::TcpListener::bind(grpc_addr)
+            .await
+            .with_context(|| format!("binding {grpc_addr}"))?;
+        let raft_svc =
+            taskmesh_transport::RaftService::new(cfg.node_id, registry.clone()).into_server();
+        let task_svc = taskmesh_router::service::TaskGrpc::new(host.clone(), book).into_server();
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        grpc_server = Some(tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(raft_svc)
+                .add_service(task_svc)
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = grpc_stop_rx.await;
+                })
+                .await
+        }));
+        if cfg.cluster.bootstrap {
+            let members: std::collections::BTreeMap<u64, String> = addrs.into_iter().collect();
+            for s in &shards {
+                s.bootstrap(members.clone())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("bootstrapping shard {}: {e}", s.shard_id()))?;
+            }
+            tracing::info!(
+                nodes = members.len(),
+                shards = cfg.shards,
+                "cluster bootstrapped"
+            );
+        }
+        taskmesh_router::Router::with_peers(
+            host.clone(),
+            cfg.node_id,
+            Some(peers),
+            Duration::from_millis(cfg.cluster.request_retry_ms),
+        )
+    } else {
+        for s in &shards {
+            s.bootstrap_single()
+                .await
+                .map_err(|e| anyhow::anyhow!("initialising shard {}: {e}", s.shard_id()))?;
+        }
+        for s in &shards {
+            s.wait_leader(Duration::from_secs(30))
+                .await
+                .map_err(|e| anyhow::anyhow!("shard {} has no leader: {e}", s.shard_id()))?;
+        }
+        Router::new(host.clone())
+    };
     host.start();
-    let router = Router::new(host.clone());
+
     let gw_cfg = GatewayConfig {
         secret: session_secret(&cfg, &data_dir)?,
         ..cfg.gateway_config()
@@ -135,7 +224,7 @@ pub async fn serve(
         .await
         .with_context(|| format!("binding {}", cfg.listen))?;
     let local: SocketAddr = listener.local_addr()?;
-    tracing::info!(address = %local, data_dir = %data_dir.display(), shards = cfg.shards, "taskmesh listening on http://{local}/mcp");
+    tracing::info!(address = %local, data_dir = %data_dir.display(), shards = cfg.shards, node = cfg.node_id, "taskmesh listening on http://{local}/mcp");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
@@ -146,6 +235,9 @@ pub async fn serve(
             .await
     });
     shutdown.await;
+    if clustered {
+        hand_over_leadership(&cfg, &shards).await;
+    }
     tracing::info!("shutting down: draining open streams");
     let _ = stop_tx.send(());
     let drain = Duration::from_millis(cfg.shutdown_drain_ms);
@@ -161,6 +253,10 @@ pub async fn serve(
             tracing::warn!(shard = s.shard_id(), error = %e, "shard shutdown");
         }
     }
+    let _ = grpc_stop_tx.send(());
+    if let Some(g) = grpc_server {
+        let _ = tokio::time::timeout(Duration::from_secs(2), g).await;
+    }
     let flushing = db.clone();
     tokio::task::spawn_blocking(move || flushing.flush())
         .await
@@ -168,6 +264,26 @@ pub async fn serve(
         .context("flushing the database")?;
     tracing::info!("taskmesh stopped; data flushed");
     Ok(())
+}
+
+/// Before a planned stop: hand the leadership of every shard this node leads to the most
+/// up-to-date other voter and wait (bounded) until another leader is visible, so clients see
+/// no unavailability.
+async fn hand_over_leadership(cfg: &Config, shards: &[ShardReplica]) {
+    let budget = Duration::from_millis(cfg.cluster.leader_transfer_ms);
+    let led: Vec<&ShardReplica> = shards.iter().filter(|s| s.is_leader()).collect();
+    let moves = led
+        .iter()
+        .map(|s| async move { (s.shard_id(), s.step_down(budget).await) });
+    let mut moved = 0usize;
+    for (shard, result) in futures::future::join_all(moves).await {
+        match result {
+            Ok(_) => moved += 1,
+            Err(e) => tracing::warn!(shard, error = %e, "leadership hand-over failed"),
+        }
+    }
+    let still = shards.iter().filter(|s| s.is_leader()).count();
+    tracing::info!(moved, still_leading = still, "leadership handed over");
 }
 
 impl Config {

@@ -1,13 +1,27 @@
 //! The router: task id -> shard -> the node that leads it.
 //!
 //! The shard of a task is `stable_hash(taskId) mod shards` (see `taskmesh_task::shard_of`).
-//! Requests for a shard this node leads are answered in-process by the [`Host`], with no
-//! network hop. `tasks/list` fans out to every shard and merges the pages in task-id order.
+//! When this node leads the shard, the [`Host`] answers in-process with no network hop.
+//! Otherwise the request goes over gRPC (`taskmesh.v1.TaskService`, see [`remote`]) to the
+//! node this node believes leads it; a `NotLeader` answer carries a hint that is followed, and
+//! an unreachable or leaderless shard is retried until `retry_budget` runs out (an election
+//! takes about a second). Every write is idempotent by task id, so a retry never creates or
+//! applies twice. `tasks/list` fans out to every shard and merges the pages in task-id order.
+
+pub mod convert;
+pub mod remote;
+pub mod service;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
-use taskmesh_host::{Attachment, Host, HostError, NewTask};
+use taskmesh_host::{Attachment, Host, HostError, HostEvent, NewTask};
 use taskmesh_mcp::ErrorObject;
 use taskmesh_task::{shard_of, TaskRecord};
+use tokio::sync::broadcast;
+
+pub use remote::Peers;
 
 /// Longest task id the router looks up; anything longer cannot be one of ours.
 pub const MAX_TASK_ID_LEN: usize = 128;
@@ -16,6 +30,10 @@ pub const MAX_TASK_ID_LEN: usize = 128;
 pub struct Router {
     host: Host,
     shards: u32,
+    node_id: u64,
+    peers: Option<Arc<Peers>>,
+    retry_budget: Duration,
+    events: broadcast::Sender<HostEvent>,
 }
 
 /// 128 bits from the OS CSPRNG, as 32 lowercase hex digits.
@@ -26,10 +44,39 @@ pub fn mint_task_id() -> Result<String, HostError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Where a request for a shard goes.
+enum Route {
+    Local,
+    Remote(u64),
+    /// No leader known yet.
+    Unknown,
+}
+
 impl Router {
+    /// A single-node router: every shard is local.
     pub fn new(host: Host) -> Self {
+        Self::with_peers(host, 0, None, Duration::from_secs(5))
+    }
+
+    /// A cluster router: shards this node does not lead are reached through `peers`.
+    pub fn with_peers(
+        host: Host,
+        node_id: u64,
+        peers: Option<Arc<Peers>>,
+        retry_budget: Duration,
+    ) -> Self {
         let shards = host.shard_count();
-        Self { host, shards }
+        let (events, _) = broadcast::channel(8192);
+        let router = Self {
+            host,
+            shards,
+            node_id,
+            peers,
+            retry_budget,
+            events,
+        };
+        router.spawn_event_merge();
+        router
     }
 
     pub fn host(&self) -> &Host {
@@ -40,6 +87,35 @@ impl Router {
         shard_of(task_id, self.shards)
     }
 
+    /// Status changes and session messages of every task, wherever its leader runs.
+    pub fn subscribe(&self) -> broadcast::Receiver<HostEvent> {
+        self.events.subscribe()
+    }
+
+    /// Merge local host events with every peer's watch stream into one channel.
+    fn spawn_event_merge(&self) {
+        let mut local = self.host.subscribe();
+        let out = self.events.clone();
+        tokio::spawn(async move {
+            loop {
+                match local.recv().await {
+                    Ok(ev) => {
+                        let _ = out.send(ev);
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => return,
+                }
+            }
+        });
+        if let Some(peers) = &self.peers {
+            for id in peers.ids() {
+                if id != self.node_id {
+                    remote::spawn_watch(peers.clone(), id, self.events.clone());
+                }
+            }
+        }
+    }
+
     fn check_id(task_id: &str) -> Result<(), HostError> {
         if task_id.is_empty() || task_id.len() > MAX_TASK_ID_LEN {
             return Err(HostError::NotFound);
@@ -47,37 +123,144 @@ impl Router {
         Ok(())
     }
 
+    fn route(&self, shard: u32, hint: Option<u64>) -> Route {
+        if self.peers.is_none() || self.host.leads(shard) {
+            return Route::Local;
+        }
+        match hint.or_else(|| self.host.shard_leader(shard)) {
+            Some(id) if id == self.node_id => Route::Local,
+            Some(id) => Route::Remote(id),
+            None => Route::Unknown,
+        }
+    }
+
+    /// Run `op` against the shard's leader, following hints and retrying while the shard has
+    /// no reachable leader, within the retry budget.
+    async fn on_leader<T, L, R, LF, RF>(
+        &self,
+        shard: u32,
+        local: L,
+        remote: R,
+    ) -> Result<T, HostError>
+    where
+        L: Fn() -> LF,
+        R: Fn(Arc<Peers>, u64) -> RF,
+        LF: std::future::Future<Output = Result<T, HostError>>,
+        RF: std::future::Future<Output = Result<T, HostError>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.retry_budget;
+        let mut hint = None;
+        loop {
+            let result = match self.route(shard, hint.take()) {
+                Route::Local => local().await,
+                Route::Remote(id) => match &self.peers {
+                    Some(p) => remote(p.clone(), id).await,
+                    None => local().await,
+                },
+                Route::Unknown => Err(HostError::Unavailable(format!(
+                    "shard {shard} has no leader"
+                ))),
+            };
+            match result {
+                Err(HostError::NotLeader { leader_hint, .. })
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    hint = leader_hint
+                        .filter(|h| Some(*h) != Some(self.node_id) || self.host.leads(shard));
+                    if hint.is_none() {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+                Err(HostError::Unavailable(_))
+                    if tokio::time::Instant::now() < deadline && self.peers.is_some() =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     pub async fn create(&self, new: NewTask) -> Result<TaskRecord, HostError> {
         let shard = self.shard_of(&new.task_id);
-        self.host.create(shard, new).await
+        self.on_leader(
+            shard,
+            || self.host.create(shard, new.clone()),
+            |p, id| {
+                let new = new.clone();
+                async move { p.create(id, shard, &new).await }
+            },
+        )
+        .await
     }
 
     pub async fn get(&self, task_id: &str, owner: &str) -> Result<TaskRecord, HostError> {
         Self::check_id(task_id)?;
-        self.host.get(self.shard_of(task_id), task_id, owner).await
+        let shard = self.shard_of(task_id);
+        self.on_leader(
+            shard,
+            || self.host.get(shard, task_id, owner),
+            |p, id| async move { p.get(id, shard, task_id, owner).await },
+        )
+        .await
     }
 
     pub async fn cancel(&self, task_id: &str, owner: &str) -> Result<TaskRecord, HostError> {
         Self::check_id(task_id)?;
-        self.host
-            .cancel(self.shard_of(task_id), task_id, owner)
-            .await
+        let shard = self.shard_of(task_id);
+        self.on_leader(
+            shard,
+            || self.host.cancel(shard, task_id, owner),
+            |p, id| async move { p.cancel(id, shard, task_id, owner).await },
+        )
+        .await
     }
 
     pub async fn attach(&self, task_id: &str, owner: &str) -> Result<Attachment, HostError> {
         Self::check_id(task_id)?;
-        self.host
-            .attach(self.shard_of(task_id), task_id, owner)
-            .await
+        let shard = self.shard_of(task_id);
+        self.on_leader(
+            shard,
+            || self.host.attach(shard, task_id, owner),
+            |p, id| async move { p.attach(id, shard, task_id, owner).await },
+        )
+        .await
     }
 
-    pub fn deliver_response(
+    /// Route a client's answer to the task that asked. Returns whether a live task took it.
+    pub async fn deliver_response(
         &self,
         task_id: &str,
+        owner: &str,
         request_id: String,
         outcome: Result<Value, ErrorObject>,
     ) -> bool {
-        Self::check_id(task_id).is_ok() && self.host.deliver_response(task_id, request_id, outcome)
+        if Self::check_id(task_id).is_err() {
+            return false;
+        }
+        let shard = self.shard_of(task_id);
+        self.on_leader(
+            shard,
+            || {
+                let ok = self.host.deliver_response(
+                    shard,
+                    task_id,
+                    owner,
+                    request_id.clone(),
+                    outcome.clone(),
+                );
+                async move { Ok(ok) }
+            },
+            |p, id| {
+                let (rid, out) = (request_id.clone(), outcome.clone());
+                async move {
+                    p.deliver_response(id, shard, task_id, owner, &rid, out)
+                        .await
+                }
+            },
+        )
+        .await
+        .unwrap_or(false)
     }
 
     /// One page of `owner`'s tasks with ids after `after`, merged over all shards in id order;
@@ -91,7 +274,14 @@ impl Router {
         let limit = limit.max(1);
         let mut merged = Vec::new();
         for shard in 0..self.shards {
-            merged.extend(self.host.list(shard, owner, after, limit + 1).await?);
+            let page = self
+                .on_leader(
+                    shard,
+                    || self.host.list(shard, owner, after, limit + 1),
+                    |p, id| async move { p.list(id, shard, owner, after, limit + 1).await },
+                )
+                .await?;
+            merged.extend(page);
         }
         merged.sort_by(|a, b| a.task_id.cmp(&b.task_id));
         let more = merged.len() > limit;

@@ -24,6 +24,9 @@ pub struct ShardConfig {
     /// How long a read waits for the state machine to catch up with its read point, and how
     /// long [`crate::ShardReplica::trigger_snapshot`] waits for the snapshot.
     pub wait_timeout_ms: u64,
+    /// The time budget openraft gives the network for sending a snapshot to a follower and
+    /// having it installed (the network applies it per chunk and to the final install).
+    pub install_snapshot_timeout_ms: u64,
 }
 
 impl Default for ShardConfig {
@@ -39,6 +42,7 @@ impl Default for ShardConfig {
             max_in_snapshot_log_to_keep: 1_000,
             event_buffer: 4096,
             wait_timeout_ms: 10_000,
+            install_snapshot_timeout_ms: 5_000,
         }
     }
 }
@@ -46,8 +50,10 @@ impl Default for ShardConfig {
 impl ShardConfig {
     /// The openraft configuration of this group: timings and snapshot policy from the settings,
     /// Pre-Vote on. The leader lease is always on in this openraft version (it lasts
-    /// `election_timeout_max_ms`); a single-voter group restores its leadership at once on
-    /// restart (openraft's default `enable_leader_restore`).
+    /// `election_timeout_max_ms`); a restarted leader may restore its leadership without an
+    /// election when no other member has moved on (openraft's default `enable_leader_restore`,
+    /// safe here because applies are flushed and the committed log id is persisted), which
+    /// makes a single-voter group leader again at once.
     pub fn raft_config(&self) -> Result<Config, ShardError> {
         let cfg = Config {
             cluster_name: format!("taskmesh-shard-{}", self.shard_id),
@@ -56,6 +62,7 @@ impl ShardConfig {
             election_timeout_max: self.election_timeout_max_ms,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_logs_since_last.max(1)),
             max_in_snapshot_log_to_keep: self.max_in_snapshot_log_to_keep,
+            install_snapshot_timeout: self.install_snapshot_timeout_ms,
             enable_pre_vote: Some(true),
             ..Config::default()
         };
@@ -77,6 +84,7 @@ mod tests {
         assert_eq!(cfg.snapshot_policy, SnapshotPolicy::LogsSinceLast(10_000));
         assert_eq!(cfg.max_in_snapshot_log_to_keep, 1_000);
         assert_eq!(cfg.enable_pre_vote, Some(true));
+        assert_eq!(cfg.install_snapshot_timeout, 5_000);
     }
 
     #[test]

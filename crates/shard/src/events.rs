@@ -4,7 +4,9 @@ use taskmesh_task::TaskRecord;
 
 /// A change made by an applied command, emitted after the apply is durable, in log order.
 ///
-/// Installing a snapshot (a follower catching up) replaces the whole state and emits no events.
+/// Installing a snapshot (a follower catching up) replaces the whole state and emits no events:
+/// [`crate::ShardReplica::snapshot_installs`] tells when that happened, so that whoever keeps
+/// state derived from the events rebuilds it from [`crate::ShardReplica::read_local`].
 // The record is kept inline (not boxed) so that subscribers match on it directly.
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]

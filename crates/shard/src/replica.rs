@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
+use openraft::errors::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::metrics::{RaftMetrics, WaitError};
 use openraft::network::{NetSnapshot, RaftNetworkFactory};
 use openraft::{LinearizerOption, Raft};
@@ -30,6 +31,7 @@ struct Inner {
     log: LogStore,
     db: sled::Db,
     leadership: watch::Receiver<Leadership>,
+    members: watch::Receiver<BTreeMap<u64, String>>,
     watcher: JoinHandle<()>,
 }
 
@@ -51,6 +53,14 @@ fn leadership_of(m: &RaftMetrics<TypeConfig>) -> Leadership {
         term: m.current_term,
         leader: m.current_leader,
     }
+}
+
+/// The members of the effective membership with their addresses.
+fn members_of(m: &RaftMetrics<TypeConfig>) -> BTreeMap<u64, String> {
+    m.membership_config
+        .nodes()
+        .map(|(id, node)| (*id, node.addr.clone()))
+        .collect()
 }
 
 fn wait_error(e: WaitError) -> ShardError {
@@ -85,11 +95,30 @@ impl ShardReplica {
         let raft = Raft::new(cfg.node_id, raft_config, network, log.clone(), sm.clone()).await?;
 
         let mut metrics = raft.metrics();
-        let initial = leadership_of(&metrics.borrow_watched());
+        let (initial, initial_members, mut members_at) = {
+            let m = metrics.borrow_watched();
+            (
+                leadership_of(&m),
+                members_of(&m),
+                *m.membership_config.log_id(),
+            )
+        };
         let (tx, leadership) = watch::channel(initial);
+        let (members_tx, members) = watch::channel(initial_members);
         let watcher = tokio::spawn(async move {
             loop {
-                let now = leadership_of(&metrics.borrow_watched());
+                let (now, membership) = {
+                    let m = metrics.borrow_watched();
+                    let at = *m.membership_config.log_id();
+                    // The member list is rebuilt only when the membership itself changed.
+                    let membership = (at != members_at).then(|| (at, members_of(&m)));
+                    (leadership_of(&m), membership)
+                };
+                // Members first: whoever sees a new leadership sees its membership too.
+                if let Some((at, list)) = membership {
+                    members_at = at;
+                    members_tx.send_replace(list);
+                }
                 tx.send_if_modified(|current| {
                     if *current == now {
                         false
@@ -104,7 +133,7 @@ impl ShardReplica {
             }
         });
 
-        tracing::info!(
+        tracing::debug!(
             shard = cfg.shard_id,
             node = cfg.node_id,
             records = sm.read(|s| s.len()),
@@ -118,26 +147,57 @@ impl ShardReplica {
                 log,
                 db,
                 leadership,
+                members,
                 watcher,
             }),
         })
     }
 
     /// Single-voter bootstrap: when the group has never been initialised, make it a one-member
-    /// group of this node. Idempotent.
+    /// group of this node (at [`ShardConfig::node_addr`]). Idempotent.
     pub async fn bootstrap_single(&self) -> Result<(), ShardError> {
+        let mut members = BTreeMap::new();
+        members.insert(self.inner.cfg.node_id, self.inner.cfg.node_addr.clone());
+        self.bootstrap(members).await
+    }
+
+    /// Bootstrap the group with `members` (node id to the address its peers reach it at) as its
+    /// voters, when it has never been initialised; a no-op when it has (its log or vote is not
+    /// empty). Idempotent.
+    ///
+    /// Every initial member may call this with the same `members` (calling it on one member is
+    /// enough: the others join when the elected leader replicates the membership to them), but
+    /// never with different ones. This node must be a member, and a group of several members
+    /// needs an address for each.
+    pub async fn bootstrap(&self, members: BTreeMap<u64, String>) -> Result<(), ShardError> {
+        let me = self.inner.cfg.node_id;
+        if !members.contains_key(&me) {
+            return Err(ShardError::Fatal(format!(
+                "node {me} is not among the initial members {:?} of shard {}",
+                members.keys().collect::<Vec<_>>(),
+                self.inner.cfg.shard_id
+            )));
+        }
+        if members.len() > 1 {
+            if let Some((id, _)) = members.iter().find(|(_, addr)| addr.trim().is_empty()) {
+                return Err(ShardError::Fatal(format!(
+                    "member {id} of shard {} has no address",
+                    self.inner.cfg.shard_id
+                )));
+            }
+        }
         let raft = &self.inner.raft;
         if raft.is_initialized().await? {
             return Ok(());
         }
-        let mut members = BTreeMap::new();
-        members.insert(self.inner.cfg.node_id, Node::new(&self.inner.cfg.node_addr));
-        match raft.initialize(members).await {
+        let nodes: BTreeMap<u64, Node> = members
+            .into_iter()
+            .map(|(id, addr)| (id, Node::new(addr)))
+            .collect();
+        match raft.initialize(nodes).await {
             Ok(()) => Ok(()),
             // Initialised meanwhile (or has a log already): nothing to do.
-            Err(openraft::errors::RaftError::APIError(
-                openraft::errors::InitializeError::NotAllowed(_),
-            )) => Ok(()),
+            Err(RaftError::APIError(openraft::errors::InitializeError::NotAllowed(_))) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -233,6 +293,140 @@ impl ShardReplica {
     /// membership changes.
     pub fn raft(&self) -> &ShardRaft {
         &self.inner.raft
+    }
+
+    /// The members of the group's effective membership (voters and learners) with the address
+    /// each is reached at, as this replica knows them.
+    pub fn members(&self) -> BTreeMap<u64, String> {
+        members_of(&self.inner.raft.metrics().borrow_watched())
+    }
+
+    /// A watch of [`ShardReplica::members`]: it changes when the group's effective membership
+    /// changes (a member added or removed, or an address updated by
+    /// [`ShardReplica::set_node_addr`]). A network resolves member addresses through it, since
+    /// openraft keeps its open connections to a member whose address changed.
+    pub fn members_watch(&self) -> watch::Receiver<BTreeMap<u64, String>> {
+        self.inner.members.clone()
+    }
+
+    /// The voters of the group's effective membership, as this replica knows them.
+    pub fn voters(&self) -> Vec<u64> {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow_watched();
+        m.membership_config.voter_ids().collect()
+    }
+
+    /// Change the address member `node_id` is reached at, through the log (leader only; the
+    /// node keeps its id and its role). Returns once the new membership is committed.
+    pub async fn set_node_addr(&self, node_id: u64, addr: String) -> Result<(), ShardError> {
+        if addr.trim().is_empty() {
+            return Err(ShardError::Fatal(format!(
+                "empty address for node {node_id} of shard {}",
+                self.inner.cfg.shard_id
+            )));
+        }
+        if !self.members().contains_key(&node_id) {
+            return Err(ShardError::Fatal(format!(
+                "node {node_id} is not a member of shard {}",
+                self.inner.cfg.shard_id
+            )));
+        }
+        let mut nodes = BTreeMap::new();
+        nodes.insert(node_id, Node::new(addr));
+        // A leader cannot change the membership before the first entry of its term, or the
+        // previous membership change, has committed: retry those for a while.
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(self.inner.cfg.wait_timeout_ms);
+        let retry = Duration::from_millis((self.inner.cfg.heartbeat_interval_ms / 2).max(10));
+        loop {
+            let change = openraft::ChangeMembers::SetNodes(nodes.clone());
+            match self.inner.raft.change_membership(change, true).await {
+                Ok(_) => return Ok(()),
+                Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                    ChangeMembershipError::InProgress(_)
+                    | ChangeMembershipError::UncommittedLeaderLog(_),
+                ))) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(retry).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Ask openraft to hand this group's leadership to voter `to` and return at once.
+    ///
+    /// The leader stops accepting proposals, tells every voter (they drop their leader lease so
+    /// that `to` can win at once) and `to` starts an election as soon as it has flushed the
+    /// leader's log. [`ShardReplica::leadership`] shows the outcome. Not leader:
+    /// [`ShardError::NotLeader`]; `to` is this node: nothing to do.
+    pub async fn transfer_leader(&self, to: u64) -> Result<(), ShardError> {
+        let me = self.inner.cfg.node_id;
+        let (is_leader, leader_hint) = {
+            let metrics = self.inner.raft.metrics();
+            let m = metrics.borrow_watched();
+            (m.state.is_leader(), m.current_leader)
+        };
+        if !is_leader {
+            return Err(ShardError::NotLeader { leader_hint });
+        }
+        if to == me {
+            return Ok(());
+        }
+        if !self.voters().contains(&to) {
+            return Err(ShardError::Fatal(format!(
+                "node {to} is not a voter of shard {}",
+                self.inner.cfg.shard_id
+            )));
+        }
+        self.inner.raft.trigger().transfer_leader(to).await?;
+        Ok(())
+    }
+
+    /// Hand the leadership over to the most up-to-date other voter and wait (at most
+    /// `timeout`) until this replica sees another leader, which is returned. `Ok(None)`: this
+    /// replica is not the leader, or it is the group's only voter.
+    pub async fn step_down(&self, timeout: Duration) -> Result<Option<u64>, ShardError> {
+        let me = self.inner.cfg.node_id;
+        let target = {
+            let metrics = self.inner.raft.metrics();
+            let m = metrics.borrow_watched();
+            if !(m.state.is_leader() && m.current_leader == Some(me)) {
+                return Ok(None);
+            }
+            let voters: Vec<u64> = m.membership_config.voter_ids().collect();
+            let matched = m.replication.clone().unwrap_or_default();
+            voters
+                .into_iter()
+                .filter(|v| *v != me)
+                .max_by_key(|v| (matched.get(v).cloned().flatten(), std::cmp::Reverse(*v)))
+        };
+        let Some(target) = target else {
+            return Ok(None);
+        };
+        self.transfer_leader(target).await?;
+        let mut rx = self.inner.leadership.clone();
+        let waited = tokio::time::timeout(
+            timeout,
+            rx.wait_for(|l| !l.is_leader && l.leader.is_some_and(|id| id != me)),
+        )
+        .await;
+        match waited {
+            Ok(Ok(l)) => Ok(l.leader),
+            Ok(Err(_)) => Err(ShardError::Unavailable("the shard is shutting down".into())),
+            Err(_) => Err(ShardError::Unavailable(format!(
+                "no other leader after {timeout:?} of handing over to node {target}"
+            ))),
+        }
+    }
+
+    /// A watch of the last log id of the latest snapshot this replica installed from a leader
+    /// (a follower that fell behind the leader's purged log catches up that way).
+    ///
+    /// An installed snapshot replaces the whole state and emits no [`ShardEvent`]s, so whoever
+    /// keeps state derived from the events (waiters, live-task actors) rebuilds it from
+    /// [`ShardReplica::read_local`] when this changes.
+    pub fn snapshot_installs(&self) -> watch::Receiver<Option<LogId>> {
+        self.inner.sm.snapshot_installs()
     }
 
     /// Stop the group's Raft and flush the database. Other calls fail afterwards.

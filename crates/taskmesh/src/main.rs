@@ -34,6 +34,19 @@ enum Command {
         #[arg(long, env = "TASKMESH_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Run one node of a cluster (node id, addresses, peers and data dir from the config).
+    Node {
+        /// TOML configuration file (also TASKMESH_CONFIG).
+        #[arg(long, env = "TASKMESH_CONFIG")]
+        config: PathBuf,
+        /// Create the cluster's shard groups with every configured peer as a voter. Run once,
+        /// on one node; repeating it is harmless.
+        #[arg(long)]
+        bootstrap: bool,
+        /// Listen address for MCP, overriding the config.
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+    },
 }
 
 fn init_logging(cfg: &Config) {
@@ -71,6 +84,17 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + S
     })
 }
 
+fn run(cfg: Config) -> anyhow::Result<()> {
+    init_logging(&cfg);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let shutdown = shutdown_signal()?;
+        taskmesh_node::serve(cfg, shutdown).await
+    })
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
@@ -78,20 +102,32 @@ fn main() -> anyhow::Result<()> {
             listen,
             data_dir,
             config,
+        } => run(Config::load(
+            config.as_deref(),
+            std::env::vars(),
+            Overrides { listen, data_dir },
+        )?),
+        Command::Node {
+            config,
+            bootstrap,
+            listen,
         } => {
-            let cfg = Config::load(
-                config.as_deref(),
+            let mut cfg = Config::load(
+                Some(&config),
                 std::env::vars(),
-                Overrides { listen, data_dir },
+                Overrides {
+                    listen,
+                    data_dir: None,
+                },
             )?;
-            init_logging(&cfg);
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async {
-                let shutdown = shutdown_signal()?;
-                taskmesh_node::serve(cfg, shutdown).await
-            })
+            if cfg.cluster.peers.is_empty() {
+                anyhow::bail!(
+                    "`taskmesh node` needs [cluster] peers in {}",
+                    config.display()
+                );
+            }
+            cfg.cluster.bootstrap |= bootstrap;
+            run(cfg)
         }
     }
 }

@@ -10,7 +10,7 @@ use openraft::OptionalSend;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use taskmesh_task::{Applied, ShardState, TaskRecord};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use super::{decode, encode, read_json, tree_name};
 use crate::events::ShardEvent;
@@ -56,6 +56,8 @@ struct Shared {
     tree: sled::Tree,
     data: RwLock<SmData>,
     events: broadcast::Sender<ShardEvent>,
+    /// The last log id of the latest snapshot installed from a leader (`None`: none yet).
+    installed: watch::Sender<Option<LogId>>,
     /// Serialises writes and reads of the current snapshot (meta and data are two keys).
     snapshot_io: Mutex<()>,
 }
@@ -127,6 +129,7 @@ impl StateMachineStore {
             records.push(decode::<TaskRecord>(&value)?);
         }
         let (events, _) = broadcast::channel(event_buffer.max(1));
+        let (installed, _) = watch::channel(None);
         Ok(Self {
             shared: Arc::new(Shared {
                 db: db.clone(),
@@ -137,6 +140,7 @@ impl StateMachineStore {
                     membership,
                 }),
                 events,
+                installed,
                 snapshot_io: Mutex::new(()),
             }),
         })
@@ -156,6 +160,13 @@ impl StateMachineStore {
     /// Receive a [`ShardEvent`] for every change applied from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<ShardEvent> {
         self.shared.events.subscribe()
+    }
+
+    /// A watch of the last log id of the latest snapshot installed from a leader in this
+    /// process. It changes every time an installed snapshot replaces the whole state, which
+    /// emits no [`ShardEvent`]s.
+    pub fn snapshot_installs(&self) -> watch::Receiver<Option<LogId>> {
+        self.shared.installed.subscribe()
     }
 
     /// Apply one entry in memory and queue its durable effects.
@@ -319,12 +330,20 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         super::flush(&self.shared.db).await?;
 
         let state = ShardState::from_records(payload.records);
-        let mut data = self.shared.data.write();
-        *data = SmData {
-            state,
-            applied: meta.last_log_id,
-            membership: meta.last_membership.clone(),
-        };
+        {
+            let mut data = self.shared.data.write();
+            *data = SmData {
+                state,
+                applied: meta.last_log_id,
+                membership: meta.last_membership.clone(),
+            };
+        }
+        tracing::info!(
+            last_log_id = ?meta.last_log_id,
+            records = self.read(|s| s.len()),
+            "installed a snapshot from the leader"
+        );
+        self.shared.installed.send_replace(meta.last_log_id);
         Ok(())
     }
 

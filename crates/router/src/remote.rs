@@ -1,0 +1,309 @@
+//! The client half of the router: `taskmesh.v1.TaskService` calls to the node that leads a
+//! shard. One lazily connected channel per peer, shared by every request to it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::Value;
+use taskmesh_host::{Attachment, HostError, HostEvent, NewTask};
+use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
+use taskmesh_rpc::v1::{self, task_service_client::TaskServiceClient};
+use taskmesh_task::{TaskRecord, ToolRequest};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::convert::{error_from_status, record_from_pb, request_to_pb, status_from_pb};
+
+/// The other nodes of the cluster, by node id.
+pub struct Peers {
+    clients: HashMap<u64, TaskServiceClient<Channel>>,
+    addrs: HashMap<u64, String>,
+}
+
+impl Peers {
+    /// `addrs`: node id -> gRPC address (`host:port`), this node included or not.
+    pub fn new(addrs: HashMap<u64, String>, request_timeout: Duration) -> Result<Self, String> {
+        let mut clients = HashMap::new();
+        for (id, addr) in &addrs {
+            let ep = Endpoint::from_shared(format!("http://{addr}"))
+                .map_err(|e| format!("peer {id} address {addr}: {e}"))?
+                .connect_timeout(Duration::from_secs(1))
+                .timeout(request_timeout)
+                .tcp_nodelay(true);
+            clients.insert(*id, TaskServiceClient::new(ep.connect_lazy()));
+        }
+        Ok(Self { clients, addrs })
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.clients.keys().copied().collect()
+    }
+
+    pub fn address(&self, id: u64) -> Option<String> {
+        self.addrs.get(&id).cloned()
+    }
+
+    fn client(&self, id: u64) -> Result<TaskServiceClient<Channel>, HostError> {
+        self.clients
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| HostError::Unavailable(format!("unknown node {id}")))
+    }
+
+    fn record(r: Option<v1::TaskRecord>) -> Result<TaskRecord, HostError> {
+        r.and_then(record_from_pb)
+            .ok_or_else(|| HostError::Internal("malformed task record from a peer".into()))
+    }
+
+    pub async fn create(
+        &self,
+        id: u64,
+        shard: u32,
+        new: &NewTask,
+    ) -> Result<TaskRecord, HostError> {
+        let req = v1::CreateTaskRequest {
+            shard,
+            owner: new.owner.clone(),
+            task_id: new.task_id.clone(),
+            session: new.session.clone(),
+            requested_ttl_ms: new.ttl_ms,
+            request: Some(request_to_pb(&ToolRequest {
+                tool: new.tool.clone(),
+                arguments_json: Value::Object(new.arguments.clone()).to_string(),
+                progress_token_json: new.progress_token.as_ref().map(|t| t.to_string()),
+                client: new.client,
+            })),
+        };
+        let r = self
+            .client(id)?
+            .create_task(req)
+            .await
+            .map_err(|s| error_from_status(shard, &s))?;
+        Self::record(r.into_inner().task)
+    }
+
+    pub async fn get(
+        &self,
+        id: u64,
+        shard: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<TaskRecord, HostError> {
+        let req = v1::GetTaskRequest {
+            shard,
+            owner: owner.into(),
+            task_id: task_id.into(),
+        };
+        let r = self
+            .client(id)?
+            .get_task(req)
+            .await
+            .map_err(|s| error_from_status(shard, &s))?;
+        Self::record(r.into_inner().task)
+    }
+
+    pub async fn cancel(
+        &self,
+        id: u64,
+        shard: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<TaskRecord, HostError> {
+        let req = v1::CancelTaskRequest {
+            shard,
+            owner: owner.into(),
+            task_id: task_id.into(),
+            message: None,
+        };
+        let r = self
+            .client(id)?
+            .cancel_task(req)
+            .await
+            .map_err(|s| error_from_status(shard, &s))?;
+        Self::record(r.into_inner().task)
+    }
+
+    pub async fn list(
+        &self,
+        id: u64,
+        shard: u32,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>, HostError> {
+        let req = v1::ListTasksRequest {
+            shard,
+            owner: owner.into(),
+            after_task_id: after.map(str::to_string),
+            limit: limit.min(u32::MAX as usize) as u32,
+        };
+        let r = self
+            .client(id)?
+            .list_tasks(req)
+            .await
+            .map_err(|s| error_from_status(shard, &s))?;
+        r.into_inner()
+            .tasks
+            .into_iter()
+            .map(|t| Self::record(Some(t)))
+            .collect()
+    }
+
+    /// Attach to a task's result on its leader. A live attachment relays the peer's stream;
+    /// when that stream breaks (the leader died or moved), `done` closes and the caller attaches
+    /// again.
+    pub async fn attach(
+        &self,
+        id: u64,
+        shard: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Attachment, HostError> {
+        use v1::attach_result_event::Event;
+        let req = v1::AttachResultRequest {
+            shard,
+            owner: owner.into(),
+            task_id: task_id.into(),
+        };
+        let mut stream = self
+            .client(id)?
+            .attach_result(req)
+            .await
+            .map_err(|s| error_from_status(shard, &s))?
+            .into_inner();
+        let first = match stream.next().await {
+            Some(Ok(ev)) => ev.event,
+            Some(Err(s)) => return Err(error_from_status(shard, &s)),
+            None => return Err(HostError::Unavailable("attachment closed".into())),
+        };
+        let record = match first {
+            Some(Event::Terminal(r)) => return Ok(Attachment::Terminal(Self::record(Some(r))?)),
+            Some(Event::Current(r)) => Self::record(Some(r))?,
+            _ => {
+                return Err(HostError::Internal(
+                    "unexpected first attachment event".into(),
+                ))
+            }
+        };
+        let (msg_tx, messages) = mpsc::channel(64);
+        let (done_tx, done) = oneshot::channel();
+        tokio::spawn(async move {
+            while let Some(item) = stream.next().await {
+                match item.map(|e| e.event) {
+                    Ok(Some(Event::MessageJson(m))) => {
+                        if msg_tx.send(Arc::new(m)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(Some(Event::Terminal(r))) => {
+                        if let Some(r) = record_from_pb(r) {
+                            let _ = done_tx.send(r);
+                        }
+                        return;
+                    }
+                    _ => return,
+                }
+            }
+        });
+        Ok(Attachment::Live {
+            record,
+            messages,
+            done,
+        })
+    }
+
+    pub async fn deliver_response(
+        &self,
+        id: u64,
+        shard: u32,
+        task_id: &str,
+        owner: &str,
+        request_id: &str,
+        outcome: Result<Value, ErrorObject>,
+    ) -> Result<bool, HostError> {
+        let rid = RequestId::String(request_id.to_string());
+        let response_json = match outcome {
+            Ok(v) => jsonrpc::response(&rid, &v),
+            Err(e) => jsonrpc::error_response(Some(&rid), &e),
+        };
+        let req = v1::DeliverResponseRequest {
+            shard,
+            owner: owner.into(),
+            task_id: task_id.into(),
+            response_json,
+        };
+        let r = self
+            .client(id)?
+            .deliver_response(req)
+            .await
+            .map_err(|s| error_from_status(shard, &s))?;
+        Ok(r.into_inner().delivered)
+    }
+}
+
+/// Follow one peer's stream of status changes and session messages (reconnecting while the
+/// process runs) and publish them on `out`.
+pub(crate) fn spawn_watch(peers: Arc<Peers>, id: u64, out: broadcast::Sender<HostEvent>) {
+    use v1::watch_status_event::Event;
+    tokio::spawn(async move {
+        loop {
+            let Ok(mut client) = peers.client(id) else {
+                return;
+            };
+            let req = v1::WatchStatusRequest {
+                shard: 0,
+                owner: String::new(),
+                all_sessions: true,
+                sessions: vec![],
+            };
+            if let Ok(resp) = client.watch_status(req).await {
+                let mut stream = resp.into_inner();
+                while let Some(Ok(ev)) = stream.next().await {
+                    let ev = match ev.event {
+                        Some(Event::Status(s)) => {
+                            let Some(status) = v1::TaskStatus::try_from(s.status)
+                                .ok()
+                                .and_then(status_from_pb)
+                            else {
+                                continue;
+                            };
+                            let record = TaskRecord {
+                                task_id: s.task_id,
+                                owner: s.owner,
+                                session: s.session,
+                                status,
+                                status_message: s.status_message,
+                                created_at_ms: s.created_at_ms,
+                                last_updated_at_ms: s.last_updated_at_ms,
+                                ttl_ms: s.ttl_ms,
+                                poll_interval_ms: s.poll_interval_ms,
+                                request: ToolRequest {
+                                    tool: String::new(),
+                                    arguments_json: "{}".into(),
+                                    progress_token_json: None,
+                                    client: Default::default(),
+                                },
+                                outcome: None,
+                                exec_term: 0,
+                                updated_index: s.updated_index,
+                            };
+                            HostEvent::Status {
+                                record: Box::new(record),
+                            }
+                        }
+                        Some(Event::Message(m)) => HostEvent::SessionMessage {
+                            session: m.session,
+                            task_id: m.task_id,
+                            json: Arc::new(m.message_json),
+                        },
+                        None => continue,
+                    };
+                    let _ = out.send(ev);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+}

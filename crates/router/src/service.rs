@@ -1,0 +1,276 @@
+//! The `taskmesh.v1.TaskService` server: what another node's router asks this node, answered
+//! by the local [`Host`]. It is the remote half of the router: the same operations, with
+//! errors carried as `TaskError`s so the caller can follow a `NotLeader` hint.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use serde_json::{Map, Value};
+use taskmesh_host::{Attachment, Host, HostEvent, NewTask};
+use taskmesh_mcp::jsonrpc::{self, Message};
+use taskmesh_rpc::v1::{self, task_service_server::TaskService};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::convert::{error_to_status, record_to_pb, request_from_pb, status_to_pb};
+
+/// Resolves a node id to the MCP-independent gRPC address peers can reach it at.
+pub type AddressBook = Arc<dyn Fn(u64) -> Option<String> + Send + Sync>;
+
+pub struct TaskGrpc {
+    host: Host,
+    book: AddressBook,
+}
+
+impl TaskGrpc {
+    pub fn new(host: Host, book: AddressBook) -> Self {
+        Self { host, book }
+    }
+
+    pub fn into_server(self) -> v1::task_service_server::TaskServiceServer<Self> {
+        v1::task_service_server::TaskServiceServer::new(self)
+    }
+
+    fn err(&self, e: &taskmesh_host::HostError) -> Status {
+        error_to_status(e, |id| (self.book)(id))
+    }
+}
+
+type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl TaskService for TaskGrpc {
+    async fn create_task(
+        &self,
+        request: Request<v1::CreateTaskRequest>,
+    ) -> Result<Response<v1::CreateTaskResponse>, Status> {
+        let r = request.into_inner();
+        let Some(tool) = r.request.map(request_from_pb) else {
+            return Err(Status::invalid_argument("request is required"));
+        };
+        let arguments: Map<String, Value> = serde_json::from_str(&tool.arguments_json)
+            .map_err(|e| Status::invalid_argument(format!("arguments_json: {e}")))?;
+        let progress_token = match &tool.progress_token_json {
+            None => None,
+            Some(t) => Some(
+                serde_json::from_str(t)
+                    .map_err(|e| Status::invalid_argument(format!("progress_token_json: {e}")))?,
+            ),
+        };
+        let new = NewTask {
+            task_id: r.task_id,
+            owner: r.owner,
+            session: r.session,
+            tool: tool.tool,
+            arguments,
+            progress_token,
+            ttl_ms: r.requested_ttl_ms,
+            client: tool.client,
+        };
+        let record = self
+            .host
+            .create(r.shard, new)
+            .await
+            .map_err(|e| self.err(&e))?;
+        Ok(Response::new(v1::CreateTaskResponse {
+            task: Some(record_to_pb(&record)),
+            created: true,
+        }))
+    }
+
+    async fn get_task(
+        &self,
+        request: Request<v1::GetTaskRequest>,
+    ) -> Result<Response<v1::GetTaskResponse>, Status> {
+        let r = request.into_inner();
+        let record = self
+            .host
+            .get(r.shard, &r.task_id, &r.owner)
+            .await
+            .map_err(|e| self.err(&e))?;
+        Ok(Response::new(v1::GetTaskResponse {
+            task: Some(record_to_pb(&record)),
+        }))
+    }
+
+    async fn list_tasks(
+        &self,
+        request: Request<v1::ListTasksRequest>,
+    ) -> Result<Response<v1::ListTasksResponse>, Status> {
+        let r = request.into_inner();
+        let limit = (r.limit as usize).clamp(1, 10_000);
+        let mut tasks = self
+            .host
+            .list(r.shard, &r.owner, r.after_task_id.as_deref(), limit + 1)
+            .await
+            .map_err(|e| self.err(&e))?;
+        let more = tasks.len() > limit;
+        tasks.truncate(limit);
+        Ok(Response::new(v1::ListTasksResponse {
+            tasks: tasks.iter().map(record_to_pb).collect(),
+            more,
+        }))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: Request<v1::CancelTaskRequest>,
+    ) -> Result<Response<v1::CancelTaskResponse>, Status> {
+        let r = request.into_inner();
+        let record = self
+            .host
+            .cancel(r.shard, &r.task_id, &r.owner)
+            .await
+            .map_err(|e| self.err(&e))?;
+        Ok(Response::new(v1::CancelTaskResponse {
+            task: Some(record_to_pb(&record)),
+        }))
+    }
+
+    type AttachResultStream = EventStream<v1::AttachResultEvent>;
+
+    async fn attach_result(
+        &self,
+        request: Request<v1::AttachResultRequest>,
+    ) -> Result<Response<Self::AttachResultStream>, Status> {
+        use v1::attach_result_event::Event;
+        let r = request.into_inner();
+        let attachment = self
+            .host
+            .attach(r.shard, &r.task_id, &r.owner)
+            .await
+            .map_err(|e| self.err(&e))?;
+        let (tx, rx) = mpsc::channel(64);
+        match attachment {
+            Attachment::Terminal(record) => {
+                let _ = tx
+                    .send(Ok(v1::AttachResultEvent {
+                        event: Some(Event::Terminal(record_to_pb(&record))),
+                    }))
+                    .await;
+            }
+            Attachment::Live {
+                record,
+                mut messages,
+                mut done,
+            } => {
+                tokio::spawn(async move {
+                    let send = |e: Event| {
+                        let tx = tx.clone();
+                        async move {
+                            tx.send(Ok(v1::AttachResultEvent { event: Some(e) }))
+                                .await
+                                .is_ok()
+                        }
+                    };
+                    if !send(Event::Current(record_to_pb(&record))).await {
+                        return;
+                    }
+                    let mut open = true;
+                    loop {
+                        tokio::select! {
+                            m = messages.recv(), if open => match m {
+                                Some(m) => {
+                                    if !send(Event::MessageJson(m.to_vec())).await {
+                                        return;
+                                    }
+                                }
+                                None => open = false,
+                            },
+                            d = &mut done => {
+                                match d {
+                                    Ok(record) => {
+                                        let _ = send(Event::Terminal(record_to_pb(&record))).await;
+                                    }
+                                    Err(_) => {
+                                        // Expired or the shard moved: the caller attaches again.
+                                        let _ = tx.send(Err(Status::unavailable("attachment ended; attach again"))).await;
+                                    }
+                                }
+                                return;
+                            }
+                            _ = tx.closed() => return,
+                        }
+                    }
+                });
+            }
+        }
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    type WatchStatusStream = EventStream<v1::WatchStatusEvent>;
+
+    async fn watch_status(
+        &self,
+        request: Request<v1::WatchStatusRequest>,
+    ) -> Result<Response<Self::WatchStatusStream>, Status> {
+        use v1::watch_status_event::Event;
+        let r = request.into_inner();
+        let sessions: std::collections::HashSet<String> = r.sessions.into_iter().collect();
+        let wanted = move |s: &str| r.all_sessions || sessions.contains(s);
+        let mut events = self.host.subscribe();
+        let (tx, rx) = mpsc::channel(1024);
+        tokio::spawn(async move {
+            loop {
+                let ev = match events.recv().await {
+                    Ok(ev) => ev,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => return,
+                };
+                let out = match ev {
+                    HostEvent::Status { record } => match &record.session {
+                        Some(s) if wanted(s) => Event::Status(v1::TaskStatusChange {
+                            task_id: record.task_id.clone(),
+                            owner: record.owner.clone(),
+                            session: record.session.clone(),
+                            status: status_to_pb(record.status) as i32,
+                            status_message: record.status_message.clone(),
+                            created_at_ms: record.created_at_ms,
+                            last_updated_at_ms: record.last_updated_at_ms,
+                            ttl_ms: record.ttl_ms,
+                            poll_interval_ms: record.poll_interval_ms,
+                            updated_index: record.updated_index,
+                        }),
+                        _ => continue,
+                    },
+                    HostEvent::SessionMessage {
+                        session,
+                        task_id,
+                        json,
+                    } if wanted(&session) => Event::Message(v1::SessionMessage {
+                        session,
+                        task_id,
+                        message_json: json.to_vec(),
+                    }),
+                    HostEvent::SessionMessage { .. } => continue,
+                };
+                if tx
+                    .send(Ok(v1::WatchStatusEvent { event: Some(out) }))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn deliver_response(
+        &self,
+        request: Request<v1::DeliverResponseRequest>,
+    ) -> Result<Response<v1::DeliverResponseResponse>, Status> {
+        let r = request.into_inner();
+        let Ok(Message::Response { id, outcome }) = jsonrpc::parse_message(&r.response_json) else {
+            return Err(Status::invalid_argument(
+                "response_json is not a JSON-RPC response",
+            ));
+        };
+        let delivered =
+            self.host
+                .deliver_response(r.shard, &r.task_id, &r.owner, id.to_string(), outcome);
+        Ok(Response::new(v1::DeliverResponseResponse { delivered }))
+    }
+}

@@ -1,0 +1,322 @@
+//! Cluster tests with real node processes on loopback: three nodes replicate every shard;
+//! any node answers any request with the same answer; a session minted on one node works on
+//! the others; a client's answer to an elicitation may reach any node; the loss of a node
+//! (kill -9) loses no acknowledged task and changes no terminal result.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{free_ports, Client, Server, V};
+
+const TOKEN: &str = "alice-token-1";
+
+fn node_config(id: u64, grpc: &[u16]) -> String {
+    let peers: Vec<String> = grpc
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{{ id = {}, grpc = \"127.0.0.1:{p}\" }}", i + 1))
+        .collect();
+    format!(
+        r#"node_id = {id}
+shards = 8
+[session]
+secret = "a-shared-cluster-secret-for-tests"
+[auth.tokens]
+"{TOKEN}" = "alice"
+[cluster]
+grpc_listen = "127.0.0.1:{}"
+peers = [{}]
+"#,
+        grpc[id as usize - 1],
+        peers.join(", ")
+    )
+}
+
+fn start_cluster() -> Vec<Server> {
+    let grpc = free_ports(3);
+    let n2 = Server::start_node(&node_config(2, &grpc), false);
+    let n3 = Server::start_node(&node_config(3, &grpc), false);
+    let n1 = Server::start_node(&node_config(1, &grpc), true);
+    vec![n1, n2, n3]
+}
+
+async fn connect(s: &Server) -> Client {
+    Client::connect(&s.url, Some(TOKEN), V, json!({"elicitation": {}})).await
+}
+
+/// `tasks/get` through `c`, retried while the cluster answers with an internal error (no
+/// leader yet, or a leader just died); bounded.
+async fn get_eventually(c: &Client, id: &str) -> Value {
+    for _ in 0..300 {
+        let r = c.call("tasks/get", json!({"taskId": id})).await;
+        if let Some(res) = r.get("result") {
+            return res.clone();
+        }
+        assert_eq!(r["error"]["code"], -32603, "unexpected error: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("task {id} never became readable");
+}
+
+#[tokio::test]
+async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
+    let mut nodes = start_cluster();
+    let c1 = connect(&nodes[0]).await;
+    let c2 = connect(&nodes[1]).await;
+    let c3 = connect(&nodes[2]).await;
+
+    // Creates through node 1 (retried by the router until every shard has a leader).
+    let mut ids = vec![];
+    for i in 0..8 {
+        ids.push(
+            c1.start_task(
+                "slow_compute",
+                json!({"seconds": 0.3, "label": format!("n{i}")}),
+            )
+            .await,
+        );
+    }
+    // Fetch results through node 3, poll through all three: identical answers.
+    for (i, id) in ids.iter().enumerate() {
+        let r = c3.call("tasks/result", json!({"taskId": id})).await;
+        assert_eq!(
+            r["result"]["content"][0]["text"],
+            format!("n{i}: computed for 0.3 seconds"),
+            "{r}"
+        );
+        let a = get_eventually(&c1, id).await;
+        let b = get_eventually(&c2, id).await;
+        let c = get_eventually(&c3, id).await;
+        assert_eq!(a["status"], "completed");
+        assert_eq!(a, b);
+        assert_eq!(b, c);
+    }
+    // One list across all shards, through node 2.
+    let listed = c2.ok("tasks/list", json!({})).await;
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), ids.len());
+
+    // A session minted on node 1 is valid on node 2.
+    let mut moved = c1.clone();
+    moved.url = nodes[1].url.clone();
+    assert_eq!(moved.status(&ids[0]).await, "completed");
+
+    // Cancel through node 3 what node 1 created; node 2 sees it cancelled.
+    let long = c1.start_task("slow_compute", json!({"seconds": 60})).await;
+    assert_eq!(
+        c3.ok("tasks/cancel", json!({"taskId": long})).await["status"],
+        "cancelled"
+    );
+    assert_eq!(get_eventually(&c2, &long).await["status"], "cancelled");
+
+    // Elicitation: created through node 1, result stream on node 2, answer posted to node 3.
+    let ask = c1
+        .start_task("confirm_delete", json!({"filename": "x.txt"}))
+        .await;
+    for _ in 0..200 {
+        if get_eventually(&c1, &ask).await["status"] == "input_required" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (rid, mut stream) = c2.open_stream("tasks/result", json!({"taskId": ask})).await;
+    let q = stream.next().await.expect("elicitation on the stream");
+    assert_eq!(q["method"], "elicitation/create");
+    c3.answer(
+        &q["id"],
+        json!({"action": "accept", "content": {"confirm": true}}),
+    )
+    .await;
+    let fin = stream.next().await.expect("final answer");
+    assert_eq!(fin["id"], json!(rid));
+    assert_eq!(fin["result"]["content"][0]["text"], "Deleted x.txt");
+
+    // Everything terminal, as seen before the failure.
+    let mut before = vec![];
+    for id in ids.iter().chain([&long, &ask]) {
+        before.push(get_eventually(&c2, id).await);
+    }
+
+    // kill -9 one node; the others keep serving every task, unchanged.
+    nodes[0].kill9();
+    let killed_at = Instant::now();
+    let mut worst = Duration::ZERO;
+    for (id, want) in ids.iter().chain([&long, &ask]).zip(&before) {
+        let t0 = Instant::now();
+        let got = get_eventually(&c3, id).await;
+        worst = worst.max(t0.elapsed());
+        assert_eq!(&got, want, "task {id} changed after the kill");
+        let r = c2.call("tasks/result", json!({"taskId": id})).await;
+        assert!(r.get("result").is_some() || r.get("error").is_some());
+    }
+    println!(
+        "unavailability after kill -9 of node 1: longest wait for one poll {:?} ({:?} after the kill)",
+        worst,
+        killed_at.elapsed()
+    );
+    // New work is accepted and completes on the surviving majority.
+    let after = c2
+        .start_task("slow_compute", json!({"seconds": 0.2, "label": "after"}))
+        .await;
+    let r = c3.call("tasks/result", json!({"taskId": after})).await;
+    assert_eq!(
+        r["result"]["content"][0]["text"],
+        "after: computed for 0.2 seconds"
+    );
+}
+
+/// What clients observed, with when each poll started and ended, checked against the
+/// invariants: an acknowledged create is always found, a terminal status never changes, and
+/// no poll that started after another poll ended shows an older state than that one.
+#[derive(Default)]
+struct History {
+    seen: std::collections::HashMap<String, Vec<(Instant, Instant, Value)>>,
+}
+
+fn is_terminal(t: &Value) -> bool {
+    ["completed", "failed", "cancelled"].contains(&t["status"].as_str().unwrap_or(""))
+}
+
+impl History {
+    fn observe(&mut self, id: &str, start: Instant, end: Instant, task: &Value) {
+        self.seen
+            .entry(id.to_string())
+            .or_default()
+            .push((start, end, task.clone()));
+    }
+
+    fn check(&self) -> usize {
+        let mut pairs = 0;
+        for (id, obs) in &self.seen {
+            for (_, end_a, a) in obs {
+                for (start_b, _, b) in obs {
+                    if start_b <= end_a {
+                        continue;
+                    }
+                    pairs += 1;
+                    if is_terminal(a) {
+                        assert_eq!(a, b, "terminal task {id} changed");
+                    }
+                    let (ta, tb) = (
+                        a["lastUpdatedAt"].as_str().unwrap_or(""),
+                        b["lastUpdatedAt"].as_str().unwrap_or(""),
+                    );
+                    assert!(
+                        tb >= ta,
+                        "task {id}: a later poll showed an older state: {a} then {b}"
+                    );
+                }
+            }
+        }
+        pairs
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restart_under_load_shows_no_errors_and_a_full_restart_loses_nothing() {
+    let mut nodes = start_cluster();
+    let mut clients = vec![];
+    for n in &nodes {
+        clients.push(connect(n).await);
+    }
+    let mut history = History::default();
+    let mut ids = vec![];
+    for i in 0..6 {
+        let id = clients[i % 3]
+            .start_task("slow_compute", json!({"seconds": 0.2 + (i as f64) * 0.5}))
+            .await;
+        ids.push(id);
+    }
+
+    // Rolling SIGTERM restart: while node k restarts, clients of the other nodes keep polling
+    // every task; not one of those requests may fail.
+    let mut polls = 0usize;
+    for k in 0..3 {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut load = vec![];
+        for (j, c) in clients.iter().enumerate() {
+            if j == k {
+                continue;
+            }
+            let c = c.clone();
+            let ids = ids.clone();
+            let stop = stop.clone();
+            load.push(tokio::spawn(async move {
+                let mut seen = vec![];
+                let mut rounds = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) || rounds == 0 {
+                    for id in &ids {
+                        let t0 = Instant::now();
+                        let r = c.call("tasks/get", json!({"taskId": id})).await;
+                        let task = r
+                            .get("result")
+                            .unwrap_or_else(|| panic!("poll failed during a rolling restart: {r}"));
+                        seen.push((id.clone(), t0, Instant::now(), task.clone()));
+                    }
+                    rounds += 1;
+                    if rounds > 2000 {
+                        break;
+                    }
+                }
+                seen
+            }));
+        }
+        let node = &mut nodes[k];
+        tokio::task::block_in_place(|| node.restart());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for l in load {
+            for (id, t0, t1, task) in l.await.unwrap() {
+                history.observe(&id, t0, t1, &task);
+                polls += 1;
+            }
+        }
+        clients[k] = connect(&nodes[k]).await;
+    }
+    println!("rolling restart: {polls} polls, no errors");
+
+    // Every task ends and its result is retrievable through every node.
+    let mut finals = vec![];
+    for id in &ids {
+        let mut last = Value::Null;
+        for _ in 0..300 {
+            last = get_eventually(&clients[0], id).await;
+            if ["completed", "failed", "cancelled"].contains(&last["status"].as_str().unwrap()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            last["status"], "completed",
+            "task {id} did not finish after the rolling restart: {last}"
+        );
+        let r = clients[0].call("tasks/result", json!({"taskId": id})).await;
+        assert!(r.get("result").is_some(), "{r}");
+        finals.push(get_eventually(&clients[1], id).await);
+    }
+
+    // kill -9 every node, start them all again: nothing lost, nothing changed.
+    for n in nodes.iter_mut() {
+        n.kill9();
+    }
+    for n in nodes.iter_mut() {
+        tokio::task::block_in_place(|| n.kill9_and_restart());
+    }
+    let c = connect(&nodes[2]).await;
+    for (id, want) in ids.iter().zip(&finals) {
+        let t0 = Instant::now();
+        let got = get_eventually(&c, id).await;
+        history.observe(id, t0, Instant::now(), &got);
+        assert_eq!(&got, want, "task {id} changed across a full restart");
+    }
+    assert_eq!(
+        c.ok("tasks/list", json!({})).await["tasks"]
+            .as_array()
+            .unwrap()
+            .len(),
+        ids.len()
+    );
+    let pairs = history.check();
+    assert!(pairs > 0);
+    println!("history: {pairs} ordered pairs of polls checked");
+}
