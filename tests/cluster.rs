@@ -67,6 +67,12 @@ async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
     let c2 = connect(&nodes[1]).await;
     let c3 = connect(&nodes[2]).await;
 
+    // The session of node 1's client, with its GET stream opened on node 2: status
+    // notifications of its tasks reach it there, whichever node leads each task.
+    let mut via_node2 = c1.clone();
+    via_node2.url = nodes[1].url.clone();
+    let mut get_stream = via_node2.open_get().await;
+
     // Creates through node 1 (retried by the router until every shard has a leader).
     let mut ids = vec![];
     for i in 0..8 {
@@ -93,6 +99,36 @@ async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
         assert_eq!(a, b);
         assert_eq!(b, c);
     }
+    // Each task's completion was announced exactly once on that stream.
+    let mut completed: std::collections::HashMap<String, usize> = Default::default();
+    let mut done_watching = None;
+    loop {
+        let next = match done_watching {
+            None => Some(get_stream.next().await.expect("GET stream open")),
+            Some(until) => match tokio::time::timeout_at(until, get_stream.next()).await {
+                Ok(m) => m,
+                Err(_) => None,
+            },
+        };
+        let Some(m) = next else { break };
+        if m["method"] == "notifications/tasks/status" && m["params"]["status"] == "completed" {
+            *completed
+                .entry(m["params"]["taskId"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+        if done_watching.is_none() && ids.iter().all(|id| completed.contains_key(id)) {
+            done_watching = Some(tokio::time::Instant::now() + Duration::from_millis(700));
+        }
+    }
+    for id in &ids {
+        assert_eq!(
+            completed.get(id),
+            Some(&1),
+            "completion of {id} announced {:?} times",
+            completed.get(id)
+        );
+    }
+
     // One list across all shards, through node 2.
     let listed = c2.ok("tasks/list", json!({})).await;
     assert_eq!(listed["tasks"].as_array().unwrap().len(), ids.len());

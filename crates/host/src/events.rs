@@ -2,7 +2,7 @@
 //!
 //! - leadership: when this node becomes the shard's leader it takes over the shard's live tasks
 //!   (each by its tool's resume policy); when it stops being leader it stops their actors;
-//! - events: every applied change is announced ([`HostEvent::Status`]), wakes `tasks/result`
+//! - events: every applied change is announced by the leader ([`HostEvent::Status`]), wakes `tasks/result`
 //!   waiters of terminal tasks, and stops the actors of terminal and expired tasks;
 //! - expiry: the leader deletes tasks whose TTL ran out, through the log.
 
@@ -31,9 +31,13 @@ pub(crate) fn spawn_shard_loops(host: Host, shard: ShardReplica) {
                             }
                             host.stop_actor(&record.task_id);
                         }
-                        let _ = host.inner.events.send(HostEvent::Status {
-                            record: Box::new(record),
-                        });
+                        // Every replica applies the change; only the leader announces it, so a
+                        // cluster that merges all nodes' announcements sends each one once.
+                        if shard.is_leader() {
+                            let _ = host.inner.events.send(HostEvent::Status {
+                                record: Box::new(record),
+                            });
+                        }
                     }
                     Ok(ShardEvent::Expired { task_ids, .. }) => {
                         for id in &task_ids {
