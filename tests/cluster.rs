@@ -105,10 +105,9 @@ async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
     loop {
         let next = match done_watching {
             None => Some(get_stream.next().await.expect("GET stream open")),
-            Some(until) => match tokio::time::timeout_at(until, get_stream.next()).await {
-                Ok(m) => m,
-                Err(_) => None,
-            },
+            Some(until) => tokio::time::timeout_at(until, get_stream.next())
+                .await
+                .unwrap_or(None),
         };
         let Some(m) = next else { break };
         if m["method"] == "notifications/tasks/status" && m["params"]["status"] == "completed" {
