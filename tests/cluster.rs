@@ -23,6 +23,8 @@ fn node_config(id: u64, grpc: &[u16]) -> String {
 shards = 8
 [session]
 secret = "a-shared-cluster-secret-for-tests"
+[tasks]
+list_page_size = 5000
 [auth.tokens]
 "{TOKEN}" = "alice"
 [cluster]
@@ -267,6 +269,7 @@ async fn rolling_restart_under_load_shows_no_errors_and_a_full_restart_loses_not
     // Rolling SIGTERM restart: while node k restarts, clients of the other nodes keep polling
     // every task; not one of those requests may fail.
     let mut polls = 0usize;
+    let mut made_during_restarts: Vec<String> = vec![];
     for k in 0..3 {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut load = vec![];
@@ -279,6 +282,7 @@ async fn rolling_restart_under_load_shows_no_errors_and_a_full_restart_loses_not
             let stop = stop.clone();
             load.push(tokio::spawn(async move {
                 let mut seen = vec![];
+                let mut created = vec![];
                 let mut rounds = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) || rounds == 0 {
                     for id in &ids {
@@ -289,26 +293,52 @@ async fn rolling_restart_under_load_shows_no_errors_and_a_full_restart_loses_not
                             .unwrap_or_else(|| panic!("poll failed during a rolling restart: {r}"));
                         seen.push((id.clone(), t0, Instant::now(), task.clone()));
                     }
+                    if rounds % 5 == 0 {
+                        let r = c
+                            .call(
+                                "tools/call",
+                                json!({"name": "slow_compute", "arguments": {"seconds": 0.1}, "task": {}}),
+                            )
+                            .await;
+                        let id = r["result"]["task"]["taskId"]
+                            .as_str()
+                            .unwrap_or_else(|| panic!("create failed during a rolling restart: {r}"));
+                        created.push(id.to_string());
+                    }
                     rounds += 1;
                     if rounds > 2000 {
                         break;
                     }
                 }
-                seen
+                (seen, created)
             }));
         }
         let node = &mut nodes[k];
         tokio::task::block_in_place(|| node.restart());
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for l in load {
-            for (id, t0, t1, task) in l.await.unwrap() {
+            let (seen, created) = l.await.unwrap();
+            for (id, t0, t1, task) in seen {
                 history.observe(&id, t0, t1, &task);
                 polls += 1;
             }
+            made_during_restarts.extend(created);
         }
         clients[k] = connect(&nodes[k]).await;
     }
-    println!("rolling restart: {polls} polls, no errors");
+    println!(
+        "rolling restart: {polls} polls and {} creates, no errors",
+        made_during_restarts.len()
+    );
+    assert!(!made_during_restarts.is_empty());
+    // Every create acknowledged during the restarts is there and finishes.
+    for id in &made_during_restarts {
+        let r = clients[1].call("tasks/result", json!({"taskId": id})).await;
+        assert!(
+            r.get("result").is_some(),
+            "task {id} created during a restart: {r}"
+        );
+    }
 
     // Every task ends and its result is retrievable through every node.
     let mut finals = vec![];
@@ -349,9 +379,53 @@ async fn rolling_restart_under_load_shows_no_errors_and_a_full_restart_loses_not
             .as_array()
             .unwrap()
             .len(),
-        ids.len()
+        ids.len() + made_during_restarts.len()
     );
     let pairs = history.check();
     assert!(pairs > 0);
     println!("history: {pairs} ordered pairs of polls checked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_streams_held_open_survive_a_node_kill() {
+    let mut nodes = start_cluster();
+    let c2 = connect(&nodes[1]).await;
+    let c3 = connect(&nodes[2]).await;
+    // Long enough to be running when a node dies; spread over the shards.
+    let mut ids = vec![];
+    for i in 0..8 {
+        ids.push(
+            c2.start_task(
+                "slow_compute",
+                json!({"seconds": 3, "label": format!("r{i}")}),
+            )
+            .await,
+        );
+    }
+    // Hold tasks/result open on node 3 for every task.
+    let mut waits = vec![];
+    for id in &ids {
+        let c = c3.clone();
+        let id = id.clone();
+        waits.push(tokio::spawn(async move {
+            let r = c.call("tasks/result", json!({"taskId": id})).await;
+            (id, r)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Node 1 bootstrapped the groups and leads some (usually most) of the shards.
+    nodes[0].kill9();
+    for (i, w) in waits.into_iter().enumerate() {
+        let (id, r) = w.await.unwrap();
+        assert_eq!(
+            r["result"]["content"][0]["text"],
+            format!("r{i}: computed for 3 seconds"),
+            "task {id}: {r}"
+        );
+        assert_eq!(
+            r["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+            json!(id)
+        );
+        assert_eq!(get_eventually(&c2, &id).await["status"], "completed");
+    }
 }
