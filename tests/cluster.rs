@@ -13,6 +13,10 @@ use support::{free_ports, Client, Server, V};
 const TOKEN: &str = "alice-token-1";
 
 fn node_config(id: u64, grpc: &[u16]) -> String {
+    node_config_with(id, grpc, "")
+}
+
+fn node_config_with(id: u64, grpc: &[u16], extra: &str) -> String {
     let peers: Vec<String> = grpc
         .iter()
         .enumerate()
@@ -30,6 +34,7 @@ list_page_size = 5000
 [cluster]
 grpc_listen = "127.0.0.1:{}"
 peers = [{}]
+{extra}
 "#,
         grpc[id as usize - 1],
         peers.join(", ")
@@ -428,4 +433,117 @@ async fn result_streams_held_open_survive_a_node_kill() {
         );
         assert_eq!(get_eventually(&c2, &id).await["status"], "completed");
     }
+}
+
+/// `GET /status` of a node.
+async fn status_of(s: &Server) -> Value {
+    let url = s.url.replace("/mcp", "/status");
+    support::http()
+        .get(url)
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .send()
+        .await
+        .expect("status")
+        .json()
+        .await
+        .expect("status JSON")
+}
+
+/// Wait until `follower` has applied, on every shard, at least what the shard's leader (as
+/// `leaders` report) had applied, and holds the same number of tasks.
+async fn wait_caught_up(follower: &Server, leaders: &[&Server]) {
+    let mut target = std::collections::HashMap::new();
+    for l in leaders {
+        for s in status_of(l).await["shards"].as_array().unwrap() {
+            if s["isLeader"] == true {
+                target.insert(
+                    s["shard"].as_u64().unwrap(),
+                    (s["lastAppliedIndex"].as_u64().unwrap(), s["tasks"].clone()),
+                );
+            }
+        }
+    }
+    assert_eq!(
+        target.len(),
+        8,
+        "every shard has a leader among the running nodes"
+    );
+    for _ in 0..300 {
+        let st = status_of(follower).await;
+        let behind = st["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| {
+                let (applied, tasks) = &target[&s["shard"].as_u64().unwrap()];
+                s["lastAppliedIndex"].as_u64().unwrap_or(0) < *applied || s["tasks"] != *tasks
+            })
+            .count();
+        if behind == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("node never caught up: {}", status_of(follower).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_catches_up_from_the_log_and_through_a_snapshot() {
+    let grpc = free_ports(3);
+    let extra = "[raft]\nsnapshot_logs_since_last = 20\nmax_in_snapshot_log_to_keep = 0\n";
+    let n2 = Server::start_node(&node_config_with(2, &grpc, extra), false);
+    let n3 = Server::start_node(&node_config_with(3, &grpc, extra), false);
+    let n1 = Server::start_node(&node_config_with(1, &grpc, extra), true);
+    let mut nodes = [n1, n2, n3];
+    let c2 = connect(&nodes[1]).await;
+    let mut ids = vec![];
+    ids.push(c2.start_task("slow_compute", json!({"seconds": 0})).await);
+
+    // From the log: node 3 misses a few writes.
+    nodes[2].kill9();
+    for _ in 0..8 {
+        ids.push(c2.start_task("slow_compute", json!({"seconds": 0})).await);
+    }
+    tokio::task::block_in_place(|| nodes[2].kill9_and_restart());
+    wait_caught_up(&nodes[2], &[&nodes[0], &nodes[1]]).await;
+
+    // Through a snapshot: node 3 misses enough writes that the leaders compact past it.
+    let before = status_of(&nodes[2]).await;
+    nodes[2].kill9();
+    for _ in 0..160 {
+        ids.push(c2.start_task("slow_compute", json!({"seconds": 0})).await);
+    }
+    let mut compacted_past = 0;
+    for l in [&nodes[0], &nodes[1]] {
+        for s in status_of(l).await["shards"].as_array().unwrap() {
+            if s["isLeader"] != true {
+                continue;
+            }
+            let shard = s["shard"].as_u64().unwrap() as usize;
+            let had = before["shards"][shard]["lastAppliedIndex"]
+                .as_u64()
+                .unwrap_or(0);
+            if s["firstLogIndex"].as_u64().unwrap_or(0) > had + 1 {
+                compacted_past += 1;
+            }
+        }
+    }
+    assert!(
+        compacted_past > 0,
+        "no leader compacted its log past node 3"
+    );
+    tokio::task::block_in_place(|| nodes[2].kill9_and_restart());
+    wait_caught_up(&nodes[2], &[&nodes[0], &nodes[1]]).await;
+
+    // Node 3's copy is the real thing: with node 1 gone, nodes 2 and 3 serve every task.
+    nodes[0].kill9();
+    let c3 = connect(&nodes[2]).await;
+    for id in &ids {
+        let t = get_eventually(&c3, id).await;
+        assert_eq!(t["status"], "completed", "{id}");
+    }
+    println!(
+        "catch-up: {} tasks; {compacted_past} shard(s) caught up through a snapshot",
+        ids.len()
+    );
 }

@@ -31,6 +31,7 @@ pub const VERSION_HEADER: &str = "mcp-protocol-version";
 pub fn router(gw: Arc<Gateway>) -> axum::Router {
     let limit = gw.cfg.max_body_bytes;
     axum::Router::new()
+        .route("/status", axum::routing::get(handle_status))
         .route(
             "/mcp",
             post(handle_post).get(handle_get).delete(handle_delete),
@@ -330,4 +331,41 @@ async fn handle_delete(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Re
             )
         }
     }
+}
+
+/// `GET /status`: this node's view of every shard (leader, term, applied and log indexes, task
+/// counts), for operators and tests. Same Origin, authentication and rate-limit rules as `/mcp`.
+async fn handle_status(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Err(r) = front(&gw, &headers) {
+        return r;
+    }
+    let status = gw.router.host().shard_status();
+    let node = status.first().map(|s| s.node);
+    let shards: Vec<serde_json::Value> = status
+        .into_iter()
+        .map(|s| {
+            serde_json::json!({
+                "shard": s.shard,
+                "isLeader": s.is_leader,
+                "leader": s.leader,
+                "term": s.term,
+                "lastAppliedIndex": s.last_applied_index,
+                "firstLogIndex": s.first_log_index,
+                "lastLogIndex": s.last_log_index,
+                "tasks": s.tasks,
+                "liveTasks": s.live_tasks,
+            })
+        })
+        .collect();
+    let body = serde_json::json!({
+        "node": node,
+        "liveTasks": gw.router.host().live_tasks(),
+        "shards": shards,
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }

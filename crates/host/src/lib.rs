@@ -146,6 +146,21 @@ pub enum Attachment {
     },
 }
 
+/// One shard replica as this node sees it (for `GET /status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardStatus {
+    pub shard: u32,
+    pub node: u64,
+    pub is_leader: bool,
+    pub leader: Option<u64>,
+    pub term: u64,
+    pub last_applied_index: Option<u64>,
+    pub first_log_index: Option<u64>,
+    pub last_log_index: Option<u64>,
+    pub tasks: usize,
+    pub live_tasks: usize,
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -463,6 +478,31 @@ impl Host {
     /// The node this node believes leads `shard` (itself included), if any.
     pub fn shard_leader(&self, shard_id: u32) -> Option<u64> {
         self.shard(shard_id).ok()?.leadership().borrow().leader
+    }
+
+    /// Every local replica's leadership, log and state sizes.
+    pub fn shard_status(&self) -> Vec<ShardStatus> {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| {
+                let lead = s.leadership().borrow().clone();
+                let (first, last) = s.log_index_range().unwrap_or((None, None));
+                let (tasks, live_tasks) = s.read_local(|st| (st.len(), st.live().count()));
+                ShardStatus {
+                    shard: s.shard_id(),
+                    node: s.node_id(),
+                    is_leader: lead.is_leader,
+                    leader: lead.leader,
+                    term: lead.term,
+                    last_applied_index: s.last_applied().map(|l| l.index),
+                    first_log_index: first,
+                    last_log_index: last,
+                    tasks,
+                    live_tasks,
+                }
+            })
+            .collect()
     }
 
     /// Whether this node leads `shard` now.
