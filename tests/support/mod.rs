@@ -26,26 +26,18 @@ pub struct Server {
 }
 
 impl Server {
-    /// Start on a fresh data directory with the given extra TOML configuration.
+    /// Start `taskmesh serve` on a fresh data directory with the given TOML configuration.
     pub fn start(config: &str) -> Server {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_path_buf();
-        let mut s = Server {
-            child: None,
-            url: String::new(),
-            dir,
-            _tmp: Some(tmp),
-            config: config.to_string(),
-            node: None,
-            log: Arc::new(Mutex::new(Vec::new())),
-        };
-        s.spawn();
-        s
+        Self::launch(config, None)
     }
 
-    /// Start one cluster node (`taskmesh node`) with the given configuration, which must set
-    /// `data_dir`-independent cluster settings; the data directory is a fresh temporary one.
+    /// Start one cluster node (`taskmesh node`, optionally with `--bootstrap`) with the given
+    /// configuration and a fresh temporary data directory.
     pub fn start_node(config: &str, bootstrap: bool) -> Server {
+        Self::launch(config, Some(bootstrap))
+    }
+
+    fn launch(config: &str, node: Option<bool>) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_path_buf();
         let mut s = Server {
@@ -54,7 +46,7 @@ impl Server {
             dir,
             _tmp: Some(tmp),
             config: config.to_string(),
-            node: Some(bootstrap),
+            node,
             log: Arc::new(Mutex::new(Vec::new())),
         };
         s.spawn();

@@ -450,18 +450,24 @@ fn task_error(gw: &Gateway, cx: &Cx, task_id: &str, e: &HostError) -> ErrorObjec
     wire::host_error(e)
 }
 
+/// A task operation's answer: the flat Task object, or the client-facing error.
+fn flat_task(
+    gw: &Gateway,
+    cx: &Cx,
+    task_id: &str,
+    r: Result<taskmesh_task::TaskRecord, HostError>,
+) -> Result<Value, ErrorObject> {
+    let r = r.map_err(|e| task_error(gw, cx, task_id, &e))?;
+    serde_json::to_value(wire::task(&r)).map_err(|e| ErrorObject::internal(e.to_string()))
+}
+
 async fn tasks_get(
     gw: &Arc<Gateway>,
     cx: &Cx,
     p: &Map<String, Value>,
 ) -> Result<Value, ErrorObject> {
     let task_id = task_id_param(p)?;
-    let r = gw
-        .router
-        .get(task_id, &cx.principal)
-        .await
-        .map_err(|e| task_error(gw, cx, task_id, &e))?;
-    serde_json::to_value(wire::task(&r)).map_err(|e| ErrorObject::internal(e.to_string()))
+    flat_task(gw, cx, task_id, gw.router.get(task_id, &cx.principal).await)
 }
 
 async fn tasks_cancel(
@@ -470,12 +476,12 @@ async fn tasks_cancel(
     p: &Map<String, Value>,
 ) -> Result<Value, ErrorObject> {
     let task_id = task_id_param(p)?;
-    let r = gw
-        .router
-        .cancel(task_id, &cx.principal)
-        .await
-        .map_err(|e| task_error(gw, cx, task_id, &e))?;
-    serde_json::to_value(wire::task(&r)).map_err(|e| ErrorObject::internal(e.to_string()))
+    flat_task(
+        gw,
+        cx,
+        task_id,
+        gw.router.cancel(task_id, &cx.principal).await,
+    )
 }
 
 #[derive(Serialize, Deserialize)]
