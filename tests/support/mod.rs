@@ -22,6 +22,8 @@ pub struct Server {
     config: String,
     /// `None`: `taskmesh serve`; `Some(bootstrap)`: `taskmesh node`.
     node: Option<bool>,
+    /// Run inside this network namespace (`ip netns exec`), listening on `listen`.
+    netns: Option<(String, String)>,
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
@@ -37,7 +39,20 @@ impl Server {
         Self::launch(config, Some(bootstrap))
     }
 
+    /// Start one cluster node inside network namespace `ns`, serving MCP on `listen`.
+    pub fn start_node_in(ns: &str, listen: &str, config: &str, bootstrap: bool) -> Server {
+        Self::launch_with(
+            config,
+            Some(bootstrap),
+            Some((ns.to_string(), listen.to_string())),
+        )
+    }
+
     fn launch(config: &str, node: Option<bool>) -> Server {
+        Self::launch_with(config, node, None)
+    }
+
+    fn launch_with(config: &str, node: Option<bool>, netns: Option<(String, String)>) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_path_buf();
         let mut s = Server {
@@ -47,6 +62,7 @@ impl Server {
             _tmp: Some(tmp),
             config: config.to_string(),
             node,
+            netns,
             log: Arc::new(Mutex::new(Vec::new())),
         };
         s.spawn();
@@ -56,7 +72,20 @@ impl Server {
     fn spawn(&mut self) {
         let cfg_path = self.dir.join("taskmesh.toml");
         std::fs::write(&cfg_path, &self.config).expect("write config");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_taskmesh"));
+        let mut cmd = match &self.netns {
+            None => Command::new(env!("CARGO_BIN_EXE_taskmesh")),
+            Some((ns, _)) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns])
+                    .arg(env!("CARGO_BIN_EXE_taskmesh"));
+                c
+            }
+        };
+        let listen = self
+            .netns
+            .as_ref()
+            .map(|(_, l)| l.clone())
+            .unwrap_or_else(|| "127.0.0.1:0".to_string());
         match self.node {
             None => {
                 cmd.arg("serve");
@@ -74,7 +103,7 @@ impl Server {
         }
         let mut child = cmd
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(&listen)
             .arg("--config")
             .arg(&cfg_path)
             .env("NO_COLOR", "1")

@@ -154,7 +154,20 @@ impl Router {
             let result = match self.route(shard, hint.take()) {
                 Route::Local => local().await,
                 Route::Remote(id) => match &self.peers {
-                    Some(p) => remote(p.clone(), id).await,
+                    // One attempt may not outlive the retry budget: a leader that stopped
+                    // answering must not hold the request for the transport's full timeout.
+                    Some(p) => {
+                        let left = deadline
+                            .saturating_duration_since(tokio::time::Instant::now())
+                            .max(Duration::from_millis(200));
+                        tokio::time::timeout(left, remote(p.clone(), id))
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(HostError::Unavailable(format!(
+                                    "node {id} did not answer for shard {shard}"
+                                )))
+                            })
+                    }
                     None => local().await,
                 },
                 Route::Unknown => Err(HostError::Unavailable(format!(
