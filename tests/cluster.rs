@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{free_ports, Client, Server, V};
+use support::{free_ports, get_eventually, status_of, Client, Server, V};
 
 const TOKEN: &str = "alice-token-1";
 
@@ -51,20 +51,6 @@ fn start_cluster() -> Vec<Server> {
 
 async fn connect(s: &Server) -> Client {
     Client::connect(&s.url, Some(TOKEN), V, json!({"elicitation": {}})).await
-}
-
-/// `tasks/get` through `c`, retried while the cluster answers with an internal error (no
-/// leader yet, or a leader just died); bounded.
-async fn get_eventually(c: &Client, id: &str) -> Value {
-    for _ in 0..300 {
-        let r = c.call("tasks/get", json!({"taskId": id})).await;
-        if let Some(res) = r.get("result") {
-            return res.clone();
-        }
-        assert_eq!(r["error"]["code"], -32603, "unexpected error: {r}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("task {id} never became readable");
 }
 
 #[tokio::test]
@@ -435,26 +421,12 @@ async fn result_streams_held_open_survive_a_node_kill() {
     }
 }
 
-/// `GET /status` of a node.
-async fn status_of(s: &Server) -> Value {
-    let url = s.url.replace("/mcp", "/status");
-    support::http()
-        .get(url)
-        .header("authorization", format!("Bearer {TOKEN}"))
-        .send()
-        .await
-        .expect("status")
-        .json()
-        .await
-        .expect("status JSON")
-}
-
 /// Wait until `follower` has applied, on every shard, at least what the shard's leader (as
 /// `leaders` report) had applied, and holds the same number of tasks.
 async fn wait_caught_up(follower: &Server, leaders: &[&Server]) {
     let mut target = std::collections::HashMap::new();
     for l in leaders {
-        for s in status_of(l).await["shards"].as_array().unwrap() {
+        for s in status_of(l, TOKEN).await["shards"].as_array().unwrap() {
             if s["isLeader"] == true {
                 target.insert(
                     s["shard"].as_u64().unwrap(),
@@ -469,7 +441,7 @@ async fn wait_caught_up(follower: &Server, leaders: &[&Server]) {
         "every shard has a leader among the running nodes"
     );
     for _ in 0..300 {
-        let st = status_of(follower).await;
+        let st = status_of(follower, TOKEN).await;
         let behind = st["shards"]
             .as_array()
             .unwrap()
@@ -484,7 +456,7 @@ async fn wait_caught_up(follower: &Server, leaders: &[&Server]) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("node never caught up: {}", status_of(follower).await);
+    panic!("node never caught up: {}", status_of(follower, TOKEN).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -508,14 +480,14 @@ async fn a_restarted_node_catches_up_from_the_log_and_through_a_snapshot() {
     wait_caught_up(&nodes[2], &[&nodes[0], &nodes[1]]).await;
 
     // Through a snapshot: node 3 misses enough writes that the leaders compact past it.
-    let before = status_of(&nodes[2]).await;
+    let before = status_of(&nodes[2], TOKEN).await;
     nodes[2].kill9();
     for _ in 0..160 {
         ids.push(c2.start_task("slow_compute", json!({"seconds": 0})).await);
     }
     let mut compacted_past = 0;
     for l in [&nodes[0], &nodes[1]] {
-        for s in status_of(l).await["shards"].as_array().unwrap() {
+        for s in status_of(l, TOKEN).await["shards"].as_array().unwrap() {
             if s["isLeader"] != true {
                 continue;
             }

@@ -7,10 +7,9 @@ mod support;
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
 
-use serde_json::{json, Value};
-use support::{Client, Server, V};
+use serde_json::json;
+use support::{get_eventually, status_of, Client, Server, V};
 
 const TOKEN: &str = "alice-token-1";
 
@@ -80,30 +79,10 @@ async fn connect(s: &Server) -> Client {
     Client::connect(&s.url, Some(TOKEN), V, json!({})).await
 }
 
-async fn get_eventually(c: &Client, id: &str) -> Value {
-    for _ in 0..300 {
-        let r = c.call("tasks/get", json!({"taskId": id})).await;
-        if let Some(res) = r.get("result") {
-            return res.clone();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("task {id} never became readable");
-}
-
 async fn terms_of_leaders(nodes: &[&Server]) -> std::collections::BTreeMap<u64, (u64, u64)> {
     let mut out = std::collections::BTreeMap::new();
     for n in nodes {
-        let url = n.url.replace("/mcp", "/status");
-        let st: Value = support::http()
-            .get(url)
-            .header("authorization", format!("Bearer {TOKEN}"))
-            .send()
-            .await
-            .expect("status")
-            .json()
-            .await
-            .expect("status JSON");
+        let st = status_of(n, TOKEN).await;
         for s in st["shards"].as_array().unwrap() {
             if s["isLeader"] == true {
                 out.insert(

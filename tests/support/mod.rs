@@ -506,3 +506,31 @@ impl Sse {
         }
     }
 }
+
+/// `tasks/get` through `c`, retried while the cluster answers with an internal error (no
+/// leader yet, or a leader just died); bounded.
+pub async fn get_eventually(c: &Client, id: &str) -> Value {
+    for _ in 0..300 {
+        let r = c.call("tasks/get", json!({"taskId": id})).await;
+        if let Some(res) = r.get("result") {
+            return res.clone();
+        }
+        assert_eq!(r["error"]["code"], -32603, "unexpected error: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("task {id} never became readable");
+}
+
+/// `GET /status` of a node.
+pub async fn status_of(s: &Server, token: &str) -> Value {
+    let url = s.url.replace("/mcp", "/status");
+    http()
+        .get(url)
+        .header("authorization", format!("Bearer {token}"))
+        .send()
+        .await
+        .expect("status")
+        .json()
+        .await
+        .expect("status JSON")
+}
