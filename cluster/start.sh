@@ -11,7 +11,7 @@ n=${1:-3}
 dir=${2:-./cluster-data}
 base=${BASE_PORT:-18000}
 shards=${SHARDS:-32}
-if ! [[ "$n" =~ ^[1-3]$ ]]; then
+if ! [[ "$n" =~ ^[1-9]$ ]]; then
     echo "N must be 1, 2 or 3 (every node holds a replica of every shard)" >&2
     exit 2
 fi

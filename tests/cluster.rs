@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{free_ports, get_eventually, status_of, Client, Server, V};
+use support::{free_ports, get_eventually, status_of, wait_cluster_ready, Client, Server, V};
 
 const TOKEN: &str = "alice-token-1";
 
@@ -56,6 +56,7 @@ async fn connect(s: &Server) -> Client {
 #[tokio::test]
 async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
     let mut nodes = start_cluster();
+    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
     let c1 = connect(&nodes[0]).await;
     let c2 = connect(&nodes[1]).await;
     let c3 = connect(&nodes[2]).await;
@@ -244,6 +245,7 @@ impl History {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_under_load_shows_no_errors_and_a_full_restart_loses_nothing() {
     let mut nodes = start_cluster();
+    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
     let mut clients = vec![];
     for n in &nodes {
         clients.push(connect(n).await);
@@ -380,6 +382,7 @@ async fn rolling_restart_under_load_shows_no_errors_and_a_full_restart_loses_not
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn result_streams_held_open_survive_a_node_kill() {
     let mut nodes = start_cluster();
+    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
     let c2 = connect(&nodes[1]).await;
     let c3 = connect(&nodes[2]).await;
     // Long enough to be running when a node dies; spread over the shards.
@@ -467,6 +470,7 @@ async fn a_restarted_node_catches_up_from_the_log_and_through_a_snapshot() {
     let n3 = Server::start_node(&node_config_with(3, &grpc, extra), false);
     let n1 = Server::start_node(&node_config_with(1, &grpc, extra), true);
     let mut nodes = [n1, n2, n3];
+    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
     let c2 = connect(&nodes[1]).await;
     let mut ids = vec![];
     ids.push(c2.start_task("slow_compute", json!({"seconds": 0})).await);

@@ -9,9 +9,10 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::json;
-use support::{get_eventually, status_of, Client, Server, V};
+use support::{get_eventually, status_of, wait_cluster_ready, Client, Server, V};
 
 const TOKEN: &str = "alice-token-1";
+const SHARDS: u32 = 8;
 
 fn netns_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../cluster/netns.sh")
@@ -111,6 +112,7 @@ async fn partition_majority_serves_minority_serves_nothing_stale_then_all_agree(
     let n2 = start(2);
     let n3 = start(3);
     let n1 = start(1);
+    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, SHARDS).await;
     let (c1, c2, c3) = (connect(&n1).await, connect(&n2).await, connect(&n3).await);
     phase("cluster up");
 

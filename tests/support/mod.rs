@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -533,4 +533,38 @@ pub async fn status_of(s: &Server, token: &str) -> Value {
         .json()
         .await
         .expect("status JSON")
+}
+
+/// Wait (bounded: 60 s) until every one of `shards` shards has a leader that some node's
+/// `GET /status` names, and every node's view agrees on it: the cluster was created and its
+/// groups elected.
+pub async fn wait_cluster_ready(nodes: &[&Server], token: &str, shards: u32) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut leaders: Vec<Option<u64>> = vec![None; shards as usize];
+        let mut agree = true;
+        for n in nodes {
+            let st = status_of(n, token).await;
+            for s in st["shards"].as_array().cloned().unwrap_or_default() {
+                let (Some(shard), Some(leader)) = (s["shard"].as_u64(), s["leader"].as_u64())
+                else {
+                    agree = false;
+                    continue;
+                };
+                let slot = &mut leaders[shard as usize];
+                if slot.is_some_and(|l| l != leader) {
+                    agree = false;
+                }
+                *slot = Some(leader);
+            }
+        }
+        if agree && leaders.iter().all(Option::is_some) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cluster never became ready: {leaders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -289,7 +289,7 @@ impl Actor for TaskActor {
                     outcome,
                     at_ms: now_ms(),
                 };
-                match st.host.shard(st.shard).cloned() {
+                match st.host.shard(st.shard) {
                     Ok(shard) => match shard.propose(cmd).await {
                         Ok(Applied::Updated { record }) => {
                             crate::audit_terminal(&record, "task reached a terminal status");

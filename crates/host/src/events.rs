@@ -15,12 +15,16 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::{actor, now_ms, Host, HostEvent};
 
-pub(crate) fn spawn_shard_loops(host: Host, shard: ShardReplica) {
+pub(crate) fn spawn_shard_loops(
+    host: Host,
+    shard: ShardReplica,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut handles = Vec::with_capacity(3);
     let mut events = shard.subscribe();
     {
         let host = host.clone();
         let shard = shard.clone();
-        tokio::spawn(async move {
+        handles.push(tokio::spawn(async move {
             loop {
                 match events.recv().await {
                     Ok(ShardEvent::Changed { record, .. }) => {
@@ -57,12 +61,12 @@ pub(crate) fn spawn_shard_loops(host: Host, shard: ShardReplica) {
                     Err(RecvError::Closed) => break,
                 }
             }
-        });
+        }));
     }
     {
         let host = host.clone();
         let shard = shard.clone();
-        tokio::spawn(async move {
+        handles.push(tokio::spawn(async move {
             let mut leadership = shard.leadership();
             let mut led_term: Option<u64> = None;
             loop {
@@ -78,9 +82,9 @@ pub(crate) fn spawn_shard_loops(host: Host, shard: ShardReplica) {
                     break;
                 }
             }
-        });
+        }));
     }
-    tokio::spawn(async move {
+    handles.push(tokio::spawn(async move {
         let period = Duration::from_millis(host.inner.cfg.expiry_sweep_interval_ms.max(10));
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -116,7 +120,8 @@ pub(crate) fn spawn_shard_loops(host: Host, shard: ShardReplica) {
                 }
             }
         }
-    });
+    }));
+    handles
 }
 
 /// Resolve waiters whose task is already terminal or gone (after a lagged event stream).
@@ -138,7 +143,7 @@ fn recheck_waiters(host: &Host, shard: &ShardReplica) {
     }
 }
 
-fn stop_shard_actors(host: &Host, shard_id: u32) {
+pub(crate) fn stop_shard_actors(host: &Host, shard_id: u32) {
     let actors: Vec<_> = host
         .inner
         .actors

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use ractor::ActorRef;
 use serde_json::{Map, Value};
 use taskmesh_mcp::ErrorObject;
@@ -172,11 +172,21 @@ pub fn now_ms() -> u64 {
 pub(crate) struct Inner {
     pub(crate) cfg: HostConfig,
     pub(crate) tools: Arc<ToolRegistry>,
-    pub(crate) shards: Vec<ShardReplica>,
+    /// The shard count of the cluster (shard ids are `0..shard_count`).
+    pub(crate) shard_count: u32,
+    /// The replicas this node hosts (index = shard id) with the handles of their loops.
+    pub(crate) shards: RwLock<Vec<Option<Hosted>>>,
+    pub(crate) started: std::sync::atomic::AtomicBool,
     pub(crate) actors: Mutex<HashMap<String, (u32, ActorRef<TaskMsg>)>>,
     pub(crate) live: AtomicUsize,
     pub(crate) waiters: Mutex<HashMap<String, Vec<oneshot::Sender<TaskRecord>>>>,
     pub(crate) events: broadcast::Sender<HostEvent>,
+}
+
+/// A replica this node hosts and the loops the host runs for it.
+pub(crate) struct Hosted {
+    replica: ShardReplica,
+    loops: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// The task runtime of one node. Cheap to clone.
@@ -186,14 +196,17 @@ pub struct Host {
 }
 
 impl Host {
-    /// A host over `shards` (index = shard id). Call [`Host::start`] to begin serving.
-    pub fn new(cfg: HostConfig, tools: Arc<ToolRegistry>, shards: Vec<ShardReplica>) -> Self {
+    /// A host for a cluster of `shard_count` shards, hosting no replica yet (see
+    /// [`Host::add_shard`]). Call [`Host::start`] to begin serving.
+    pub fn new(cfg: HostConfig, tools: Arc<ToolRegistry>, shard_count: u32) -> Self {
         let (events, _) = broadcast::channel(cfg.event_buffer.max(16));
         Self {
             inner: Arc::new(Inner {
                 cfg,
                 tools,
-                shards,
+                shard_count,
+                shards: RwLock::new((0..shard_count).map(|_| None).collect()),
+                started: std::sync::atomic::AtomicBool::new(false),
                 actors: Mutex::new(HashMap::new()),
                 live: AtomicUsize::new(0),
                 waiters: Mutex::new(HashMap::new()),
@@ -205,9 +218,70 @@ impl Host {
     /// Start the per-shard loops: leadership (resume tasks when this node becomes leader, stop
     /// actors when it stops being one), event fan-out and expiry.
     pub fn start(&self) {
-        for shard in &self.inner.shards {
-            events::spawn_shard_loops(self.clone(), shard.clone());
+        self.inner.started.store(true, Ordering::SeqCst);
+        let mut shards = self.inner.shards.write();
+        for hosted in shards.iter_mut().flatten() {
+            if hosted.loops.is_empty() {
+                hosted.loops = events::spawn_shard_loops(self.clone(), hosted.replica.clone());
+            }
         }
+    }
+
+    /// Host `replica` (its loops start now if the host is started). Fails when its shard id is
+    /// out of range or another replica of it is hosted.
+    pub fn add_shard(&self, replica: ShardReplica) -> Result<(), HostError> {
+        let id = replica.shard_id();
+        let mut shards = self.inner.shards.write();
+        let slot = shards
+            .get_mut(id as usize)
+            .ok_or_else(|| HostError::Internal(format!("no shard {id} in this cluster")))?;
+        if slot.is_some() {
+            return Err(HostError::Internal(format!("shard {id} is hosted already")));
+        }
+        let loops = if self.inner.started.load(Ordering::SeqCst) {
+            events::spawn_shard_loops(self.clone(), replica.clone())
+        } else {
+            Vec::new()
+        };
+        *slot = Some(Hosted { replica, loops });
+        Ok(())
+    }
+
+    /// Stop hosting shard `id`: end its loops and task actors and release waiters on its
+    /// tasks. Returns the replica (still running: the caller shuts it down).
+    pub fn remove_shard(&self, id: u32) -> Option<ShardReplica> {
+        let hosted = self.inner.shards.write().get_mut(id as usize)?.take()?;
+        for h in &hosted.loops {
+            h.abort();
+        }
+        events::stop_shard_actors(self, id);
+        let count = self.inner.shard_count;
+        self.inner
+            .waiters
+            .lock()
+            .retain(|task, _| taskmesh_task::shard_of(task, count) != id);
+        Some(hosted.replica)
+    }
+
+    /// The replicas this node hosts, by ascending shard id.
+    pub fn replicas(&self) -> Vec<ShardReplica> {
+        self.inner
+            .shards
+            .read()
+            .iter()
+            .flatten()
+            .map(|h| h.replica.clone())
+            .collect()
+    }
+
+    /// The replica of shard `id`, if this node hosts one.
+    pub fn replica(&self, id: u32) -> Option<ShardReplica> {
+        self.inner
+            .shards
+            .read()
+            .get(id as usize)?
+            .as_ref()
+            .map(|h| h.replica.clone())
     }
 
     pub fn config(&self) -> &HostConfig {
@@ -219,7 +293,7 @@ impl Host {
     }
 
     pub fn shard_count(&self) -> u32 {
-        self.inner.shards.len() as u32
+        self.inner.shard_count
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<HostEvent> {
@@ -231,11 +305,13 @@ impl Host {
         self.inner.live.load(Ordering::Relaxed)
     }
 
-    fn shard(&self, shard: u32) -> Result<&ShardReplica, HostError> {
-        self.inner
-            .shards
-            .get(shard as usize)
-            .ok_or_else(|| HostError::Internal(format!("no shard {shard} on this node")))
+    /// The local replica of `shard`; a shard this node does not host answers `NotLeader`
+    /// without a hint, so a router looks for its leader elsewhere.
+    fn shard(&self, shard: u32) -> Result<ShardReplica, HostError> {
+        self.replica(shard).ok_or(HostError::NotLeader {
+            shard,
+            leader_hint: None,
+        })
     }
 
     /// Create a task: durable (committed and flushed) before this returns, then its actor
@@ -475,6 +551,24 @@ impl Host {
         }
     }
 
+    /// The voters and learners of `shard`'s group, as its leader (this node) knows them.
+    pub fn members(&self, shard_id: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
+        let shard = self.shard(shard_id)?;
+        if !shard.is_leader() {
+            return Err(HostError::NotLeader {
+                shard: shard_id,
+                leader_hint: shard.leadership().borrow().leader,
+            });
+        }
+        let voters = shard.voters();
+        let learners = shard
+            .members()
+            .into_keys()
+            .filter(|id| !voters.contains(id))
+            .collect();
+        Ok((voters, learners))
+    }
+
     /// The node this node believes leads `shard` (itself included), if any.
     pub fn shard_leader(&self, shard_id: u32) -> Option<u64> {
         self.shard(shard_id).ok()?.leadership().borrow().leader
@@ -482,8 +576,7 @@ impl Host {
 
     /// Every local replica's leadership, log and state sizes.
     pub fn shard_status(&self) -> Vec<ShardStatus> {
-        self.inner
-            .shards
+        self.replicas()
             .iter()
             .map(|s| {
                 let lead = s.leadership().borrow().clone();

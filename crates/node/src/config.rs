@@ -44,11 +44,22 @@ pub struct Config {
 pub struct ClusterConfig {
     /// Internal gRPC address (Raft traffic and the task service between nodes).
     pub grpc_listen: Option<SocketAddr>,
-    /// Every node of the cluster, this one included.
+    /// The gRPC address other nodes reach this node at; default: `grpc_listen`.
+    pub advertise: Option<String>,
+    /// Seed peers (id + gRPC address): with `bootstrap`, the cluster's first members (this
+    /// node among them); otherwise the nodes a joining node contacts first.
     pub peers: Vec<PeerConfig>,
-    /// Create the cluster's shard groups with all peers as voters (run once, on one node;
-    /// idempotent). Also `--bootstrap`.
+    /// Create the cluster (its metadata group, identity and first members; the shard groups
+    /// follow) on its first start. Idempotent. Also `--bootstrap`.
     pub bootstrap: bool,
+    /// Replicas per shard (fewer while the cluster has fewer nodes); fixed at creation.
+    pub replication: u32,
+    /// How often a node compares itself with the cluster metadata and moves towards it, in ms.
+    pub reconcile_interval_ms: u64,
+    /// A new replica becomes a voter once it is at most this many log entries behind.
+    pub catch_up_entries: u64,
+    /// A leader hands a shard to its preferred leader only after leading it this long, in ms.
+    pub leader_settle_ms: u64,
     /// How long a request keeps retrying while a shard has no reachable leader, in ms.
     pub request_retry_ms: u64,
     /// How long a stopping node waits for the leadership of its shards to move, in ms.
@@ -67,8 +78,13 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         Self {
             grpc_listen: None,
+            advertise: None,
             peers: Vec::new(),
             bootstrap: false,
+            replication: 3,
+            reconcile_interval_ms: 500,
+            catch_up_entries: 100,
+            leader_settle_ms: 3_000,
             request_retry_ms: 5_000,
             leader_transfer_ms: 3_000,
         }
@@ -150,6 +166,12 @@ pub struct RaftConfig {
     pub election_timeout_max_ms: u64,
     pub snapshot_logs_since_last: u64,
     pub max_in_snapshot_log_to_keep: u64,
+    /// Time for sending one snapshot chunk to a follower and for its final install, in ms.
+    pub install_snapshot_timeout_ms: u64,
+    /// Bytes of snapshot data per message.
+    pub snapshot_chunk_bytes: usize,
+    /// The largest snapshot a node accepts from a leader (held in memory while it arrives).
+    pub max_snapshot_bytes: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -220,12 +242,16 @@ impl Default for ToolsConfig {
 impl Default for RaftConfig {
     fn default() -> Self {
         let s = taskmesh_shard::ShardConfig::default();
+        let t = taskmesh_transport::TransportConfig::default();
         Self {
             heartbeat_interval_ms: s.heartbeat_interval_ms,
             election_timeout_min_ms: s.election_timeout_min_ms,
             election_timeout_max_ms: s.election_timeout_max_ms,
             snapshot_logs_since_last: s.snapshot_logs_since_last,
             max_in_snapshot_log_to_keep: s.max_in_snapshot_log_to_keep,
+            install_snapshot_timeout_ms: s.install_snapshot_timeout_ms,
+            snapshot_chunk_bytes: t.snapshot_chunk_bytes,
+            max_snapshot_bytes: t.max_snapshot_bytes,
         }
     }
 }
@@ -346,9 +372,9 @@ impl Config {
                 .iter()
                 .filter(|p| p.id == self.node_id)
                 .count();
-            if me != 1 {
+            if self.cluster.bootstrap && me != 1 {
                 bail!(
-                    "cluster.peers must list this node (node_id {}) exactly once",
+                    "with cluster.bootstrap, cluster.peers must list this node (node_id {}) exactly once",
                     self.node_id
                 );
             }
@@ -361,8 +387,14 @@ impl Config {
             if ids.len() != self.cluster.peers.len() || ids.contains(&0) {
                 bail!("cluster.peers: node ids must be unique and at least 1");
             }
-            if self.cluster.peers.len() > 3 {
-                bail!("cluster.peers: this version replicates every shard on every node and supports up to 3 nodes");
+            if self.cluster.replication == 0 {
+                bail!("cluster.replication must be at least 1");
+            }
+            if self.cluster.reconcile_interval_ms == 0 {
+                bail!("cluster.reconcile_interval_ms must be at least 1");
+            }
+            if self.raft.snapshot_chunk_bytes == 0 || self.raft.install_snapshot_timeout_ms == 0 {
+                bail!("raft.snapshot_chunk_bytes and raft.install_snapshot_timeout_ms must be at least 1");
             }
             if self.session.secret.is_none() {
                 bail!("session.secret is required in a cluster (every node must validate every session)");

@@ -5,8 +5,10 @@
 //! per shard, starts the task host and serves MCP over HTTP until the shutdown signal; then it
 //! drains streams for a bounded time, stops task actors and shard groups and flushes the data.
 
+pub mod cluster;
 pub mod config;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -16,7 +18,9 @@ use anyhow::{bail, Context};
 use taskmesh_gateway::{Gateway, GatewayConfig};
 use taskmesh_host::{Host, HostConfig};
 use taskmesh_router::Router;
+use taskmesh_rpc::METADATA_GROUP;
 use taskmesh_shard::{ShardConfig, ShardReplica};
+use taskmesh_task::MetaCommand;
 use taskmesh_tools::ToolRegistry;
 
 pub use config::Config;
@@ -74,44 +78,230 @@ fn session_secret(cfg: &Config, data_dir: &Path) -> anyhow::Result<Vec<u8>> {
     }
 }
 
-/// Open this node's replica of every shard: single-voter groups without peers, groups over
-/// the gRPC transport in a cluster (registered so that peers' Raft traffic reaches them).
-async fn open_shards(
-    cfg: &Config,
-    db: &sled::Db,
-    registry: &taskmesh_transport::ReplicaRegistry,
-) -> anyhow::Result<Vec<ShardReplica>> {
-    let clustered = !cfg.cluster.peers.is_empty();
+/// The settings of this node's replica of group `shard_id`.
+fn shard_config(cfg: &Config, shard_id: u32) -> ShardConfig {
+    ShardConfig {
+        shard_id,
+        node_id: cfg.node_id,
+        node_addr: advertised(cfg),
+        heartbeat_interval_ms: cfg.raft.heartbeat_interval_ms,
+        election_timeout_min_ms: cfg.raft.election_timeout_min_ms,
+        election_timeout_max_ms: cfg.raft.election_timeout_max_ms,
+        snapshot_logs_since_last: cfg.raft.snapshot_logs_since_last,
+        max_in_snapshot_log_to_keep: cfg.raft.max_in_snapshot_log_to_keep,
+        install_snapshot_timeout_ms: cfg.raft.install_snapshot_timeout_ms,
+        ..ShardConfig::default()
+    }
+}
+
+/// The gRPC address peers reach this node at.
+fn advertised(cfg: &Config) -> String {
+    cfg.cluster.advertise.clone().unwrap_or_else(|| {
+        cfg.cluster
+            .grpc_listen
+            .map(|a| a.to_string())
+            .unwrap_or_default()
+    })
+}
+
+fn transport_config(cfg: &Config) -> taskmesh_transport::TransportConfig {
+    taskmesh_transport::TransportConfig {
+        snapshot_chunk_bytes: cfg.raft.snapshot_chunk_bytes,
+        max_snapshot_bytes: cfg.raft.max_snapshot_bytes,
+        ..taskmesh_transport::TransportConfig::default()
+    }
+}
+
+/// The internal gRPC server: its stop signal and its task.
+type GrpcServer = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+);
+
+/// What a node runs besides the gateway: its replicas and, in a cluster, the internal gRPC
+/// server and the reconciler.
+struct Running {
+    router: Router,
+    /// The metadata group's replica (cluster only).
+    meta: Option<ShardReplica>,
+    grpc: Option<GrpcServer>,
+    reconciler: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+/// The embedded single-node server: one single-voter group per shard, all on this node.
+async fn start_single(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Result<Running> {
+    for shard_id in 0..cfg.shards {
+        let replica = ShardReplica::open(db.clone(), shard_config(cfg, shard_id))
+            .await
+            .map_err(|e| anyhow::anyhow!("opening shard {shard_id}: {e}"))?;
+        replica
+            .bootstrap_single()
+            .await
+            .map_err(|e| anyhow::anyhow!("initialising shard {shard_id}: {e}"))?;
+        host.add_shard(replica)
+            .map_err(|e| anyhow::anyhow!("shard {shard_id}: {e}"))?;
+    }
+    for s in host.replicas() {
+        s.wait_leader(Duration::from_secs(30))
+            .await
+            .map_err(|e| anyhow::anyhow!("shard {} has no leader: {e}", s.shard_id()))?;
+    }
+    Ok(Running {
+        router: Router::new(host.clone()),
+        meta: None,
+        grpc: None,
+        reconciler: None,
+    })
+}
+
+/// A cluster member: the metadata group, the replicas stored here, the internal gRPC server,
+/// and the reconciler that creates or joins the cluster and follows its placement.
+async fn start_cluster(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Result<Running> {
+    let registry = taskmesh_transport::ReplicaRegistry::new();
     let pool = taskmesh_transport::PeerChannels::new(Duration::from_secs(1));
-    let transport = taskmesh_transport::TransportConfig::default();
-    let node_addr = cfg
+    let transport = transport_config(cfg);
+    transport
+        .validate()
+        .map_err(|e| anyhow::anyhow!("raft settings: {e}"))?;
+    let open: cluster::OpenGroup = {
+        let (db, cfg, pool, transport) = (db.clone(), cfg.clone(), pool.clone(), transport.clone());
+        Arc::new(move |shard_id| {
+            let (db, scfg, pool, transport) = (
+                db.clone(),
+                shard_config(&cfg, shard_id),
+                pool.clone(),
+                transport.clone(),
+            );
+            Box::pin(
+                async move { taskmesh_transport::open_replica(db, scfg, &pool, &transport).await },
+            )
+        })
+    };
+    let meta = open(METADATA_GROUP)
+        .await
+        .map_err(|e| anyhow::anyhow!("opening the metadata group: {e}"))?;
+    registry.insert(meta.clone());
+    for shard_id in taskmesh_shard::stored_groups(db) {
+        if shard_id >= cfg.shards {
+            continue;
+        }
+        let replica = open(shard_id)
+            .await
+            .map_err(|e| anyhow::anyhow!("opening shard {shard_id}: {e}"))?;
+        registry.insert(replica.clone());
+        host.add_shard(replica)
+            .map_err(|e| anyhow::anyhow!("shard {shard_id}: {e}"))?;
+    }
+    let seeds: BTreeMap<u64, String> = cfg
+        .cluster
+        .peers
+        .iter()
+        .map(|p| (p.id, p.grpc.clone()))
+        .collect();
+    let membership = Arc::new(cluster::Membership::new(
+        cfg.node_id,
+        meta.clone(),
+        seeds.clone(),
+        Duration::from_millis(cfg.cluster.request_retry_ms),
+    ));
+    let mut create = None;
+    if cfg.cluster.bootstrap {
+        // The metadata group starts with this node and the lowest other peer ids as voters;
+        // the reconciler adds the rest.
+        let want = cfg.cluster.replication.max(1) as usize;
+        let mut voters: BTreeMap<u64, String> = BTreeMap::new();
+        voters.insert(cfg.node_id, advertised(cfg));
+        for (id, addr) in &seeds {
+            if voters.len() >= want {
+                break;
+            }
+            voters.entry(*id).or_insert_with(|| addr.clone());
+        }
+        meta.bootstrap(voters)
+            .await
+            .map_err(|e| anyhow::anyhow!("bootstrapping the metadata group: {e}"))?;
+        let mut nodes = seeds.clone();
+        nodes.insert(cfg.node_id, advertised(cfg));
+        create = Some(MetaCommand::Create {
+            shards: cfg.shards,
+            hash: HASH_NAME.into(),
+            replication: cfg.cluster.replication,
+            nodes: nodes.into_iter().collect(),
+        });
+    }
+
+    let others: std::collections::HashMap<u64, String> = seeds
+        .iter()
+        .filter(|(id, _)| **id != cfg.node_id)
+        .map(|(id, a)| (*id, a.clone()))
+        .collect();
+    let peers = Arc::new(
+        taskmesh_router::Peers::new(others, Duration::from_secs(30))
+            .map_err(|e| anyhow::anyhow!("cluster.peers: {e}"))?,
+    );
+    let book: taskmesh_router::service::AddressBook = {
+        let m = membership.clone();
+        Arc::new(move |id| m.address(id))
+    };
+    let grpc_addr = cfg
         .cluster
         .grpc_listen
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let mut shards = Vec::with_capacity(cfg.shards as usize);
-    for shard_id in 0..cfg.shards {
-        let scfg = ShardConfig {
-            shard_id,
-            node_id: cfg.node_id,
-            node_addr: node_addr.clone(),
-            heartbeat_interval_ms: cfg.raft.heartbeat_interval_ms,
-            election_timeout_min_ms: cfg.raft.election_timeout_min_ms,
-            election_timeout_max_ms: cfg.raft.election_timeout_max_ms,
-            snapshot_logs_since_last: cfg.raft.snapshot_logs_since_last,
-            max_in_snapshot_log_to_keep: cfg.raft.max_in_snapshot_log_to_keep,
-            ..ShardConfig::default()
-        };
-        let replica = if clustered {
-            taskmesh_transport::open_replica(db.clone(), scfg, &pool, &transport).await
-        } else {
-            ShardReplica::open(db.clone(), scfg).await
-        }
-        .map_err(|e| anyhow::anyhow!("opening shard {shard_id}: {e}"))?;
-        registry.insert(replica.clone());
-        shards.push(replica);
+        .context("cluster.grpc_listen is required")?;
+    let listener = tokio::net::TcpListener::bind(grpc_addr)
+        .await
+        .with_context(|| format!("binding {grpc_addr}"))?;
+    let raft_svc = taskmesh_transport::RaftService::new(cfg.node_id, registry.clone())
+        .with_config(transport.clone())
+        .into_server();
+    let task_svc = taskmesh_router::service::TaskGrpc::new(host.clone(), book).into_server();
+    let cluster_svc = cluster::ClusterGrpc::new(membership.clone()).into_server();
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let (grpc_stop_tx, grpc_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let grpc_server = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(raft_svc)
+            .add_service(task_svc)
+            .add_service(cluster_svc)
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = grpc_stop_rx.await;
+            })
+            .await
+    });
+
+    let router = Router::with_peers(
+        host.clone(),
+        cfg.node_id,
+        Some(peers),
+        Duration::from_millis(cfg.cluster.request_retry_ms),
+    );
+    let view = Arc::new(parking_lot::RwLock::new(membership.current()));
+    {
+        let view = view.clone();
+        router.set_placement(Arc::new(move |shard| view.read().replicas(shard).to_vec()));
     }
-    Ok(shards)
+    let reconciler = cluster::Reconciler::new(
+        cluster::ReconcileConfig {
+            node_id: cfg.node_id,
+            grpc_addr: advertised(cfg),
+            create,
+            shards: cfg.shards,
+            interval: Duration::from_millis(cfg.cluster.reconcile_interval_ms),
+            catch_up_entries: cfg.cluster.catch_up_entries,
+            leader_settle: Duration::from_millis(cfg.cluster.leader_settle_ms),
+        },
+        membership,
+        host.clone(),
+        router.clone(),
+        registry,
+        open,
+        view,
+    );
+    Ok(Running {
+        router,
+        meta: Some(meta),
+        grpc: Some((grpc_stop_tx, grpc_server)),
+        reconciler: Some(tokio::spawn(reconciler.run())),
+    })
 }
 
 /// Run a node until `shutdown` resolves: the embedded single-node server when
@@ -131,85 +321,16 @@ pub async fn serve(
     check_identity(&db, cfg.shards)?;
     let clustered = !cfg.cluster.peers.is_empty();
 
-    let registry = taskmesh_transport::ReplicaRegistry::new();
-    let shards = open_shards(&cfg, &db, &registry).await?;
-
     let tools = if cfg.tools.builtin {
         ToolRegistry::with_builtins()
     } else {
         ToolRegistry::new()
     };
-    let host = Host::new(cfg.host_config(), Arc::new(tools), shards.clone());
-
-    // In a cluster the internal gRPC server must run before the groups can elect.
-    let (grpc_stop_tx, grpc_stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let mut grpc_server = None;
-    let router = if clustered {
-        let addrs: std::collections::HashMap<u64, String> = cfg
-            .cluster
-            .peers
-            .iter()
-            .map(|p| (p.id, p.grpc.clone()))
-            .collect();
-        let peers = Arc::new(
-            taskmesh_router::Peers::new(addrs.clone(), Duration::from_secs(30))
-                .map_err(|e| anyhow::anyhow!("cluster.peers: {e}"))?,
-        );
-        let book_addrs = addrs.clone();
-        let book: taskmesh_router::service::AddressBook =
-            Arc::new(move |id| book_addrs.get(&id).cloned());
-        let grpc_addr = cfg
-            .cluster
-            .grpc_listen
-            .context("cluster.grpc_listen is required")?;
-        let listener = tokio::net::TcpListener::bind(grpc_addr)
-            .await
-            .with_context(|| format!("binding {grpc_addr}"))?;
-        let raft_svc =
-            taskmesh_transport::RaftService::new(cfg.node_id, registry.clone()).into_server();
-        let task_svc = taskmesh_router::service::TaskGrpc::new(host.clone(), book).into_server();
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        grpc_server = Some(tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(raft_svc)
-                .add_service(task_svc)
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = grpc_stop_rx.await;
-                })
-                .await
-        }));
-        if cfg.cluster.bootstrap {
-            let members: std::collections::BTreeMap<u64, String> = addrs.into_iter().collect();
-            for s in &shards {
-                s.bootstrap(members.clone())
-                    .await
-                    .map_err(|e| anyhow::anyhow!("bootstrapping shard {}: {e}", s.shard_id()))?;
-            }
-            tracing::info!(
-                nodes = members.len(),
-                shards = cfg.shards,
-                "cluster bootstrapped"
-            );
-        }
-        taskmesh_router::Router::with_peers(
-            host.clone(),
-            cfg.node_id,
-            Some(peers),
-            Duration::from_millis(cfg.cluster.request_retry_ms),
-        )
+    let host = Host::new(cfg.host_config(), Arc::new(tools), cfg.shards);
+    let mut running = if clustered {
+        start_cluster(&cfg, &db, &host).await?
     } else {
-        for s in &shards {
-            s.bootstrap_single()
-                .await
-                .map_err(|e| anyhow::anyhow!("initialising shard {}: {e}", s.shard_id()))?;
-        }
-        for s in &shards {
-            s.wait_leader(Duration::from_secs(30))
-                .await
-                .map_err(|e| anyhow::anyhow!("shard {} has no leader: {e}", s.shard_id()))?;
-        }
-        Router::new(host.clone())
+        start_single(&cfg, &db, &host).await?
     };
     host.start();
 
@@ -217,7 +338,11 @@ pub async fn serve(
         secret: session_secret(&cfg, &data_dir)?,
         ..cfg.gateway_config()
     };
-    let gateway = Gateway::new(gw_cfg, router, db.open_tree("sessions/ended")?);
+    let gateway = Gateway::new(
+        gw_cfg,
+        running.router.clone(),
+        db.open_tree("sessions/ended")?,
+    );
     let app = taskmesh_gateway::http_router(gateway);
 
     let listener = tokio::net::TcpListener::bind(cfg.listen)
@@ -234,9 +359,30 @@ pub async fn serve(
             })
             .await
     });
-    shutdown.await;
-    if clustered {
-        hand_over_leadership(&cfg, &shards).await;
+    // Run until asked to stop, or until the reconciler finds this node must not run.
+    let mut fatal = None;
+    match running.reconciler.as_mut() {
+        Some(reconciler) => {
+            tokio::select! {
+                _ = shutdown => {}
+                r = reconciler => {
+                    let e = match r {
+                        Ok(Err(e)) => e,
+                        Ok(Ok(())) => anyhow::anyhow!("the cluster reconciler stopped"),
+                        Err(e) => anyhow::anyhow!("the cluster reconciler failed: {e}"),
+                    };
+                    tracing::error!(error = %e, "stopping");
+                    fatal = Some(e);
+                }
+            }
+        }
+        None => shutdown.await,
+    }
+    if let Some(r) = running.reconciler.take() {
+        r.abort();
+    }
+    if clustered && fatal.is_none() {
+        hand_over_leadership(&cfg, &host.replicas(), running.meta.as_ref()).await;
     }
     tracing::info!("shutting down: draining open streams");
     let _ = stop_tx.send(());
@@ -248,14 +394,14 @@ pub async fn serve(
         );
     }
     host.stop_all(Duration::from_secs(2)).await;
-    for s in &shards {
+    for s in host.replicas().iter().chain(running.meta.as_ref()) {
         if let Err(e) = s.shutdown().await {
             tracing::warn!(shard = s.shard_id(), error = %e, "shard shutdown");
         }
     }
-    let _ = grpc_stop_tx.send(());
-    if let Some(g) = grpc_server {
-        let _ = tokio::time::timeout(Duration::from_secs(2), g).await;
+    if let Some((stop, server)) = running.grpc.take() {
+        let _ = stop.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
     }
     let flushing = db.clone();
     tokio::task::spawn_blocking(move || flushing.flush())
@@ -263,15 +409,22 @@ pub async fn serve(
         .context("flushing the database")?
         .context("flushing the database")?;
     tracing::info!("taskmesh stopped; data flushed");
-    Ok(())
+    match fatal {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Before a planned stop: hand the leadership of every shard this node leads to the most
 /// up-to-date other voter and wait (bounded) until another leader is visible, so clients see
 /// no unavailability.
-async fn hand_over_leadership(cfg: &Config, shards: &[ShardReplica]) {
+async fn hand_over_leadership(cfg: &Config, shards: &[ShardReplica], meta: Option<&ShardReplica>) {
     let budget = Duration::from_millis(cfg.cluster.leader_transfer_ms);
-    let led: Vec<&ShardReplica> = shards.iter().filter(|s| s.is_leader()).collect();
+    let led: Vec<&ShardReplica> = shards
+        .iter()
+        .chain(meta)
+        .filter(|s| s.is_leader())
+        .collect();
     let moves = led
         .iter()
         .map(|s| async move { (s.shard_id(), s.step_down(budget).await) });

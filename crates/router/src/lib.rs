@@ -12,8 +12,12 @@ pub mod convert;
 pub mod remote;
 pub mod service;
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
 
 use serde_json::Value;
 use taskmesh_host::{Attachment, Host, HostError, HostEvent, NewTask};
@@ -22,6 +26,9 @@ use taskmesh_task::{shard_of, TaskRecord};
 use tokio::sync::broadcast;
 
 pub use remote::Peers;
+
+/// Where a shard's replicas are placed (preferred leader first), from the cluster metadata.
+pub type Placement = Arc<dyn Fn(u32) -> Vec<u64> + Send + Sync>;
 
 /// Longest task id the router looks up; anything longer cannot be one of ours.
 pub const MAX_TASK_ID_LEN: usize = 128;
@@ -34,6 +41,13 @@ pub struct Router {
     peers: Option<Arc<Peers>>,
     retry_budget: Duration,
     events: broadcast::Sender<HostEvent>,
+    /// Per shard: the node last seen leading it (0: unknown), kept fresh by `NotLeader` hints
+    /// and successful calls.
+    leaders: Arc<Vec<AtomicU64>>,
+    /// Where to look for a shard's leader when nothing better is known.
+    placement: Arc<RwLock<Option<Placement>>>,
+    /// Peers whose status stream is followed.
+    watched: Arc<Mutex<HashSet<u64>>>,
 }
 
 /// 128 bits from the OS CSPRNG, as 32 lowercase hex digits.
@@ -74,6 +88,9 @@ impl Router {
             peers,
             retry_budget,
             events,
+            leaders: Arc::new((0..shards).map(|_| AtomicU64::new(0)).collect()),
+            placement: Arc::new(RwLock::new(None)),
+            watched: Arc::new(Mutex::new(HashSet::new())),
         };
         router.spawn_event_merge();
         router
@@ -109,10 +126,51 @@ impl Router {
         });
         if let Some(peers) = &self.peers {
             for id in peers.ids() {
-                if id != self.node_id {
-                    remote::spawn_watch(peers.clone(), id, self.events.clone());
-                }
+                self.watch_peer(id);
             }
+        }
+    }
+
+    fn watch_peer(&self, id: u64) {
+        let Some(peers) = &self.peers else { return };
+        if id != self.node_id && self.watched.lock().insert(id) {
+            let watched = self.watched.clone();
+            let (peers, out) = (peers.clone(), self.events.clone());
+            tokio::spawn(async move {
+                remote::watch(peers, id, out).await;
+                watched.lock().remove(&id);
+            });
+        }
+    }
+
+    /// Reach node `id` at `addr` (a node joined or moved) and follow its status stream.
+    pub fn add_peer(&self, id: u64, addr: String) -> Result<(), String> {
+        let Some(peers) = &self.peers else {
+            return Err("not a cluster router".into());
+        };
+        peers.set(id, addr)?;
+        self.watch_peer(id);
+        Ok(())
+    }
+
+    /// Forget node `id` (it left the cluster); its status stream ends.
+    pub fn remove_peer(&self, id: u64) {
+        if let Some(peers) = &self.peers {
+            peers.remove(id);
+        }
+        for l in self.leaders.iter() {
+            let _ = l.compare_exchange(id, 0, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// Where to look for leaders of shards this node holds no replica of.
+    pub fn set_placement(&self, placement: Placement) {
+        *self.placement.write() = Some(placement);
+    }
+
+    fn remember_leader(&self, shard: u32, id: u64) {
+        if let Some(l) = self.leaders.get(shard as usize) {
+            l.store(id, Ordering::Relaxed);
         }
     }
 
@@ -123,14 +181,36 @@ impl Router {
         Ok(())
     }
 
-    fn route(&self, shard: u32, hint: Option<u64>) -> Route {
+    /// Where to send a request for `shard`: here when this node leads it; else the hinted
+    /// node, the leader this node's replica knows, the last leader seen, or (after `misses`
+    /// answers that named no leader) the shard's replicas from the placement in turn.
+    fn route(&self, shard: u32, hint: Option<u64>, misses: usize) -> Route {
         if self.peers.is_none() || self.host.leads(shard) {
             return Route::Local;
         }
-        match hint.or_else(|| self.host.shard_leader(shard)) {
+        let known = hint.or_else(|| self.host.shard_leader(shard)).or_else(|| {
+            let cached = self.leaders.get(shard as usize)?.load(Ordering::Relaxed);
+            (cached != 0).then_some(cached)
+        });
+        match known {
             Some(id) if id == self.node_id => Route::Local,
-            Some(id) => Route::Remote(id),
-            None => Route::Unknown,
+            Some(id) if misses == 0 => Route::Remote(id),
+            _ => {
+                let replicas: Vec<u64> = self
+                    .placement
+                    .read()
+                    .as_ref()
+                    .map(|p| p(shard))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|id| *id != self.node_id)
+                    .collect();
+                match (known, replicas.is_empty()) {
+                    (_, false) => Route::Remote(replicas[misses % replicas.len()]),
+                    (Some(id), true) => Route::Remote(id),
+                    (None, true) => Route::Unknown,
+                }
+            }
         }
     }
 
@@ -150,8 +230,14 @@ impl Router {
     {
         let deadline = tokio::time::Instant::now() + self.retry_budget;
         let mut hint = None;
+        let misses = AtomicUsize::new(0);
         loop {
-            let result = match self.route(shard, hint.take()) {
+            let route = self.route(shard, hint.take(), misses.load(Ordering::Relaxed));
+            let remote_id = match route {
+                Route::Remote(id) => Some(id),
+                _ => None,
+            };
+            let result = match route {
                 Route::Local => local().await,
                 Route::Remote(id) => match &self.peers {
                     // One attempt may not outlive the retry budget: a leader that stopped
@@ -180,16 +266,28 @@ impl Router {
                 {
                     hint = leader_hint
                         .filter(|h| Some(*h) != Some(self.node_id) || self.host.leads(shard));
-                    if hint.is_none() {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    if let Some(h) = hint {
+                        self.remember_leader(shard, h);
+                    } else {
+                        self.remember_leader(shard, 0);
+                        if misses.fetch_add(1, Ordering::Relaxed) % 3 == 2 {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
                     }
                 }
                 Err(HostError::Unavailable(_))
                     if tokio::time::Instant::now() < deadline && self.peers.is_some() =>
                 {
+                    self.remember_leader(shard, 0);
+                    misses.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                other => return other,
+                other => {
+                    if let (Some(id), Ok(_)) = (remote_id, &other) {
+                        self.remember_leader(shard, id);
+                    }
+                    return other;
+                }
             }
         }
     }
@@ -274,6 +372,16 @@ impl Router {
         )
         .await
         .unwrap_or(false)
+    }
+
+    /// The voters and learners of `shard`'s group, from its leader.
+    pub async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
+        self.on_leader(
+            shard,
+            || async { self.host.members(shard) },
+            |p, id| async move { p.members(id, shard).await },
+        )
+        .await
     }
 
     /// One page of `owner`'s tasks with ids after `after`, merged over all shards in id order;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use parking_lot::RwLock;
 use serde_json::Value;
 use taskmesh_host::{Attachment, HostError, HostEvent, NewTask};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
@@ -16,44 +17,67 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::convert::{error_from_status, record_from_pb, request_to_pb, status_from_pb};
 
-/// The other nodes of the cluster, by node id.
+/// The other nodes of the cluster, by node id. Nodes can be added (or re-addressed) and
+/// removed while requests run.
 pub struct Peers {
-    clients: HashMap<u64, TaskServiceClient<Channel>>,
-    addrs: HashMap<u64, String>,
+    clients: RwLock<HashMap<u64, (String, TaskServiceClient<Channel>)>>,
+    request_timeout: Duration,
 }
 
 impl Peers {
     /// `addrs`: node id -> gRPC address (`host:port`), this node included or not.
     pub fn new(addrs: HashMap<u64, String>, request_timeout: Duration) -> Result<Self, String> {
-        let mut clients = HashMap::new();
-        for (id, addr) in &addrs {
-            let ep = Endpoint::from_shared(format!("http://{addr}"))
-                .map_err(|e| format!("peer {id} address {addr}: {e}"))?
-                .connect_timeout(Duration::from_secs(1))
-                .timeout(request_timeout)
-                .tcp_nodelay(true)
-                // A peer cut off by the network is noticed within about two seconds, and the
-                // channel reconnects, instead of requests waiting for the full timeout.
-                .http2_keep_alive_interval(Duration::from_secs(1))
-                .keep_alive_timeout(Duration::from_secs(1))
-                .keep_alive_while_idle(true);
-            clients.insert(*id, TaskServiceClient::new(ep.connect_lazy()));
+        let peers = Self {
+            clients: RwLock::new(HashMap::new()),
+            request_timeout,
+        };
+        for (id, addr) in addrs {
+            peers.set(id, addr)?;
         }
-        Ok(Self { clients, addrs })
+        Ok(peers)
+    }
+
+    /// Reach node `id` at `addr` from now on. Returns whether the node is new.
+    pub fn set(&self, id: u64, addr: String) -> Result<bool, String> {
+        if let Some((known, _)) = self.clients.read().get(&id) {
+            if *known == addr {
+                return Ok(false);
+            }
+        }
+        let ep = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("peer {id} address {addr}: {e}"))?
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(self.request_timeout)
+            .tcp_nodelay(true)
+            // A peer cut off by the network is noticed within about two seconds, and the
+            // channel reconnects, instead of requests waiting for the full timeout.
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_timeout(Duration::from_secs(1))
+            .keep_alive_while_idle(true);
+        let client = TaskServiceClient::new(ep.connect_lazy());
+        Ok(self.clients.write().insert(id, (addr, client)).is_none())
+    }
+
+    /// Forget node `id` (it left the cluster).
+    pub fn remove(&self, id: u64) {
+        self.clients.write().remove(&id);
     }
 
     pub fn ids(&self) -> Vec<u64> {
-        self.clients.keys().copied().collect()
+        let mut ids: Vec<u64> = self.clients.read().keys().copied().collect();
+        ids.sort_unstable();
+        ids
     }
 
     pub fn address(&self, id: u64) -> Option<String> {
-        self.addrs.get(&id).cloned()
+        self.clients.read().get(&id).map(|(a, _)| a.clone())
     }
 
     fn client(&self, id: u64) -> Result<TaskServiceClient<Channel>, HostError> {
         self.clients
+            .read()
             .get(&id)
-            .cloned()
+            .map(|(_, c)| c.clone())
             .ok_or_else(|| HostError::Unavailable(format!("unknown node {id}")))
     }
 
@@ -248,11 +272,25 @@ impl Peers {
     }
 }
 
+impl Peers {
+    /// The voters and learners of `shard`'s group, asked of node `id` (its leader).
+    pub async fn members(&self, id: u64, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
+        let r = self
+            .client(id)?
+            .shard_members(v1::ShardMembersRequest { shard })
+            .await
+            .map_err(|s| error_from_status(shard, &s))?
+            .into_inner();
+        Ok((r.voters, r.learners))
+    }
+}
+
 /// Follow one peer's stream of status changes and session messages (reconnecting while the
 /// process runs) and publish them on `out`.
-pub(crate) fn spawn_watch(peers: Arc<Peers>, id: u64, out: broadcast::Sender<HostEvent>) {
+/// Ends when the peer is forgotten ([`Peers::remove`]).
+pub(crate) async fn watch(peers: Arc<Peers>, id: u64, out: broadcast::Sender<HostEvent>) {
     use v1::watch_status_event::Event;
-    tokio::spawn(async move {
+    {
         loop {
             let Ok(mut client) = peers.client(id) else {
                 return;
@@ -310,5 +348,5 @@ pub(crate) fn spawn_watch(peers: Arc<Peers>, id: u64, out: broadcast::Sender<Hos
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-    });
+    }
 }

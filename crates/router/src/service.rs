@@ -273,4 +273,13 @@ impl TaskService for TaskGrpc {
                 .deliver_response(r.shard, &r.task_id, &r.owner, id.to_string(), outcome);
         Ok(Response::new(v1::DeliverResponseResponse { delivered }))
     }
+
+    async fn shard_members(
+        &self,
+        request: Request<v1::ShardMembersRequest>,
+    ) -> Result<Response<v1::ShardMembersResponse>, Status> {
+        let shard = request.into_inner().shard;
+        let (voters, learners) = self.host.members(shard).map_err(|e| self.err(&e))?;
+        Ok(Response::new(v1::ShardMembersResponse { voters, learners }))
+    }
 }

@@ -221,6 +221,13 @@ impl TaskService for OneTask {
     ) -> Result<Response<DeliverResponseResponse>, Status> {
         Err(Status::unimplemented("deliver"))
     }
+
+    async fn shard_members(
+        &self,
+        _request: Request<taskmesh_rpc::v1::ShardMembersRequest>,
+    ) -> Result<Response<taskmesh_rpc::v1::ShardMembersResponse>, Status> {
+        Err(Status::unimplemented("members"))
+    }
 }
 
 #[tokio::test]

@@ -19,4 +19,5 @@ pub use error::ShardError;
 pub use events::{Leadership, ShardEvent};
 pub use network::UnreachableNetwork;
 pub use replica::ShardReplica;
+pub use storage::stored_groups;
 pub use types::{ShardRaft, ShardRequest, TypeConfig};

@@ -1,7 +1,7 @@
 //! One replica of a shard group: its Raft, storage and state, behind the API the rest of the
 //! node uses (propose, linearizable reads, leadership, events).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -353,6 +353,95 @@ impl ShardReplica {
         }
     }
 
+    /// Membership changes a new leader cannot make until its first entry (or the previous
+    /// change) has committed are retried for a short while; other errors are returned.
+    async fn change_members(
+        &self,
+        change: openraft::ChangeMembers<u64, Node>,
+    ) -> Result<(), ShardError> {
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(self.inner.cfg.wait_timeout_ms);
+        let retry = Duration::from_millis((self.inner.cfg.heartbeat_interval_ms / 2).max(10));
+        loop {
+            match self
+                .inner
+                .raft
+                .change_membership(change.clone(), false)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                    ChangeMembershipError::InProgress(_)
+                    | ChangeMembershipError::UncommittedLeaderLog(_),
+                ))) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(retry).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Add node `id` (reached at `addr`) as a learner and return once that is committed,
+    /// without waiting for it to catch up (see [`ShardReplica::replication`]). Leader only.
+    pub async fn add_learner(&self, id: u64, addr: String) -> Result<(), ShardError> {
+        if addr.trim().is_empty() {
+            return Err(ShardError::Fatal(format!("node {id} has no address")));
+        }
+        match self
+            .inner
+            .raft
+            .add_learner(id, Node::new(addr), false)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Make `voters` the group's voters (each must already be a member); voters not in the set
+    /// leave the group. Returns once the new membership is committed. Leader only.
+    pub async fn set_voters(&self, voters: BTreeSet<u64>) -> Result<(), ShardError> {
+        if voters.is_empty() {
+            return Err(ShardError::Fatal("a group needs at least one voter".into()));
+        }
+        self.change_members(openraft::ChangeMembers::ReplaceAllVoters(voters))
+            .await
+    }
+
+    /// Remove learners from the group. Leader only.
+    pub async fn remove_learners(&self, ids: BTreeSet<u64>) -> Result<(), ShardError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.change_members(openraft::ChangeMembers::RemoveNodes(ids))
+            .await
+    }
+
+    /// On the leader: the last log index and, per follower and learner, the index of the last
+    /// entry it is known to hold (`None`: not known yet). Not leader: `None`.
+    pub fn replication(&self) -> Option<(u64, BTreeMap<u64, Option<u64>>)> {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow_watched();
+        let matched = m.replication.as_ref()?;
+        let last = m.last_log_index.unwrap_or(0);
+        Some((
+            last,
+            matched
+                .iter()
+                .map(|(id, l)| (*id, l.as_ref().map(|l| l.index)))
+                .collect(),
+        ))
+    }
+
+    /// Whether the group has a membership on this replica (it was initialised here, or a
+    /// leader has replicated to it).
+    pub fn has_membership(&self) -> bool {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow_watched();
+        let any = m.membership_config.nodes().next().is_some();
+        any
+    }
+
     /// Ask openraft to hand this group's leadership to voter `to` and return at once.
     ///
     /// The leader stops accepting proposals, tells every voter (they drop their leader lease so
@@ -437,6 +526,21 @@ impl ShardReplica {
             .await
             .map_err(|e| ShardError::Fatal(format!("raft shutdown failed: {e}")))?;
         self.inner.watcher.abort();
+        crate::storage::flush(&self.inner.db).await?;
+        Ok(())
+    }
+
+    /// Stop the group's Raft and delete this replica's log, state and snapshot (after the group
+    /// removed this node). The replica must not be used afterwards.
+    pub async fn destroy(&self) -> Result<(), ShardError> {
+        self.shutdown().await?;
+        let shard = self.inner.cfg.shard_id;
+        for kind in ["log", "raft", "sm"] {
+            self.inner
+                .db
+                .drop_tree(crate::storage::tree_name(shard, kind))
+                .map_err(|e| ShardError::Fatal(format!("deleting shard {shard}: {e}")))?;
+        }
         crate::storage::flush(&self.inner.db).await?;
         Ok(())
     }

@@ -31,6 +31,7 @@ impl fmt::Display for ShardRequest {
             Command::Expire { task_ids, .. } => {
                 return write!(f, "expire({} tasks)", task_ids.len());
             }
+            Command::Cluster { change } => return write!(f, "cluster({change:?})"),
         };
         match self.0.task_id() {
             Some(id) => write!(f, "{op}({id})"),

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::{ClusterMeta, MetaCommand, MetaRejection};
 use crate::{Outcome, TaskId, TaskRecord, TaskStatus};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +43,8 @@ pub enum Command {
     },
     /// Delete the listed tasks whose TTL has run out at `now_ms`.
     Expire { task_ids: Vec<TaskId>, now_ms: u64 },
+    /// A change to the cluster metadata (carried only by the metadata group's log).
+    Cluster { change: MetaCommand },
 }
 
 impl Command {
@@ -53,7 +56,7 @@ impl Command {
             | Command::Finish { task_id, .. }
             | Command::Cancel { task_id, .. }
             | Command::Resume { task_id, .. } => Some(task_id),
-            Command::Expire { .. } => None,
+            Command::Expire { .. } | Command::Cluster { .. } => None,
         }
     }
 }
@@ -82,4 +85,9 @@ pub enum Applied {
     Rejected(Rejection),
     /// These ids were deleted.
     Expired { task_ids: Vec<TaskId> },
+    /// A metadata command: the metadata after it, or why it changed nothing.
+    Cluster {
+        result: Result<Box<ClusterMeta>, MetaRejection>,
+        changed: bool,
+    },
 }

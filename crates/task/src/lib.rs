@@ -6,11 +6,13 @@
 //! command, log index). Time is always passed in, never read here, so that every replica
 //! applying the same log reaches the same state.
 
+pub mod cluster;
 pub mod command;
 pub mod record;
 pub mod state;
 pub mod status;
 
+pub use cluster::{ClusterMeta, MetaCommand, MetaRejection};
 pub use command::{Applied, Command, Rejection};
 pub use record::{ClientCaps, Outcome, TaskRecord, ToolRequest};
 pub use state::ShardState;

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::{Applied, Command, Rejection, TaskId, TaskRecord, TaskStatus};
+use crate::{Applied, ClusterMeta, Command, Rejection, TaskId, TaskRecord, TaskStatus};
 
 #[derive(Debug, Default, Clone)]
 pub struct ShardState {
@@ -12,6 +12,8 @@ pub struct ShardState {
     by_owner: BTreeSet<(String, TaskId)>,
     /// (expires at, task id): serves the expiry sweep.
     by_expiry: BTreeSet<(u64, TaskId)>,
+    /// The cluster metadata; used by the metadata group only (empty in shard groups).
+    cluster: ClusterMeta,
 }
 
 impl ShardState {
@@ -26,6 +28,16 @@ impl ShardState {
             s.insert(r);
         }
         s
+    }
+
+    /// The cluster metadata this state holds (the metadata group's state).
+    pub fn cluster(&self) -> &ClusterMeta {
+        &self.cluster
+    }
+
+    /// Replace the cluster metadata (restart, snapshot install).
+    pub fn set_cluster(&mut self, meta: ClusterMeta) {
+        self.cluster = meta;
     }
 
     pub fn len(&self) -> usize {
@@ -203,6 +215,16 @@ impl ShardState {
                 }
                 Applied::Expired { task_ids: gone }
             }
+            Command::Cluster { change } => match self.cluster.apply(change) {
+                Ok(changed) => Applied::Cluster {
+                    result: Ok(Box::new(self.cluster.clone())),
+                    changed,
+                },
+                Err(e) => Applied::Cluster {
+                    result: Err(e),
+                    changed: false,
+                },
+            },
         }
     }
 

@@ -39,14 +39,58 @@ enum Command {
         /// TOML configuration file (also TASKMESH_CONFIG).
         #[arg(long, env = "TASKMESH_CONFIG")]
         config: PathBuf,
-        /// Create the cluster's shard groups with every configured peer as a voter. Run once,
-        /// on one node; repeating it is harmless.
+        /// Create the cluster with the configured peers as its first members (its metadata
+        /// group, identity and shard groups). Run once, on one node; repeating it is harmless.
         #[arg(long)]
         bootstrap: bool,
         /// Listen address for MCP, overriding the config.
         #[arg(long)]
         listen: Option<SocketAddr>,
     },
+    /// Inspect or change the cluster's membership through any node's internal gRPC address.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Print the cluster metadata (nodes, placement, version) as the node knows it, as JSON.
+    Status {
+        /// A node's internal gRPC address (host:port).
+        #[arg(long)]
+        peer: String,
+    },
+    /// Remove a node: its replicas move to the others. Stop the node once `status` shows it
+    /// in no shard's placement and its /status lists no replica.
+    Remove {
+        /// A node's internal gRPC address (host:port).
+        #[arg(long)]
+        peer: String,
+        /// The id of the node to remove.
+        #[arg(long)]
+        node: u64,
+    },
+}
+
+fn cluster_command(cmd: ClusterCommand) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let meta = match cmd {
+            ClusterCommand::Status { peer } => {
+                taskmesh_node::cluster::fetch_metadata(&peer).await?
+            }
+            ClusterCommand::Remove { peer, node } => {
+                let change = taskmesh_task::MetaCommand::Remove { node_id: node };
+                taskmesh_node::cluster::propose_via(&peer, change).await?.0
+            }
+        };
+        println!("{}", serde_json::to_string_pretty(&meta)?);
+        Ok(())
+    })
 }
 
 fn init_logging(cfg: &Config) {
@@ -129,5 +173,6 @@ fn main() -> anyhow::Result<()> {
             cfg.cluster.bootstrap |= bootstrap;
             run(cfg)
         }
+        Command::Cluster { command } => cluster_command(command),
     }
 }

@@ -82,3 +82,19 @@ pub(crate) async fn flush(db: &sled::Db) -> io::Result<()> {
     done.await
         .map_err(|_| io::Error::other("the flusher thread stopped"))?
 }
+
+/// The groups that have a log in `db` (whose replica was opened here before and not
+/// destroyed), in ascending order.
+pub fn stored_groups(db: &sled::Db) -> Vec<u32> {
+    let mut ids: Vec<u32> = db
+        .tree_names()
+        .iter()
+        .filter_map(|name| {
+            let name = std::str::from_utf8(name).ok()?;
+            let id = name.strip_prefix("shard/")?.strip_suffix("/log")?;
+            id.parse().ok()
+        })
+        .collect();
+    ids.sort_unstable();
+    ids
+}

@@ -9,7 +9,7 @@ use openraft::storage::{ApplyResponder, EntryResponder, RaftSnapshotBuilder, Raf
 use openraft::OptionalSend;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
-use taskmesh_task::{Applied, ShardState, TaskRecord};
+use taskmesh_task::{Applied, ClusterMeta, ShardState, TaskRecord};
 use tokio::sync::{broadcast, watch};
 
 use super::{decode, encode, read_json, tree_name};
@@ -21,6 +21,8 @@ use crate::types::{
 const REC_PREFIX: &[u8] = b"rec/";
 const KEY_APPLIED: &[u8] = b"meta/applied";
 const KEY_MEMBERSHIP: &[u8] = b"meta/membership";
+/// The cluster metadata (only the metadata group has any).
+const KEY_CLUSTER: &[u8] = b"meta/cluster";
 const KEY_SNAP_META: &[u8] = b"snap/meta";
 const KEY_SNAP_DATA: &[u8] = b"snap/data";
 
@@ -42,6 +44,9 @@ pub struct SnapshotPayload {
     pub membership: StoredMembership,
     /// Every record, in task id order.
     pub records: Vec<TaskRecord>,
+    /// The cluster metadata (the metadata group's state; empty in shard groups).
+    #[serde(default)]
+    pub cluster: ClusterMeta,
 }
 
 /// The in-memory state and the log position it reflects, changed together under one lock.
@@ -123,6 +128,7 @@ impl StateMachineStore {
         let tree = db.open_tree(tree_name(shard_id, "sm"))?;
         let applied: Option<LogId> = read_json(&tree, KEY_APPLIED)?;
         let membership: StoredMembership = read_json(&tree, KEY_MEMBERSHIP)?.unwrap_or_default();
+        let cluster: ClusterMeta = read_json(&tree, KEY_CLUSTER)?.unwrap_or_default();
         let mut records = Vec::new();
         for item in tree.scan_prefix(REC_PREFIX) {
             let (_, value) = item?;
@@ -135,7 +141,11 @@ impl StateMachineStore {
                 db: db.clone(),
                 tree,
                 data: RwLock::new(SmData {
-                    state: ShardState::from_records(records),
+                    state: {
+                        let mut state = ShardState::from_records(records);
+                        state.set_cluster(cluster);
+                        state
+                    },
                     applied,
                     membership,
                 }),
@@ -207,6 +217,12 @@ impl StateMachineStore {
                     record: record.clone(),
                 });
             }
+            Some(Applied::Cluster {
+                result: Ok(meta),
+                changed: true,
+            }) => {
+                pending.batch.insert(KEY_CLUSTER, encode(meta.as_ref())?);
+            }
             Some(Applied::Expired { task_ids }) if !task_ids.is_empty() => {
                 for id in task_ids {
                     pending.batch.remove(rec_key(id));
@@ -261,6 +277,7 @@ impl StateMachineStore {
             last_applied: data.applied,
             membership: data.membership.clone(),
             records: data.state.records().cloned().collect(),
+            cluster: data.state.cluster().clone(),
         }
     }
 }
@@ -321,6 +338,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             None => batch.remove(KEY_APPLIED),
         }
         batch.insert(KEY_MEMBERSHIP, encode(&meta.last_membership)?);
+        batch.insert(KEY_CLUSTER, encode(&payload.cluster)?);
         batch.insert(KEY_SNAP_META, encode(meta)?);
         batch.insert(KEY_SNAP_DATA, snapshot);
         {
@@ -329,7 +347,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         }
         super::flush(&self.shared.db).await?;
 
-        let state = ShardState::from_records(payload.records);
+        let mut state = ShardState::from_records(payload.records);
+        state.set_cluster(payload.cluster);
         {
             let mut data = self.shared.data.write();
             *data = SmData {
