@@ -340,7 +340,10 @@ async fn handle_status(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Re
         return r;
     }
     let status = gw.router.host().shard_status();
-    let node = status.first().map(|s| s.node);
+    let node = status
+        .first()
+        .map(|s| s.node)
+        .or_else(|| Some(gw.router.node_id()).filter(|id| *id != 0));
     let shards: Vec<serde_json::Value> = status
         .into_iter()
         .map(|s| {
@@ -354,6 +357,7 @@ async fn handle_status(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Re
                 "lastLogIndex": s.last_log_index,
                 "tasks": s.tasks,
                 "liveTasks": s.live_tasks,
+                "voters": s.voters,
             })
         })
         .collect();

@@ -159,6 +159,8 @@ pub struct ShardStatus {
     pub last_log_index: Option<u64>,
     pub tasks: usize,
     pub live_tasks: usize,
+    /// The group's voters as this replica knows them.
+    pub voters: Vec<u64>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -593,6 +595,7 @@ impl Host {
                     last_log_index: last,
                     tasks,
                     live_tasks,
+                    voters: s.voters(),
                 }
             })
             .collect()

@@ -96,6 +96,11 @@ impl Router {
         router
     }
 
+    /// This node's id (0 for the single-node router).
+    pub fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
     pub fn host(&self) -> &Host {
         &self.host
     }
@@ -231,6 +236,7 @@ impl Router {
         let deadline = tokio::time::Instant::now() + self.retry_budget;
         let mut hint = None;
         let misses = AtomicUsize::new(0);
+        let mut hops = 0usize;
         loop {
             let route = self.route(shard, hint.take(), misses.load(Ordering::Relaxed));
             let remote_id = match route {
@@ -266,6 +272,13 @@ impl Router {
                 {
                     hint = leader_hint
                         .filter(|h| Some(*h) != Some(self.node_id) || self.host.leads(shard));
+                    // Replicas that a membership change left behind may name each other as
+                    // leader: after a few hops without an answer, ask the placement instead.
+                    hops += 1;
+                    if hops > 3 {
+                        hops = 0;
+                        hint = None;
+                    }
                     if let Some(h) = hint {
                         self.remember_leader(shard, h);
                     } else {
