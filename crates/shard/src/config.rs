@@ -42,7 +42,7 @@ impl Default for ShardConfig {
             max_in_snapshot_log_to_keep: 1_000,
             event_buffer: 4096,
             wait_timeout_ms: 10_000,
-            install_snapshot_timeout_ms: 5_000,
+            install_snapshot_timeout_ms: 30_000,
         }
     }
 }
@@ -84,7 +84,7 @@ mod tests {
         assert_eq!(cfg.snapshot_policy, SnapshotPolicy::LogsSinceLast(10_000));
         assert_eq!(cfg.max_in_snapshot_log_to_keep, 1_000);
         assert_eq!(cfg.enable_pre_vote, Some(true));
-        assert_eq!(cfg.install_snapshot_timeout, 5_000);
+        assert_eq!(cfg.install_snapshot_timeout, 30_000);
     }
 
     #[test]
