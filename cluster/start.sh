@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Start a local taskmesh cluster of N nodes (1 to 3) on loopback ports, data under one folder.
+# Start a local taskmesh cluster of N nodes (1 to 9) on loopback ports, data under one folder.
+# Node 1 bootstraps the cluster; every shard gets three replicas (all nodes when N < 3).
 #
 #   cluster/start.sh [N] [DIR]        N defaults to 3, DIR to ./cluster-data
 #
@@ -12,7 +13,7 @@ dir=${2:-./cluster-data}
 base=${BASE_PORT:-18000}
 shards=${SHARDS:-32}
 if ! [[ "$n" =~ ^[1-9]$ ]]; then
-    echo "N must be 1, 2 or 3 (every node holds a replica of every shard)" >&2
+    echo "N must be between 1 and 9" >&2
     exit 2
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
