@@ -57,6 +57,7 @@ async fn connect(s: &Server) -> Client {
 
 #[tokio::test]
 async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
+    let mut history = History::default();
     let mut nodes = start_cluster();
     wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
     let c1 = connect(&nodes[0]).await;
@@ -88,9 +89,9 @@ async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
             format!("n{i}: computed for 0.3 seconds"),
             "{r}"
         );
-        let a = get_eventually(&c1, id).await;
-        let b = get_eventually(&c2, id).await;
-        let c = get_eventually(&c3, id).await;
+        let a = history.poll(&c1, id).await;
+        let b = history.poll(&c2, id).await;
+        let c = history.poll(&c3, id).await;
         assert_eq!(a["status"], "completed");
         assert_eq!(a, b);
         assert_eq!(b, c);
@@ -139,14 +140,14 @@ async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
         c3.ok("tasks/cancel", json!({"taskId": long})).await["status"],
         "cancelled"
     );
-    assert_eq!(get_eventually(&c2, &long).await["status"], "cancelled");
+    assert_eq!(history.poll(&c2, &long).await["status"], "cancelled");
 
     // Elicitation: created through node 1, result stream on node 2, answer posted to node 3.
     let ask = c1
         .start_task("confirm_delete", json!({"filename": "x.txt"}))
         .await;
     for _ in 0..200 {
-        if get_eventually(&c1, &ask).await["status"] == "input_required" {
+        if history.poll(&c1, &ask).await["status"] == "input_required" {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -166,7 +167,7 @@ async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
     // Everything terminal, as seen before the failure.
     let mut before = vec![];
     for id in ids.iter().chain([&long, &ask]) {
-        before.push(get_eventually(&c2, id).await);
+        before.push(history.poll(&c2, id).await);
     }
 
     // kill -9 one node; the others keep serving every task, unchanged.
@@ -175,7 +176,7 @@ async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
     let mut worst = Duration::ZERO;
     for (id, want) in ids.iter().chain([&long, &ask]).zip(&before) {
         let t0 = Instant::now();
-        let got = get_eventually(&c3, id).await;
+        let got = history.poll(&c3, id).await;
         worst = worst.max(t0.elapsed());
         assert_eq!(&got, want, "task {id} changed after the kill");
         let r = c2.call("tasks/result", json!({"taskId": id})).await;
@@ -195,6 +196,9 @@ async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
         r["result"]["content"][0]["text"],
         "after: computed for 0.2 seconds"
     );
+    let pairs = history.check();
+    assert!(pairs > 0);
+    println!("history: {pairs} ordered pairs of polls checked");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,6 +340,7 @@ async fn rolling_restart_under_load_shows_no_errors_and_a_full_restart_loses_not
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn result_streams_held_open_survive_a_node_kill() {
+    let mut history = History::default();
     let mut nodes = start_cluster();
     wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
     let c2 = connect(&nodes[1]).await;
@@ -375,8 +380,12 @@ async fn result_streams_held_open_survive_a_node_kill() {
             r["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
             json!(id)
         );
-        assert_eq!(get_eventually(&c2, &id).await["status"], "completed");
+        assert_eq!(history.poll(&c2, &id).await["status"], "completed");
     }
+    history.poll_all(&[&c2, &c3, &c2]).await;
+    let pairs = history.check();
+    assert!(pairs > 0);
+    println!("history: {pairs} ordered pairs of polls checked");
 }
 
 /// Wait until `follower` has applied, on every shard, at least what the shard's leader (as
@@ -419,6 +428,7 @@ async fn wait_caught_up(follower: &Server, leaders: &[&Server]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_node_catches_up_from_the_log_and_through_a_snapshot() {
+    let mut history = History::default();
     let grpc = free_ports(3);
     let extra = "[raft]\nsnapshot_logs_since_last = 20\nmax_in_snapshot_log_to_keep = 0\n";
     let n2 = Server::start_node(&node_config_with(2, &grpc, extra), false);
@@ -470,13 +480,17 @@ async fn a_restarted_node_catches_up_from_the_log_and_through_a_snapshot() {
     nodes[0].kill9();
     let c3 = connect(&nodes[2]).await;
     for id in &ids {
-        let t = get_eventually(&c3, id).await;
+        let t = history.poll(&c3, id).await;
         assert_eq!(t["status"], "completed", "{id}");
     }
     println!(
         "catch-up: {} tasks; {compacted_past} shard(s) caught up through a snapshot",
         ids.len()
     );
+    history.poll_all(&[&c2, &c3, &c2]).await;
+    let pairs = history.check();
+    assert!(pairs > 0);
+    println!("history: {pairs} ordered pairs of polls checked");
 }
 
 /// `taskmesh cluster ARGS` against the node whose gRPC port is `port`; its JSON output.
@@ -570,6 +584,7 @@ async fn wait_placement_applied(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_join_and_leave_under_load_with_replicas_and_leaders_spread() {
+    let mut history = History::default();
     // Four nodes create the cluster (8 shards, 3 replicas each); a fifth joins later through
     // the seeds, then the bootstrapping node is removed.
     let grpc = free_ports(5);
@@ -658,8 +673,8 @@ async fn nodes_join_and_leave_under_load_with_replicas_and_leaders_spread() {
     println!("5 nodes: placement {placement:?}, leaders per node {leads:?}");
     let c5 = connect(&n5).await;
     for id in &ids {
-        let via5 = get_eventually(&c5, id).await;
-        let via2 = get_eventually(&c2, id).await;
+        let via5 = history.poll(&c5, id).await;
+        let via2 = history.poll(&c2, id).await;
         assert_eq!(via5["taskId"], via2["taskId"]);
         assert_eq!(via5["createdAt"], via2["createdAt"]);
     }
@@ -687,7 +702,6 @@ async fn nodes_join_and_leave_under_load_with_replicas_and_leaders_spread() {
     n1.kill9();
 
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut history = History::default();
     let mut polls = 0;
     for l in load {
         for (id, t0, t1, task) in l.await.unwrap() {

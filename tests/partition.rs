@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::json;
-use support::{get_eventually, status_of, wait_cluster_ready, Client, Server, V};
+use support::{status_of, wait_cluster_ready, Client, History, Server, V};
 
 const TOKEN: &str = "alice-token-1";
 const SHARDS: u32 = 8;
@@ -98,6 +98,7 @@ async fn terms_of_leaders(nodes: &[&Server]) -> std::collections::BTreeMap<u64, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partition_majority_serves_minority_serves_nothing_stale_then_all_agree() {
+    let mut history = History::default();
     let t0 = std::time::Instant::now();
     let phase = |name: &str| println!("[{:>6.1?}] {name}", t0.elapsed());
     let hosts = Hosts::up();
@@ -128,14 +129,14 @@ async fn partition_majority_serves_minority_serves_nothing_stale_then_all_agree(
             .get("result")
             .is_some());
     }
-    assert_eq!(get_eventually(&c3, &long).await["status"], "working");
+    assert_eq!(history.poll(&c3, &long).await["status"], "working");
 
     phase("tasks created");
     // Cut node 3 off from its peers (clients still reach it).
     netns(&["cut", &hosts.prefix, "3"]);
     // The majority keeps serving: reads, a cancel, new tasks.
     for id in &ids {
-        assert_eq!(get_eventually(&c1, id).await["status"], "completed");
+        assert_eq!(history.poll(&c1, id).await["status"], "completed");
     }
     assert_eq!(
         c2.ok("tasks/cancel", json!({"taskId": long})).await["status"],
@@ -167,12 +168,12 @@ async fn partition_majority_serves_minority_serves_nothing_stale_then_all_agree(
     let before = terms_of_leaders(&[&n1, &n2]).await;
     netns(&["heal", &hosts.prefix, "3"]);
     for id in ids.iter().chain([&long, &fresh]) {
-        let a = get_eventually(&c1, id).await;
-        let b = get_eventually(&c3, id).await;
+        let a = history.poll(&c1, id).await;
+        let b = history.poll(&c3, id).await;
         assert_eq!(a, b, "nodes disagree on {id} after healing");
     }
     phase("healed and agreed");
-    assert_eq!(get_eventually(&c3, &long).await["status"], "cancelled");
+    assert_eq!(history.poll(&c3, &long).await["status"], "cancelled");
     let after = terms_of_leaders(&[&n1, &n2, &n3]).await;
     for (shard, (node, term)) in &before {
         assert_eq!(
@@ -187,4 +188,7 @@ async fn partition_majority_serves_minority_serves_nothing_stale_then_all_agree(
     );
     drop((n1, n2, n3));
     drop(hosts);
+    let pairs = history.check();
+    assert!(pairs > 0);
+    println!("history: {pairs} ordered pairs of polls checked");
 }

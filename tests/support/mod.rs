@@ -582,6 +582,17 @@ pub fn is_terminal(t: &Value) -> bool {
 }
 
 impl History {
+    /// Poll every task seen so far once more through each of `clients`, in turn.
+    pub async fn poll_all(&mut self, clients: &[&Client]) {
+        let mut ids: Vec<String> = self.seen.keys().cloned().collect();
+        ids.sort();
+        for id in ids {
+            for c in clients {
+                self.poll(c, &id).await;
+            }
+        }
+    }
+
     /// Poll `id` through `c` (retrying while its shard elects) and record what was seen.
     pub async fn poll(&mut self, c: &Client, id: &str) -> Value {
         let t0 = Instant::now();
