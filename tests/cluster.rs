@@ -388,37 +388,29 @@ async fn result_streams_held_open_survive_a_node_kill() {
     println!("history: {pairs} ordered pairs of polls checked");
 }
 
-/// Wait until `follower` has applied, on every shard, at least what the shard's leader (as
-/// `leaders` report) had applied, and holds the same number of tasks.
-async fn wait_caught_up(follower: &Server, leaders: &[&Server]) {
-    let mut target = std::collections::HashMap::new();
-    for l in leaders {
-        for s in status_of(l, TOKEN).await["shards"].as_array().unwrap() {
-            if s["isLeader"] == true {
-                target.insert(
-                    s["shard"].as_u64().unwrap(),
-                    (s["lastAppliedIndex"].as_u64().unwrap(), s["tasks"].clone()),
-                );
+/// Wait until `follower` has applied, on every shard, at least what the shard's leader had
+/// applied (leaders may move meanwhile, also to the follower itself: whichever node reports
+/// leading a shard is asked), and holds the same number of tasks.
+async fn wait_caught_up(follower: &Server, others: &[&Server]) {
+    for _ in 0..300 {
+        let mut target = std::collections::HashMap::new();
+        for n in others.iter().copied().chain([follower]) {
+            for s in status_of(n, TOKEN).await["shards"].as_array().unwrap() {
+                if s["isLeader"] == true {
+                    target.insert(
+                        s["shard"].as_u64().unwrap(),
+                        (s["lastAppliedIndex"].as_u64().unwrap(), s["tasks"].clone()),
+                    );
+                }
             }
         }
-    }
-    assert_eq!(
-        target.len(),
-        8,
-        "every shard has a leader among the running nodes"
-    );
-    for _ in 0..300 {
-        let st = status_of(follower, TOKEN).await;
-        let behind = st["shards"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|s| {
+        let mine = status_of(follower, TOKEN).await;
+        let caught_up = target.len() == 8
+            && mine["shards"].as_array().unwrap().iter().all(|s| {
                 let (applied, tasks) = &target[&s["shard"].as_u64().unwrap()];
-                s["lastAppliedIndex"].as_u64().unwrap_or(0) < *applied || s["tasks"] != *tasks
-            })
-            .count();
-        if behind == 0 {
+                s["lastAppliedIndex"].as_u64().unwrap_or(0) >= *applied && s["tasks"] == *tasks
+            });
+        if caught_up {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -71,6 +71,9 @@ secret = "a-shared-cluster-secret-for-tests"
 [cluster]
 grpc_listen = "10.231.0.{id}:7100"
 request_retry_ms = 1500
+# Leaderships stay where elections put them: this test tells pre-vote's effect (no election
+# when the cut-off node returns) from deliberate hand-overs to preferred leaders.
+leader_settle_ms = 3600000
 peers = [{{ id = 1, grpc = "10.231.0.1:7100" }}, {{ id = 2, grpc = "10.231.0.2:7100" }}, {{ id = 3, grpc = "10.231.0.3:7100" }}]
 "#
     )
