@@ -12,7 +12,7 @@ pub mod http;
 mod limits;
 pub mod session;
 pub mod sign;
-mod wire;
+pub mod wire;
 
 use std::collections::HashMap;
 use std::sync::Arc;
