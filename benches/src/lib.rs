@@ -89,8 +89,11 @@ pub struct RunConfig {
     pub cancel_share: f64,
     /// `mixed`: pause between polls of one task.
     pub poll_gap: Duration,
-    /// `failover`: the shard count of the cluster (to attribute polls to shards).
+    /// `failover` and `remote_only`: the shard count of the cluster.
     pub shards: u32,
+    /// `poll`: poll only tasks of shards that the first URL's node does not lead (read from
+    /// its `GET /status`), so that every poll takes the gateway -> leader gRPC hop.
+    pub remote_only: bool,
     /// `failover`: the process to kill, and when.
     pub kill_pid: Option<i32>,
     pub kill_after: Duration,
@@ -113,6 +116,7 @@ impl Default for RunConfig {
             cancel_share: 0.1,
             poll_gap: Duration::from_millis(20),
             shards: 32,
+            remote_only: false,
             kill_pid: None,
             kill_after: Duration::from_secs(5),
         }
@@ -195,7 +199,18 @@ pub async fn run(cfg: &RunConfig) -> anyhow::Result<Report> {
     let http = http_client(cfg)?;
     let sessions = Arc::new(open_sessions(cfg, &http).await?);
     let ids = match cfg.scenario {
-        Scenario::Poll | Scenario::Failover => Arc::new(prepare_tasks(cfg, &sessions).await?),
+        Scenario::Poll | Scenario::Failover => {
+            let mut ids = prepare_tasks(cfg, &sessions).await?;
+            if cfg.remote_only {
+                let led = led_shards(cfg, &http).await?;
+                ids.retain(|id| !led.contains(&taskmesh_task::shard_of(id, cfg.shards)));
+                anyhow::ensure!(
+                    !ids.is_empty(),
+                    "every task landed on a shard this gateway leads; create more (--tasks)"
+                );
+            }
+            Arc::new(ids)
+        }
         _ => Arc::new(Vec::new()),
     };
     let started = Instant::now();
@@ -223,6 +238,23 @@ pub async fn run(cfg: &RunConfig) -> anyhow::Result<Report> {
     );
     report.unavailable_ms_by_shard = gaps;
     Ok(report)
+}
+
+/// The shards the node behind the first URL leads, from its `GET /status`.
+async fn led_shards(cfg: &RunConfig, http: &reqwest::Client) -> anyhow::Result<Vec<u32>> {
+    let url = cfg.urls[0].replace("/mcp", "/status");
+    let mut req = http.get(&url);
+    if let Some(t) = &cfg.token {
+        req = req.bearer_auth(t);
+    }
+    let status: Value = req.send().await?.error_for_status()?.json().await?;
+    Ok(status["shards"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["isLeader"] == true)
+        .filter_map(|s| s["shard"].as_u64().map(|v| v as u32))
+        .collect())
 }
 
 /// Create the tasks that `poll` and `failover` read (in parallel, over all sessions).

@@ -49,9 +49,13 @@ struct Args {
     /// mixed: share of tasks cancelled right after creation.
     #[arg(long, default_value_t = 0.1)]
     cancel_share: f64,
-    /// failover: the cluster's shard count.
+    /// failover and --remote-only: the cluster's shard count.
     #[arg(long, default_value_t = 32)]
     shards: u32,
+    /// poll: only poll tasks whose shard the first URL's node does not lead (so every poll
+    /// is forwarded to another node).
+    #[arg(long)]
+    remote_only: bool,
     /// failover: pid of the node to kill -9.
     #[arg(long)]
     kill_pid: Option<i32>,
@@ -96,6 +100,7 @@ fn main() -> anyhow::Result<()> {
         task_seconds,
         cancel_share: a.cancel_share,
         shards: a.shards,
+        remote_only: a.remote_only,
         kill_pid: a.kill_pid,
         kill_after: Duration::from_secs_f64(a.kill_after_s),
         ..RunConfig::default()
