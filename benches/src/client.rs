@@ -1,10 +1,21 @@
 //! A minimal MCP Streamable HTTP client, as a load generator needs it: `initialize` (which
 //! yields the session id), `notifications/initialized`, then JSON-RPC requests carrying the
-//! session and protocol-version headers over pooled keep-alive connections. Answers come back as
+//! session and protocol-version headers over keep-alive connections. Answers come back as
 //! JSON or as a short SSE stream; either way the final JSON-RPC response is returned.
 
+use std::borrow::Cow;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};
+use hyper::{Request, Uri};
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 /// The protocol version the generator speaks.
@@ -21,6 +32,8 @@ pub enum Failure {
     Rpc(i64),
     /// The answer was not what the request must produce (the text says what).
     BadBody(&'static str),
+    /// The target URL is not `http://host:port/path`.
+    BadUrl,
 }
 
 impl std::fmt::Display for Failure {
@@ -30,32 +43,65 @@ impl std::fmt::Display for Failure {
             Failure::Http(c) => write!(f, "http_{c}"),
             Failure::Rpc(c) => write!(f, "rpc_{c}"),
             Failure::BadBody(what) => write!(f, "bad_body_{what}"),
+            Failure::BadUrl => f.write_str("bad_url"),
         }
     }
 }
 
-/// One MCP session on one server.
+/// How long one request may take before it counts as a transport failure.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+type Sender = SendRequest<Full<Bytes>>;
+
+/// Where a session's requests go: the endpoint, resolved once, and the fixed request headers.
+struct Endpoint {
+    addr: SocketAddr,
+    authority: HeaderValue,
+    path: String,
+}
+
+/// One MCP session on one server. Its requests go over keep-alive HTTP/1.1 connections that
+/// the session keeps (one per request in flight, reused after each answer), with the request
+/// line and headers prepared once: the generator spends as little as it can per request, so
+/// that what it measures is the server.
 pub struct Session {
-    http: reqwest::Client,
-    url: String,
-    session_id: Option<String>,
-    token: Option<String>,
+    endpoint: Endpoint,
+    session_id: Option<HeaderValue>,
+    bearer: Option<HeaderValue>,
     next_id: AtomicI64,
+    idle: Mutex<Vec<Sender>>,
 }
 
 impl Session {
-    /// Open a session: `initialize` and `notifications/initialized`.
-    pub async fn open(
-        http: reqwest::Client,
-        url: &str,
-        token: Option<&str>,
-    ) -> Result<Self, Failure> {
+    /// Open a session on `url` (`http://host:port/path`): `initialize` and
+    /// `notifications/initialized`.
+    pub async fn open(url: &str, token: Option<&str>) -> Result<Self, Failure> {
+        let uri: Uri = url.parse().map_err(|_| Failure::BadUrl)?;
+        if uri.scheme_str() != Some("http") {
+            return Err(Failure::BadUrl);
+        }
+        let auth = uri.authority().ok_or(Failure::BadUrl)?;
+        let port = auth.port_u16().unwrap_or(80);
+        let addr = tokio::net::lookup_host((auth.host(), port))
+            .await
+            .map_err(|_| Failure::Transport)?
+            .next()
+            .ok_or(Failure::Transport)?;
         let mut s = Session {
-            http,
-            url: url.to_string(),
+            endpoint: Endpoint {
+                addr,
+                authority: HeaderValue::from_str(auth.as_str()).map_err(|_| Failure::BadUrl)?,
+                path: uri.path().to_string(),
+            },
             session_id: None,
-            token: token.map(str::to_string),
+            bearer: match token {
+                Some(t) => Some(
+                    HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| Failure::BadUrl)?,
+                ),
+                None => None,
+            },
             next_id: AtomicI64::new(1),
+            idle: Mutex::new(Vec::new()),
         };
         let body = json!({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -65,77 +111,181 @@ impl Session {
                 "clientInfo": {"name": "taskmesh-loadgen", "version": "0.1.0"}
             }
         });
-        let resp = s.post(&body).await?;
-        s.session_id = resp
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let answer = read_answer(resp).await?;
-        if answer["result"]["protocolVersion"].as_str().is_none() {
+        let (headers, bytes) = s.post(body.to_string()).await?;
+        s.session_id = headers.get("mcp-session-id").cloned();
+        let answer: Value = parse_json(&answer_message(&headers, &bytes)?)?;
+        if answer["id"] != 0 || answer["result"]["protocolVersion"].as_str().is_none() {
             return Err(Failure::BadBody("initialize"));
         }
         let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        let r = s.post(&note).await?;
-        if r.status().as_u16() != 202 {
-            return Err(Failure::Http(r.status().as_u16()));
+        match s.post(note.to_string()).await {
+            Err(Failure::Http(202)) => Ok(s),
+            Err(f) => Err(f),
+            Ok(_) => Err(Failure::Http(200)),
         }
-        Ok(s)
     }
 
-    async fn post(&self, body: &Value) -> Result<reqwest::Response, Failure> {
-        let mut req = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", PROTOCOL_VERSION)
-            .body(body.to_string());
+    async fn connect(&self) -> Result<Sender, Failure> {
+        let tcp = tokio::net::TcpStream::connect(self.endpoint.addr)
+            .await
+            .map_err(|_| Failure::Transport)?;
+        let _ = tcp.set_nodelay(true);
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .map_err(|_| Failure::Transport)?;
+        tokio::spawn(conn);
+        Ok(sender)
+    }
+
+    /// POST one JSON-RPC message; the answer's headers and whole body when the status is 200,
+    /// else `Failure::Http(status)`.
+    async fn post(&self, body: String) -> Result<(HeaderMap, Bytes), Failure> {
+        let reused = self.idle.lock().expect("idle connections").pop();
+        let mut sender = match reused {
+            Some(mut s) => match s.ready().await {
+                Ok(()) => s,
+                Err(_) => self.connect().await?,
+            },
+            None => self.connect().await?,
+        };
+        let mut req = Request::post(self.endpoint.path.as_str())
+            .body(Full::new(Bytes::from(body)))
+            .expect("request");
+        let h = req.headers_mut();
+        h.insert(HOST, self.endpoint.authority.clone());
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(
+            ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        h.insert(
+            "mcp-protocol-version",
+            HeaderValue::from_static(PROTOCOL_VERSION),
+        );
         if let Some(sid) = &self.session_id {
-            req = req.header("mcp-session-id", sid);
+            h.insert("mcp-session-id", sid.clone());
         }
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
+        if let Some(b) = &self.bearer {
+            h.insert(AUTHORIZATION, b.clone());
         }
-        req.send().await.map_err(|_| Failure::Transport)
+        let exchange = async {
+            let resp = sender
+                .send_request(req)
+                .await
+                .map_err(|_| Failure::Transport)?;
+            let (parts, body) = resp.into_parts();
+            let bytes = body
+                .collect()
+                .await
+                .map_err(|_| Failure::Transport)?
+                .to_bytes();
+            Ok::<_, Failure>((parts, bytes))
+        };
+        let (parts, bytes) = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+            .await
+            .map_err(|_| Failure::Transport)??;
+        self.idle.lock().expect("idle connections").push(sender);
+        if parts.status != 200 {
+            return Err(Failure::Http(parts.status.as_u16()));
+        }
+        Ok((parts.headers, bytes))
+    }
+
+    /// Send a request; its answer's JSON-RPC message (checked to carry this request's id and
+    /// no error), as bytes for the caller to decode.
+    async fn exchange(&self, method: &str, params: &Value) -> Result<Bytes, Failure> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+        let (headers, bytes) = self.post(body).await?;
+        let msg = answer_message(&headers, &bytes)?;
+        let head: Head = serde_json::from_slice(&msg).map_err(|_| Failure::BadBody("json"))?;
+        if let Some(e) = head.error {
+            return Err(Failure::Rpc(e.code));
+        }
+        if head.id != Some(id) {
+            return Err(Failure::BadBody("id"));
+        }
+        Ok(msg)
     }
 
     /// Send a request; returns its `result`.
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, Failure> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let resp = self.post(&body).await?;
-        let mut answer = read_answer(resp).await?;
-        if let Some(code) = answer.get("error").map(|e| e["code"].as_i64().unwrap_or(0)) {
-            return Err(Failure::Rpc(code));
-        }
+        let msg = self.exchange(method, &params).await?;
+        let mut answer: Value = parse_json(&msg)?;
         match answer.get_mut("result") {
             Some(r) => Ok(r.take()),
             None => Err(Failure::BadBody("no_result")),
         }
     }
+
+    /// `tasks/get`; the task's status, after checking that the answer is a task named `id`.
+    /// The answer is decoded into borrowed fields, not a `Value`, to keep the generator cheap.
+    pub async fn task_status(&self, task_id: &str) -> Result<String, Failure> {
+        let msg = self
+            .exchange("tasks/get", &json!({ "taskId": task_id }))
+            .await?;
+        let a: GetAnswer = serde_json::from_slice(&msg).map_err(|_| Failure::BadBody("json"))?;
+        match a.result {
+            Some(t) if t.task_id == task_id && t.created_at.is_some() => Ok(t.status.into_owned()),
+            Some(_) => Err(Failure::BadBody("task")),
+            None => Err(Failure::BadBody("no_result")),
+        }
+    }
 }
 
-/// The JSON-RPC response in an answer: a JSON body, or the last JSON-RPC response of an SSE
+#[derive(Deserialize)]
+struct RpcError {
+    code: i64,
+}
+
+/// The parts of any JSON-RPC answer that every request checks.
+#[derive(Deserialize)]
+struct Head {
+    id: Option<i64>,
+    error: Option<RpcError>,
+}
+
+#[derive(Deserialize)]
+struct GetAnswer<'a> {
+    #[serde(borrow)]
+    result: Option<TaskFields<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskFields<'a> {
+    #[serde(borrow)]
+    task_id: Cow<'a, str>,
+    #[serde(borrow)]
+    status: Cow<'a, str>,
+    #[serde(borrow)]
+    created_at: Option<Cow<'a, str>>,
+}
+
+fn parse_json(msg: &[u8]) -> Result<Value, Failure> {
+    serde_json::from_slice(msg).map_err(|_| Failure::BadBody("json"))
+}
+
+/// The JSON-RPC response in an answer: the JSON body, or the last JSON-RPC response of an SSE
 /// stream (requests and notifications before it are skipped).
-async fn read_answer(resp: reqwest::Response) -> Result<Value, Failure> {
-    let status = resp.status().as_u16();
-    if status != 200 {
-        return Err(Failure::Http(status));
-    }
-    let sse = resp
-        .headers()
-        .get("content-type")
+fn answer_message(headers: &HeaderMap, bytes: &Bytes) -> Result<Bytes, Failure> {
+    let sse = headers
+        .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|c| c.starts_with("text/event-stream"));
-    let bytes = resp.bytes().await.map_err(|_| Failure::Transport)?;
     if !sse {
-        return serde_json::from_slice(&bytes).map_err(|_| Failure::BadBody("json"));
+        return Ok(bytes.clone());
     }
-    let text = std::str::from_utf8(&bytes).map_err(|_| Failure::BadBody("utf8"))?;
+    let text = std::str::from_utf8(bytes).map_err(|_| Failure::BadBody("utf8"))?;
     text.lines()
         .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .rfind(|v| v.get("result").is_some() || v.get("error").is_some())
+        .map(str::trim)
+        .filter(|d| {
+            serde_json::from_str::<Value>(d)
+                .is_ok_and(|v| v.get("result").is_some() || v.get("error").is_some())
+        })
+        .next_back()
+        .map(|d| Bytes::copy_from_slice(d.as_bytes()))
         .ok_or(Failure::BadBody("sse"))
 }

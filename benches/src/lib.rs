@@ -142,21 +142,12 @@ mod shared {
     }
 }
 
-fn http_client(cfg: &RunConfig) -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .pool_max_idle_per_host(cfg.concurrency.max(cfg.sessions) * 2)
-        .tcp_nodelay(true)
-        .timeout(Duration::from_secs(30))
-        .build()?)
-}
-
-async fn open_sessions(cfg: &RunConfig, http: &reqwest::Client) -> anyhow::Result<Vec<Session>> {
+async fn open_sessions(cfg: &RunConfig) -> anyhow::Result<Vec<Session>> {
     anyhow::ensure!(!cfg.urls.is_empty(), "no target URL");
     let opens = (0..cfg.sessions.max(1)).map(|i| {
         let url = cfg.urls[i % cfg.urls.len()].clone();
-        let http = http.clone();
         let token = cfg.token.clone();
-        async move { Session::open(http, &url, token.as_deref()).await }
+        async move { Session::open(&url, token.as_deref()).await }
     });
     let mut sessions = Vec::new();
     for s in futures::future::join_all(opens).await {
@@ -180,29 +171,24 @@ pub async fn create_task(s: &Session, seconds: f64) -> Result<String, Failure> {
     }
 }
 
-/// `tasks/get`; checks that the answer is about `id` and, when given, in status `want`.
-pub async fn get_task(s: &Session, id: &str, want: Option<&str>) -> Result<Value, Failure> {
-    let r = s.call("tasks/get", json!({"taskId": id})).await?;
-    if r["taskId"].as_str() != Some(id) || r["createdAt"].as_str().is_none() {
-        return Err(Failure::BadBody("task"));
+/// `tasks/get`; checks that the answer is about `id` and, when given, in status `want`; the
+/// status.
+pub async fn get_task(s: &Session, id: &str, want: Option<&str>) -> Result<String, Failure> {
+    let status = s.task_status(id).await?;
+    match want {
+        Some(w) if status != w => Err(Failure::BadBody("status")),
+        _ => Ok(status),
     }
-    if let Some(w) = want {
-        if r["status"].as_str() != Some(w) {
-            return Err(Failure::BadBody("status"));
-        }
-    }
-    Ok(r)
 }
 
 /// Run one scenario and report what it measured.
 pub async fn run(cfg: &RunConfig) -> anyhow::Result<Report> {
-    let http = http_client(cfg)?;
-    let sessions = Arc::new(open_sessions(cfg, &http).await?);
+    let sessions = Arc::new(open_sessions(cfg).await?);
     let ids = match cfg.scenario {
         Scenario::Poll | Scenario::Failover => {
             let mut ids = prepare_tasks(cfg, &sessions).await?;
             if cfg.remote_only {
-                let led = led_shards(cfg, &http).await?;
+                let led = led_shards(cfg).await?;
                 ids.retain(|id| !led.contains(&taskmesh_task::shard_of(id, cfg.shards)));
                 anyhow::ensure!(
                     !ids.is_empty(),
@@ -241,7 +227,10 @@ pub async fn run(cfg: &RunConfig) -> anyhow::Result<Report> {
 }
 
 /// The shards the node behind the first URL leads, from its `GET /status`.
-async fn led_shards(cfg: &RunConfig, http: &reqwest::Client) -> anyhow::Result<Vec<u32>> {
+async fn led_shards(cfg: &RunConfig) -> anyhow::Result<Vec<u32>> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()?;
     let url = cfg.urls[0].replace("/mcp", "/status");
     let mut req = http.get(&url);
     if let Some(t) = &cfg.token {
@@ -354,9 +343,9 @@ async fn lifecycle(s: &Session, cfg: &RunConfig, rng: &mut Rng) -> Result<(), Fa
     }
     loop {
         let t = get_task(s, &id, None).await?;
-        match t["status"].as_str() {
-            Some("completed") => break,
-            Some("working") => tokio::time::sleep(cfg.poll_gap).await,
+        match t.as_str() {
+            "completed" => break,
+            "working" => tokio::time::sleep(cfg.poll_gap).await,
             _ => return Err(Failure::BadBody("status")),
         }
     }

@@ -48,10 +48,9 @@ async fn every_scenario_runs_against_taskmesh_and_the_ceiling() {
         let _ = stop_rx.await;
     }));
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let http = reqwest::Client::new();
     let mut ready = false;
     for _ in 0..200 {
-        if Session::open(http.clone(), &url, None).await.is_ok() {
+        if Session::open(&url, None).await.is_ok() {
             ready = true;
             break;
         }
@@ -85,9 +84,7 @@ async fn every_scenario_runs_against_taskmesh_and_the_ceiling() {
     assert_eq!(report.offered_per_s, Some(200.0));
 
     // A wrong answer is a failure, not an operation: asking for one task and getting another.
-    let s = Session::open(http.clone(), &url, None)
-        .await
-        .expect("session");
+    let s = Session::open(&url, None).await.expect("session");
     let a = create_task(&s, 3600.0).await.expect("create");
     assert!(get_task(&s, &a, Some("working")).await.is_ok());
     assert_eq!(
@@ -97,7 +94,7 @@ async fn every_scenario_runs_against_taskmesh_and_the_ceiling() {
 
     // The ceiling passes the same checks for its one task, and fails them for any other.
     let (listener, addr) = ceiling::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let ceiling_server = tokio::spawn(ceiling::serve(listener, 330));
+    let ceiling_server = tokio::spawn(ceiling::serve(listener, 257));
     let curl = format!("http://{addr}/mcp");
     let report = run(&RunConfig {
         target: "ceiling".into(),
@@ -110,9 +107,7 @@ async fn every_scenario_runs_against_taskmesh_and_the_ceiling() {
         "{}",
         report.table()
     );
-    let cs = Session::open(http, &curl, None)
-        .await
-        .expect("ceiling session");
+    let cs = Session::open(&curl, None).await.expect("ceiling session");
     assert!(matches!(
         get_task(&cs, &a, None).await,
         Err(Failure::BadBody("task"))

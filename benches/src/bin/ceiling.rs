@@ -1,6 +1,6 @@
 //! `ceiling`: the fixed-answer HTTP server the load generator measures beside taskmesh.
 //!
-//!     ceiling --listen 127.0.0.1:9090 --body-bytes 330
+//!     ceiling --listen 127.0.0.1:9090 --body-bytes 257
 
 use std::net::SocketAddr;
 
@@ -15,7 +15,7 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:9090")]
     listen: SocketAddr,
     /// Size of every answer; use the size of a taskmesh `tasks/get` answer.
-    #[arg(long, default_value_t = 330)]
+    #[arg(long, default_value_t = 257)]
     body_bytes: usize,
     /// Runtime worker threads (default: one per core, like taskmesh).
     #[arg(long)]

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Measure taskmesh beside the ceiling (and the FastMCP peer) with the same load generator and
+# the same settings, in one run, and print the ratios.
+#
+#   benches/compare.sh single  [LOADGEN ARGS]   ceiling, `taskmesh serve`, FastMCP peer
+#   benches/compare.sh cluster [LOADGEN ARGS]   ceiling, a 3-node cluster polled through node 1
+#                                               (only tasks of shards node 1 does not lead)
+#
+# LOADGEN ARGS default to: --scenario poll --duration-s 10 --sessions 16 --concurrency 64
+# --tasks 1000. The ceiling answers with a body the size of a real taskmesh `tasks/get`
+# answer, measured at the start of the run. Reports (JSON) go to OUT (default
+# target/bench-results/MODE); SKIP_PEER=1 leaves out the FastMCP peer.
+set -euo pipefail
+mode=${1:-single}
+shift || true
+case "$mode" in single | cluster) ;; *)
+    echo "usage: $0 single|cluster [loadgen args]" >&2
+    exit 2
+    ;;
+esac
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(--scenario poll --duration-s 10 --sessions 16 --concurrency 64 --tasks 1000)
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/target/bench-results/$mode}
+mkdir -p "$out"
+(cd "$root" && cargo build --release -q -p taskmesh -p taskmesh-bench --bins)
+bin=$root/target/release
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    [ -f "$work/cluster/node-1.toml" ] && "$root/cluster/stop.sh" "$work/cluster" >/dev/null 2>&1
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+wait_port() {
+    for _ in $(seq 1 300); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "nothing listens on port $1" >&2
+    return 1
+}
+# Size in bytes of a tasks/get answer from the MCP endpoint $1.
+answer_bytes() {
+    local u=$1 h=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
+    local s t
+    s=$(curl -si "${h[@]}" "$u" -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"compare","version":"1"}}}' |
+        tr -d '\r' | awk 'tolower($1)=="mcp-session-id:"{print $2}')
+    h+=(-H "Mcp-Session-Id: $s" -H 'MCP-Protocol-Version: 2025-11-25')
+    curl -s "${h[@]}" "$u" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' >/dev/null
+    t=$(curl -s "${h[@]}" "$u" -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_compute","arguments":{"seconds":3600},"task":{"ttl":3600000}}}' |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["task"]["taskId"])')
+    curl -s "${h[@]}" "$u" -d '{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"'"$t"'"}}' | wc -c
+}
+
+if [ "$mode" = single ]; then
+    port=$(free_port)
+    "$bin/taskmesh" serve --listen "127.0.0.1:$port" --data-dir "$work/data" >"$work/taskmesh.log" 2>&1 &
+    pids+=($!)
+    wait_port "$port"
+    url=http://127.0.0.1:$port/mcp
+    extra=()
+else
+    BASE_PORT=${BASE_PORT:-$(($(free_port) / 200 * 200 % 60000))} NODE_BIN=$bin/taskmesh \
+        "$root/cluster/start.sh" 3 "$work/cluster" >"$work/start.log"
+    url=$(awk '/node 1/{for(i=1;i<=NF;i++) if($i ~ /^http/) print $i}' "$work/start.log" | head -1)
+    [ -n "$url" ] || { cat "$work/start.log" >&2; exit 1; }
+    # Let the groups elect and settle on their preferred leaders before measuring.
+    sleep 8
+    extra=(--remote-only)
+fi
+size=$(answer_bytes "$url")
+cport=$(free_port)
+"$bin/ceiling" --listen "127.0.0.1:$cport" --body-bytes "$size" >/dev/null &
+pids+=($!)
+wait_port "$cport"
+echo "tasks/get answer: $size bytes; loadgen ${args[*]}"
+
+echo "== ceiling"
+"$bin/loadgen" --url "http://127.0.0.1:$cport/mcp" --target ceiling "${args[@]}" --json "$out/ceiling.json"
+echo "== taskmesh ($mode)"
+"$bin/loadgen" --url "$url" --target "taskmesh-$mode" "${args[@]}" "${extra[@]}" --json "$out/taskmesh.json"
+reports=("$out/ceiling.json" "$out/taskmesh.json")
+if [ "$mode" = single ] && [ "${SKIP_PEER:-}" != 1 ]; then
+    echo "== FastMCP peer"
+    PORT=$(free_port) LOADGEN=$bin/loadgen "$root/benches/fastmcp_peer.sh" "${args[@]}" --json "$out/fastmcp.json"
+    reports+=("$out/fastmcp.json")
+fi
+python3 - "${reports[@]}" <<'PY'
+import json, sys
+r = [json.load(open(p)) for p in sys.argv[1:]]
+ceiling, tm = r[0], r[1]
+print()
+print(f"{'target':<18}{'ok/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'errors':>8}")
+for x in r:
+    errs = sum(x["failures"].values())
+    print(f"{x['target']:<18}{x['per_s']:>12.0f}{x['latency_ms']['p50']:>10.3f}{x['latency_ms']['p99']:>10.3f}{errs:>8}")
+print(f"\ntaskmesh / ceiling = {tm['per_s'] / ceiling['per_s']:.1%}")
+if len(r) > 2 and r[2]["per_s"] > 0:
+    print(f"taskmesh / FastMCP = {tm['per_s'] / r[2]['per_s']:.1f}x")
+PY
