@@ -281,11 +281,10 @@ fn answer_message(headers: &HeaderMap, bytes: &Bytes) -> Result<Bytes, Failure> 
     text.lines()
         .filter_map(|l| l.strip_prefix("data:"))
         .map(str::trim)
-        .filter(|d| {
+        .rfind(|d| {
             serde_json::from_str::<Value>(d)
                 .is_ok_and(|v| v.get("result").is_some() || v.get("error").is_some())
         })
-        .next_back()
         .map(|d| Bytes::copy_from_slice(d.as_bytes()))
         .ok_or(Failure::BadBody("sse"))
 }
