@@ -75,6 +75,13 @@ fn err(id: &RequestId, e: &ErrorObject) -> Reply {
     Reply::Json(jsonrpc::error_response(Some(id), e))
 }
 
+fn typed(id: &RequestId, r: Result<impl Serialize, ErrorObject>) -> Reply {
+    match r {
+        Ok(v) => ok(id, &v),
+        Err(e) => err(id, &e),
+    }
+}
+
 fn answer(id: &RequestId, r: Result<Value, ErrorObject>) -> Vec<u8> {
     match r {
         Ok(v) => jsonrpc::response(id, &v),
@@ -100,8 +107,9 @@ pub async fn request(
         "tools/list" => tools_list(gw, cx, p),
         "tools/call" => return tools_call(gw, cx, id, p).await,
         "logging/setLevel" => set_level(gw, cx, p),
-        "tasks/get" if tasks => tasks_get(gw, cx, p).await,
-        "tasks/cancel" if tasks => tasks_cancel(gw, cx, p).await,
+        // The task answers are serialised straight from their record (the hot path of polls).
+        "tasks/get" if tasks => return typed(&id, tasks_get(gw, cx, p).await),
+        "tasks/cancel" if tasks => return typed(&id, tasks_cancel(gw, cx, p).await),
         "tasks/list" if tasks && gw.has_auth() => tasks_list(gw, cx, p).await,
         "tasks/result" if tasks => return tasks_result(gw, cx, id, p).await,
         _ => Err(ErrorObject::method_not_found(method)),
@@ -456,16 +464,16 @@ fn flat_task(
     cx: &Cx,
     task_id: &str,
     r: Result<taskmesh_task::TaskRecord, HostError>,
-) -> Result<Value, ErrorObject> {
+) -> Result<taskmesh_mcp::Task, ErrorObject> {
     let r = r.map_err(|e| task_error(gw, cx, task_id, &e))?;
-    serde_json::to_value(wire::task(&r)).map_err(|e| ErrorObject::internal(e.to_string()))
+    Ok(wire::task(&r))
 }
 
 async fn tasks_get(
     gw: &Arc<Gateway>,
     cx: &Cx,
     p: &Map<String, Value>,
-) -> Result<Value, ErrorObject> {
+) -> Result<taskmesh_mcp::Task, ErrorObject> {
     let task_id = task_id_param(p)?;
     flat_task(gw, cx, task_id, gw.router.get(task_id, &cx.principal).await)
 }
@@ -474,7 +482,7 @@ async fn tasks_cancel(
     gw: &Arc<Gateway>,
     cx: &Cx,
     p: &Map<String, Value>,
-) -> Result<Value, ErrorObject> {
+) -> Result<taskmesh_mcp::Task, ErrorObject> {
     let task_id = task_id_param(p)?;
     flat_task(
         gw,

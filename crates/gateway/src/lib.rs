@@ -58,6 +58,8 @@ pub struct GatewayConfig {
     /// Unknown-task lookups per minute per principal above which an audit warning is logged
     /// (at most one a minute per principal); 0 = never.
     pub failed_lookup_alert_per_minute: u32,
+    /// Verified session ids remembered (their signature is checked once); 0 = none.
+    pub verified_session_cache: usize,
 }
 
 impl Default for GatewayConfig {
@@ -82,6 +84,7 @@ impl Default for GatewayConfig {
             rate_limit_per_second: 0,
             rate_limit_burst: 0,
             failed_lookup_alert_per_minute: 60,
+            verified_session_cache: 65_536,
         }
     }
 }
@@ -106,7 +109,12 @@ impl Gateway {
         let cfg_limits = cfg.clone();
         let tools = router.host().tools().clone();
         let gw = Arc::new(Self {
-            sessions: Sessions::new(signer.clone(), ended_sessions, cfg.stream_buffer),
+            sessions: Sessions::new(
+                signer.clone(),
+                ended_sessions,
+                cfg.stream_buffer,
+                cfg.verified_session_cache,
+            ),
             signer,
             cfg,
             router,

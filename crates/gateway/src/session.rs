@@ -43,6 +43,11 @@ pub struct SessionClaims {
 
 pub struct Sessions {
     signer: Signer,
+    /// Session ids whose signature verified, with their claims: a later request with the same
+    /// id skips the HMAC and the decoding. Emptied when full (a miss only costs one
+    /// verification). The ended check is not cached: it is made on every request.
+    verified: Mutex<HashMap<String, SessionClaims>>,
+    verified_cap: usize,
     ended: sled::Tree,
     streams: Mutex<HashMap<String, Vec<StreamSender>>>,
     log_levels: Mutex<HashMap<String, String>>,
@@ -50,9 +55,16 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    pub fn new(signer: Signer, ended: sled::Tree, stream_buffer: usize) -> Self {
+    pub fn new(
+        signer: Signer,
+        ended: sled::Tree,
+        stream_buffer: usize,
+        verified_cap: usize,
+    ) -> Self {
         Self {
             signer,
+            verified: Mutex::new(HashMap::new()),
+            verified_cap,
             ended,
             streams: Mutex::new(HashMap::new()),
             log_levels: Mutex::new(HashMap::new()),
@@ -66,11 +78,28 @@ impl Sessions {
 
     /// The claims of a live session, or `None` for a forged, malformed or ended one.
     pub fn check(&self, id: &str) -> Option<SessionClaims> {
-        let claims: SessionClaims = self.signer.verify(DOMAIN, id)?;
+        let claims = self.verified_claims(id)?;
         match self.ended.contains_key(claims.n.as_bytes()) {
             Ok(false) => Some(claims),
             _ => None,
         }
+    }
+
+    /// The claims of a correctly signed session id (ended or not).
+    fn verified_claims(&self, id: &str) -> Option<SessionClaims> {
+        if self.verified_cap == 0 {
+            return self.signer.verify(DOMAIN, id);
+        }
+        if let Some(c) = self.verified.lock().get(id) {
+            return Some(c.clone());
+        }
+        let claims: SessionClaims = self.signer.verify(DOMAIN, id)?;
+        let mut cache = self.verified.lock();
+        if cache.len() >= self.verified_cap {
+            cache.clear();
+        }
+        cache.insert(id.to_string(), claims.clone());
+        Some(claims)
     }
 
     /// End a session: later requests with its id get 404; its streams close.
@@ -79,6 +108,7 @@ impl Sessions {
             .insert(claims.n.as_bytes(), &claims.t.to_be_bytes())?;
         self.streams.lock().remove(id);
         self.log_levels.lock().remove(id);
+        self.verified.lock().remove(id);
         Ok(())
     }
 
@@ -118,5 +148,57 @@ impl Sessions {
 
     pub fn log_level(&self, id: &str) -> Option<String> {
         self.log_levels.lock().get(id).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims(n: &str) -> SessionClaims {
+        SessionClaims {
+            v: "2025-11-25".into(),
+            p: "alice".into(),
+            e: false,
+            s: false,
+            n: n.into(),
+            t: 1,
+        }
+    }
+
+    fn sessions(cap: usize) -> Sessions {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        Sessions::new(
+            Signer::new(b"0123456789abcdef"),
+            db.open_tree("ended").unwrap(),
+            4,
+            cap,
+        )
+    }
+
+    #[test]
+    fn verified_ids_are_remembered_but_ending_and_forgery_still_count() {
+        for cap in [0, 2] {
+            let s = sessions(cap);
+            let ids: Vec<String> = ["a1", "b2", "c3"]
+                .iter()
+                .map(|n| s.mint(&claims(n)))
+                .collect();
+            // Twice each, past the capacity of the cache: every answer is right.
+            for _ in 0..2 {
+                for (id, n) in ids.iter().zip(["a1", "b2", "c3"]) {
+                    assert_eq!(s.check(id), Some(claims(n)), "cap {cap}");
+                }
+            }
+            let mut forged = ids[0].clone();
+            forged.insert(3, 'x');
+            assert_eq!(s.check(&forged), None);
+            let other = Signer::new(b"fedcba9876543210").sign(DOMAIN, &claims("a1"));
+            assert_eq!(s.check(&other), None);
+            // Ended: refused even though it was verified (and cached) before.
+            s.end(&ids[1], &claims("b2")).unwrap();
+            assert_eq!(s.check(&ids[1]), None);
+            assert_eq!(s.check(&ids[2]), Some(claims("c3")));
+        }
     }
 }

@@ -128,12 +128,24 @@ pub struct AuthConfig {
     pub tokens: HashMap<String, String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SessionConfig {
     /// Secret signing session ids and cursors; shared by all nodes of a cluster. Unset: a
     /// random key is created in the data directory.
     pub secret: Option<String>,
+    /// Session ids whose signature was verified, kept so that later requests skip the HMAC;
+    /// 0 = verify every request.
+    pub verified_cache: usize,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            secret: None,
+            verified_cache: 65_536,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -464,6 +464,7 @@ impl Config {
             rate_limit_per_second: self.limits.requests_per_second,
             rate_limit_burst: self.limits.burst,
             failed_lookup_alert_per_minute: self.limits.failed_lookup_alert_per_minute,
+            verified_session_cache: self.session.verified_cache,
             ..GatewayConfig::default()
         }
     }

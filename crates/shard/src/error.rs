@@ -6,7 +6,7 @@ use openraft::errors::{
 
 use crate::types::TypeConfig;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ShardError {
     /// This replica is not the leader of its group; `leader_hint` is the leader it knows of.
     #[error("not the shard leader (leader hint: {leader_hint:?})")]

@@ -466,3 +466,66 @@ async fn acknowledged_proposal_is_on_disk() {
     assert_eq!(replica.read_local(|s| s.get("t1").cloned()), Some(created));
     replica.shutdown().await.expect("shutdown");
 }
+
+/// Concurrent reads share leadership confirmations; none may see a state older than a write
+/// acknowledged before the read began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reads_never_miss_an_acknowledged_write() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let dir = TempDir::new().expect("tempdir");
+    let (_db, replica) = start(dir.path(), config()).await;
+    let created = match replica.propose(create("r1")).await.expect("create") {
+        Applied::Created { record, .. } => record,
+        other => panic!("unexpected {other:?}"),
+    };
+    let acknowledged = Arc::new(AtomicU64::new(created.updated_index));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..8 {
+        let (replica, acknowledged, done) = (replica.clone(), acknowledged.clone(), done.clone());
+        readers.push(tokio::spawn(async move {
+            let mut reads = 0u64;
+            while !done.load(Ordering::Acquire) || reads == 0 {
+                let floor = acknowledged.load(Ordering::Acquire);
+                let seen = replica
+                    .read(|s| s.get("r1").map(|r| r.updated_index))
+                    .await
+                    .expect("read")
+                    .expect("record present");
+                assert!(
+                    seen >= floor,
+                    "read saw index {seen} after {floor} was acknowledged"
+                );
+                reads += 1;
+                // A read served from the lease completes without yielding.
+                tokio::task::yield_now().await;
+            }
+            reads
+        }));
+    }
+    for i in 0..60u64 {
+        let status = if i % 2 == 0 {
+            TaskStatus::InputRequired
+        } else {
+            TaskStatus::Working
+        };
+        match replica
+            .propose(set_status("r1", status, 2_000 + i))
+            .await
+            .expect("set status")
+        {
+            Applied::Updated { record } => {
+                acknowledged.store(record.updated_index, Ordering::Release)
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    done.store(true, Ordering::Release);
+    let mut total = 0;
+    for r in readers {
+        total += r.await.expect("reader");
+    }
+    assert!(total >= 8);
+}
