@@ -30,7 +30,9 @@ pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    [ -f "$work/cluster/node-1.toml" ] && "$root/cluster/stop.sh" "$work/cluster" >/dev/null 2>&1
+    if [ -f "$work/cluster/node-1.toml" ]; then
+        "$root/cluster/stop.sh" "$work/cluster" >/dev/null 2>&1 || true
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT

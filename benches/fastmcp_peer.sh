@@ -23,7 +23,7 @@ if [ -z "$loadgen" ]; then
 fi
 "$venv/bin/python" "$root/benches/fastmcp_peer.py" --port "$port" &
 peer=$!
-trap 'kill $peer 2>/dev/null; wait $peer 2>/dev/null' EXIT
+trap 'kill $peer 2>/dev/null; wait $peer 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
     sleep 0.1

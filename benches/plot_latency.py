@@ -22,7 +22,7 @@ def main():
     xmax = max(r["offered_per_s"] for r in runs) * 1.05
     ymax = max(r["latency_ms"]["p99"] for r in runs)
     ytop = 10 ** math.ceil(math.log10(max(ymax, 0.1)))
-    ybot = 0.01
+    ybot = 0.1
 
     def x(v):
         return L + (W - L - R) * v / xmax

@@ -96,6 +96,28 @@ async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
         assert_eq!(a, b);
         assert_eq!(b, c);
     }
+    // Concurrent polls through every node, known and unknown ids mixed: the polls a node
+    // forwards to the same leader share internal calls, and each still gets its own answer.
+    let unknown: Vec<String> = (0..8u64)
+        .map(|i| format!("{:032x}", 0xdead_0000 + i))
+        .collect();
+    let mut polls = Vec::new();
+    for c in [&c1, &c2, &c3] {
+        for id in ids.iter().chain(unknown.iter()) {
+            polls.push(async move {
+                let r = c.call("tasks/get", json!({ "taskId": id })).await;
+                (id.clone(), r)
+            });
+        }
+    }
+    for (id, r) in futures::future::join_all(polls).await {
+        if ids.contains(&id) {
+            assert_eq!(r["result"]["taskId"], id.as_str(), "{r}");
+            assert_eq!(r["result"]["status"], "completed", "{r}");
+        } else {
+            assert_eq!(r["error"]["code"], -32602, "{r}");
+        }
+    }
     // Each task's completion was announced exactly once on that stream.
     let mut completed: std::collections::HashMap<String, usize> = Default::default();
     let mut done_watching = None;

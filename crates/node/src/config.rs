@@ -64,6 +64,10 @@ pub struct ClusterConfig {
     pub request_retry_ms: u64,
     /// How long a stopping node waits for the leadership of its shards to move, in ms.
     pub leader_transfer_ms: u64,
+    /// Most forwarded polls sent to one node in one call.
+    pub get_batch_max: usize,
+    /// Most calls carrying forwarded polls under way to one node at once.
+    pub get_batches_in_flight: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -87,6 +91,8 @@ impl Default for ClusterConfig {
             leader_settle_ms: 3_000,
             request_retry_ms: 5_000,
             leader_transfer_ms: 3_000,
+            get_batch_max: 128,
+            get_batches_in_flight: 2,
         }
     }
 }
@@ -356,6 +362,15 @@ impl Config {
         }
         if self.tasks.max_live_tasks == 0 {
             bail!("tasks.max_live_tasks must be at least 1");
+        }
+        if !(1..=4096).contains(&self.cluster.get_batch_max) {
+            bail!(
+                "cluster.get_batch_max must be between 1 and 4096 (got {})",
+                self.cluster.get_batch_max
+            );
+        }
+        if self.cluster.get_batches_in_flight == 0 {
+            bail!("cluster.get_batches_in_flight must be at least 1");
         }
         if self.tasks.poll_interval_ms == 0 {
             bail!("tasks.poll_interval_ms must be at least 1");

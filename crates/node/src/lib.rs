@@ -237,7 +237,11 @@ async fn start_cluster(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Resu
         .collect();
     let peers = Arc::new(
         taskmesh_router::Peers::new(others, Duration::from_secs(30))
-            .map_err(|e| anyhow::anyhow!("cluster.peers: {e}"))?,
+            .map_err(|e| anyhow::anyhow!("cluster.peers: {e}"))?
+            .with_get_batching(taskmesh_router::GetBatching {
+                max_items: cfg.cluster.get_batch_max,
+                in_flight: cfg.cluster.get_batches_in_flight,
+            }),
     );
     let book: taskmesh_router::service::AddressBook = {
         let m = membership.clone();

@@ -115,6 +115,11 @@ pub fn error_to_status(
     e: &HostError,
     leader_addr: impl Fn(u64) -> Option<String>,
 ) -> tonic::Status {
+    error_to_pb(e, leader_addr).into_status()
+}
+
+/// A host error as a `TaskError`.
+pub fn error_to_pb(e: &HostError, leader_addr: impl Fn(u64) -> Option<String>) -> v1::TaskError {
     let msg = e.to_string();
     match e {
         HostError::NotFound => v1::TaskError::not_found(msg),
@@ -129,7 +134,6 @@ pub fn error_to_status(
         ),
         HostError::Unavailable(_) | HostError::Internal(_) => v1::TaskError::unavailable(msg),
     }
-    .into_status()
 }
 
 /// A gRPC status from a peer as a host error.
@@ -137,6 +141,11 @@ pub fn error_from_status(shard: u32, s: &tonic::Status) -> HostError {
     let Some(e) = v1::TaskError::from_status(s) else {
         return HostError::Unavailable(format!("peer: {}", s.message()));
     };
+    error_from_pb(shard, &e)
+}
+
+/// A `TaskError` from a peer as a host error.
+pub fn error_from_pb(shard: u32, e: &v1::TaskError) -> HostError {
     match e.kind() {
         v1::TaskErrorKind::NotFound => HostError::NotFound,
         v1::TaskErrorKind::Terminal => status_from_pb(e.terminal_status())

@@ -25,7 +25,7 @@ use taskmesh_mcp::ErrorObject;
 use taskmesh_task::{shard_of, TaskRecord};
 use tokio::sync::broadcast;
 
-pub use remote::Peers;
+pub use remote::{GetBatching, Peers};
 
 /// Where a shard's replicas are placed (preferred leader first), from the cluster metadata.
 pub type Placement = Arc<dyn Fn(u32) -> Vec<u64> + Send + Sync>;

@@ -15,13 +15,49 @@ use taskmesh_task::{TaskRecord, ToolRequest};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::convert::{error_from_status, record_from_pb, request_to_pb, status_from_pb};
+use crate::convert::{
+    error_from_pb, error_from_status, record_from_pb, request_to_pb, status_from_pb,
+};
+
+/// The most reads one `GetTasks` call may carry (the server refuses more).
+pub const MAX_GET_BATCH: usize = 4096;
+
+/// How forwarded polls are coalesced: reads waiting for the same node go out together in one
+/// `GetTasks` call of at most `max_items`, with at most `in_flight` calls to one node at once.
+#[derive(Debug, Clone, Copy)]
+pub struct GetBatching {
+    pub max_items: usize,
+    pub in_flight: usize,
+}
+
+impl Default for GetBatching {
+    fn default() -> Self {
+        Self {
+            max_items: 128,
+            in_flight: 2,
+        }
+    }
+}
+
+type GetWaiter = (
+    v1::GetTaskRequest,
+    oneshot::Sender<Result<TaskRecord, HostError>>,
+);
+
+/// The reads waiting for one node, and how many calls to it are under way.
+#[derive(Default)]
+struct GetQueue {
+    waiting: Vec<GetWaiter>,
+    calls: usize,
+}
 
 /// The other nodes of the cluster, by node id. Nodes can be added (or re-addressed) and
 /// removed while requests run.
 pub struct Peers {
     clients: RwLock<HashMap<u64, (String, TaskServiceClient<Channel>)>>,
     request_timeout: Duration,
+    batching: GetBatching,
+    gets: parking_lot::Mutex<HashMap<u64, Arc<parking_lot::Mutex<GetQueue>>>>,
 }
 
 impl Peers {
@@ -30,6 +66,8 @@ impl Peers {
         let peers = Self {
             clients: RwLock::new(HashMap::new()),
             request_timeout,
+            batching: GetBatching::default(),
+            gets: parking_lot::Mutex::new(HashMap::new()),
         };
         for (id, addr) in addrs {
             peers.set(id, addr)?;
@@ -58,9 +96,19 @@ impl Peers {
         Ok(self.clients.write().insert(id, (addr, client)).is_none())
     }
 
+    /// Coalesce forwarded reads as `b` says (at least one read per call and one call at once).
+    pub fn with_get_batching(mut self, b: GetBatching) -> Self {
+        self.batching = GetBatching {
+            max_items: b.max_items.clamp(1, MAX_GET_BATCH),
+            in_flight: b.in_flight.max(1),
+        };
+        self
+    }
+
     /// Forget node `id` (it left the cluster).
     pub fn remove(&self, id: u64) {
         self.clients.write().remove(&id);
+        self.gets.lock().remove(&id);
     }
 
     pub fn ids(&self) -> Vec<u64> {
@@ -82,10 +130,59 @@ impl Peers {
     }
 
     fn record(r: Option<v1::TaskRecord>) -> Result<TaskRecord, HostError> {
-        r.and_then(record_from_pb)
-            .ok_or_else(|| HostError::Internal("malformed task record from a peer".into()))
+        record_of(r)
     }
+}
 
+fn record_of(r: Option<v1::TaskRecord>) -> Result<TaskRecord, HostError> {
+    r.and_then(record_from_pb)
+        .ok_or_else(|| HostError::Internal("malformed task record from a peer".into()))
+}
+
+/// Send the reads waiting in `queue` in `GetTasks` calls until none waits.
+async fn send_gets(
+    queue: Arc<parking_lot::Mutex<GetQueue>>,
+    mut client: TaskServiceClient<Channel>,
+    max_items: usize,
+) {
+    loop {
+        let batch: Vec<GetWaiter> = {
+            let mut q = queue.lock();
+            if q.waiting.is_empty() {
+                q.calls -= 1;
+                return;
+            }
+            let n = q.waiting.len().min(max_items);
+            q.waiting.drain(..n).collect()
+        };
+        let (gets, waiters): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+        let shards: Vec<u32> = gets.iter().map(|g| g.shard).collect();
+        match client.get_tasks(v1::GetTasksRequest { gets }).await {
+            Ok(r) => {
+                let mut results = r.into_inner().results.into_iter();
+                for (tx, shard) in waiters.into_iter().zip(shards) {
+                    let answer = match results.next().and_then(|r| r.outcome) {
+                        Some(v1::get_task_result::Outcome::Task(t)) => record_of(Some(t)),
+                        Some(v1::get_task_result::Outcome::Error(e)) => {
+                            Err(error_from_pb(shard, &e))
+                        }
+                        None => Err(HostError::Internal(
+                            "a peer answered fewer reads than it was asked".into(),
+                        )),
+                    };
+                    let _ = tx.send(answer);
+                }
+            }
+            Err(status) => {
+                for (tx, shard) in waiters.into_iter().zip(shards) {
+                    let _ = tx.send(Err(error_from_status(shard, &status)));
+                }
+            }
+        }
+    }
+}
+
+impl Peers {
     pub async fn create(
         &self,
         id: u64,
@@ -113,6 +210,8 @@ impl Peers {
         Self::record(r.into_inner().task)
     }
 
+    /// Read a task on node `id`. Reads that wait for the same node at the same time share one
+    /// `GetTasks` call (see [`GetBatching`]); each gets its own answer.
     pub async fn get(
         &self,
         id: u64,
@@ -120,17 +219,29 @@ impl Peers {
         task_id: &str,
         owner: &str,
     ) -> Result<TaskRecord, HostError> {
+        let client = self.client(id)?;
         let req = v1::GetTaskRequest {
             shard,
             owner: owner.into(),
             task_id: task_id.into(),
         };
-        let r = self
-            .client(id)?
-            .get_task(req)
-            .await
-            .map_err(|s| error_from_status(shard, &s))?;
-        Self::record(r.into_inner().task)
+        let queue = self.gets.lock().entry(id).or_default().clone();
+        let (tx, rx) = oneshot::channel();
+        let start = {
+            let mut q = queue.lock();
+            q.waiting.push((req, tx));
+            if q.calls < self.batching.in_flight {
+                q.calls += 1;
+                true
+            } else {
+                false
+            }
+        };
+        if start {
+            tokio::spawn(send_gets(queue, client, self.batching.max_items));
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(HostError::Unavailable("the read was dropped".into())))
     }
 
     pub async fn cancel(

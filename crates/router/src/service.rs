@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::convert::{error_to_status, record_to_pb, request_from_pb, status_to_pb};
+use crate::convert::{error_to_pb, error_to_status, record_to_pb, request_from_pb, status_to_pb};
 
 /// Resolves a node id to the MCP-independent gRPC address peers can reach it at.
 pub type AddressBook = Arc<dyn Fn(u64) -> Option<String> + Send + Sync>;
@@ -93,6 +93,35 @@ impl TaskService for TaskGrpc {
         Ok(Response::new(v1::GetTaskResponse {
             task: Some(record_to_pb(&record)),
         }))
+    }
+
+    async fn get_tasks(
+        &self,
+        request: Request<v1::GetTasksRequest>,
+    ) -> Result<Response<v1::GetTasksResponse>, Status> {
+        let gets = request.into_inner().gets;
+        if gets.len() > crate::remote::MAX_GET_BATCH {
+            return Err(Status::invalid_argument(format!(
+                "at most {} reads per GetTasks call",
+                crate::remote::MAX_GET_BATCH
+            )));
+        }
+        let reads = gets
+            .iter()
+            .map(|g| self.host.get(g.shard, &g.task_id, &g.owner));
+        let results = futures::future::join_all(reads)
+            .await
+            .into_iter()
+            .map(|r| v1::GetTaskResult {
+                outcome: Some(match r {
+                    Ok(record) => v1::get_task_result::Outcome::Task(record_to_pb(&record)),
+                    Err(e) => {
+                        v1::get_task_result::Outcome::Error(error_to_pb(&e, |id| (self.book)(id)))
+                    }
+                }),
+            })
+            .collect();
+        Ok(Response::new(v1::GetTasksResponse { results }))
     }
 
     async fn list_tasks(

@@ -9,10 +9,10 @@ use taskmesh_rpc::v1::task_service_server::{TaskService, TaskServiceServer};
 use taskmesh_rpc::v1::{
     outcome, AppendEntriesRequest, AttachResultEvent, AttachResultRequest, CancelTaskRequest,
     CancelTaskResponse, ClientCaps, CreateTaskRequest, CreateTaskResponse, DeliverResponseRequest,
-    DeliverResponseResponse, GetTaskRequest, GetTaskResponse, InstallSnapshotChunk, LeaderHint,
-    ListTasksRequest, ListTasksResponse, Outcome, OutcomeError, SnapshotHeader, TaskError,
-    TaskErrorKind, TaskRecord, TaskStatus, ToolRequest, VoteRequest, WatchStatusEvent,
-    WatchStatusRequest,
+    DeliverResponseResponse, GetTaskRequest, GetTaskResponse, GetTasksRequest, GetTasksResponse,
+    InstallSnapshotChunk, LeaderHint, ListTasksRequest, ListTasksResponse, Outcome, OutcomeError,
+    SnapshotHeader, TaskError, TaskErrorKind, TaskRecord, TaskStatus, ToolRequest, VoteRequest,
+    WatchStatusEvent, WatchStatusRequest,
 };
 use taskmesh_rpc::METADATA_GROUP;
 use tonic::{Request, Response, Status};
@@ -181,6 +181,13 @@ impl TaskService for OneTask {
             TaskError::not_leader(Some(hint), format!("shard {} is led by node 9", req.shard))
                 .into(),
         )
+    }
+
+    async fn get_tasks(
+        &self,
+        _request: Request<GetTasksRequest>,
+    ) -> Result<Response<GetTasksResponse>, Status> {
+        Err(Status::unimplemented("get many"))
     }
 
     async fn list_tasks(
