@@ -441,16 +441,23 @@ async fn failover(
             }
         });
     }
-    let workers = (0..cfg.concurrency.max(1)).map(|w| {
-        let (sessions, ids, last) = (sessions.clone(), ids.clone(), last.clone());
-        let step = cfg.concurrency.max(1);
+    // Workers are bound to shards (at least one each), so that polls stuck on a shard without
+    // a leader hold only that shard's workers: every shard's gap is its own.
+    let mut by_shard: Vec<Vec<String>> = vec![Vec::new(); shards as usize];
+    for id in ids.iter() {
+        by_shard[taskmesh_task::shard_of(id, shards) as usize].push(id.clone());
+    }
+    let by_shard = Arc::new(by_shard);
+    let workers = (0..cfg.concurrency.max(shards as usize)).map(|w| {
+        let (sessions, by_shard, last) = (sessions.clone(), by_shard.clone(), last.clone());
         tokio::spawn(async move {
             let mut stats = Stats::default();
             let s = &sessions[w % sessions.len()];
-            let mut k = w;
-            while Instant::now() < deadline {
-                k = (k + step) % ids.len();
-                let id = &ids[k];
+            let mine = &by_shard[w % by_shard.len()];
+            let mut k = w / by_shard.len();
+            while !mine.is_empty() && Instant::now() < deadline {
+                k = (k + 1) % mine.len();
+                let id = &mine[k];
                 let t0 = Instant::now();
                 match get_task(s, id, Some("working")).await {
                     Ok(_) => {
@@ -475,6 +482,7 @@ async fn failover(
     let gaps = last
         .iter()
         .enumerate()
+        .filter(|(shard, _)| !by_shard[*shard].is_empty())
         .map(|(shard, l)| {
             l.with(|(at, gap)| {
                 // A shard that never answered again is unavailable until the end.
