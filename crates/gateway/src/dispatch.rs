@@ -114,10 +114,7 @@ pub async fn request(
         "tasks/result" if tasks => return tasks_result(gw, cx, id, p).await,
         _ => Err(ErrorObject::method_not_found(method)),
     };
-    match result {
-        Ok(v) => ok(&id, &v),
-        Err(e) => err(&id, &e),
-    }
+    typed(&id, result)
 }
 
 pub fn notification(gw: &Arc<Gateway>, cx: &Cx, method: &str, params: Option<Value>) -> Reply {

@@ -93,7 +93,11 @@ impl Peers {
             .keep_alive_timeout(Duration::from_secs(1))
             .keep_alive_while_idle(true);
         let client = TaskServiceClient::new(ep.connect_lazy());
-        Ok(self.clients.write().insert(id, (addr, client)).is_none())
+        let new = self.clients.write().insert(id, (addr, client)).is_none();
+        // Reads queued from now on go out through the new channel (calls under way finish on
+        // the old one).
+        self.gets.lock().remove(&id);
+        Ok(new)
     }
 
     /// Coalesce forwarded reads as `b` says (at least one read per call and one call at once).

@@ -385,7 +385,7 @@ impl ShardReplica {
 
     /// The current Raft term (from the Raft metrics).
     pub fn current_term(&self) -> u64 {
-        self.inner.raft.metrics().borrow_watched().current_term
+        self.inner.metrics.borrow_watched().current_term
     }
 
     /// A watch of this replica's leadership; it changes when the leader or the term changes.
@@ -425,7 +425,7 @@ impl ShardReplica {
     /// The members of the group's effective membership (voters and learners) with the address
     /// each is reached at, as this replica knows them.
     pub fn members(&self) -> BTreeMap<u64, String> {
-        members_of(&self.inner.raft.metrics().borrow_watched())
+        members_of(&self.inner.metrics.borrow_watched())
     }
 
     /// A watch of [`ShardReplica::members`]: it changes when the group's effective membership
@@ -438,8 +438,7 @@ impl ShardReplica {
 
     /// The voters of the group's effective membership, as this replica knows them.
     pub fn voters(&self) -> Vec<u64> {
-        let metrics = self.inner.raft.metrics();
-        let m = metrics.borrow_watched();
+        let m = self.inner.metrics.borrow_watched();
         m.membership_config.voter_ids().collect()
     }
 
@@ -460,24 +459,9 @@ impl ShardReplica {
         }
         let mut nodes = BTreeMap::new();
         nodes.insert(node_id, Node::new(addr));
-        // A leader cannot change the membership before the first entry of its term, or the
-        // previous membership change, has committed: retry those for a while.
-        let deadline =
-            tokio::time::Instant::now() + Duration::from_millis(self.inner.cfg.wait_timeout_ms);
-        let retry = Duration::from_millis((self.inner.cfg.heartbeat_interval_ms / 2).max(10));
-        loop {
-            let change = openraft::ChangeMembers::SetNodes(nodes.clone());
-            match self.inner.raft.change_membership(change, true).await {
-                Ok(_) => return Ok(()),
-                Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
-                    ChangeMembershipError::InProgress(_)
-                    | ChangeMembershipError::UncommittedLeaderLog(_),
-                ))) if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(retry).await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        // Keep the node in its role: `retain` leaves voters voters.
+        self.change_members(openraft::ChangeMembers::SetNodes(nodes), true)
+            .await
     }
 
     /// Membership changes a new leader cannot make until its first entry (or the previous
@@ -485,6 +469,7 @@ impl ShardReplica {
     async fn change_members(
         &self,
         change: openraft::ChangeMembers<u64, Node>,
+        retain: bool,
     ) -> Result<(), ShardError> {
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(self.inner.cfg.wait_timeout_ms);
@@ -493,7 +478,7 @@ impl ShardReplica {
             match self
                 .inner
                 .raft
-                .change_membership(change.clone(), false)
+                .change_membership(change.clone(), retain)
                 .await
             {
                 Ok(_) => return Ok(()),
@@ -531,7 +516,7 @@ impl ShardReplica {
         if voters.is_empty() {
             return Err(ShardError::Fatal("a group needs at least one voter".into()));
         }
-        self.change_members(openraft::ChangeMembers::ReplaceAllVoters(voters))
+        self.change_members(openraft::ChangeMembers::ReplaceAllVoters(voters), false)
             .await
     }
 
@@ -540,15 +525,14 @@ impl ShardReplica {
         if ids.is_empty() {
             return Ok(());
         }
-        self.change_members(openraft::ChangeMembers::RemoveNodes(ids))
+        self.change_members(openraft::ChangeMembers::RemoveNodes(ids), false)
             .await
     }
 
     /// On the leader: the last log index and, per follower and learner, the index of the last
     /// entry it is known to hold (`None`: not known yet). Not leader: `None`.
     pub fn replication(&self) -> Option<(u64, BTreeMap<u64, Option<u64>>)> {
-        let metrics = self.inner.raft.metrics();
-        let m = metrics.borrow_watched();
+        let m = self.inner.metrics.borrow_watched();
         let matched = m.replication.as_ref()?;
         let last = m.last_log_index.unwrap_or(0);
         Some((
@@ -563,8 +547,7 @@ impl ShardReplica {
     /// Whether the group has a membership on this replica (it was initialised here, or a
     /// leader has replicated to it).
     pub fn has_membership(&self) -> bool {
-        let metrics = self.inner.raft.metrics();
-        let m = metrics.borrow_watched();
+        let m = self.inner.metrics.borrow_watched();
         let any = m.membership_config.nodes().next().is_some();
         any
     }
@@ -578,8 +561,7 @@ impl ShardReplica {
     pub async fn transfer_leader(&self, to: u64) -> Result<(), ShardError> {
         let me = self.inner.cfg.node_id;
         let (is_leader, leader_hint) = {
-            let metrics = self.inner.raft.metrics();
-            let m = metrics.borrow_watched();
+            let m = self.inner.metrics.borrow_watched();
             (m.state.is_leader(), m.current_leader)
         };
         if !is_leader {
@@ -611,8 +593,7 @@ impl ShardReplica {
     pub async fn step_down(&self, timeout: Duration) -> Result<Option<u64>, ShardError> {
         let me = self.inner.cfg.node_id;
         let target = {
-            let metrics = self.inner.raft.metrics();
-            let m = metrics.borrow_watched();
+            let m = self.inner.metrics.borrow_watched();
             if !(m.state.is_leader() && m.current_leader == Some(me)) {
                 return Ok(None);
             }
