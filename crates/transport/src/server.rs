@@ -256,8 +256,13 @@ impl RaftTransport for RaftService {
     }
 }
 
-/// Serve `service` alone on `listener` until `shutdown` resolves, then stop accepting, close
-/// the connections once their calls have finished and return.
+/// Serve `service` alone on `listener` until `shutdown` resolves, then stop accepting and give
+/// the open connections up to `drain` to finish their calls and close, and return.
+///
+/// The bound matters: a connection whose peer neither sends nor closes it can hold a graceful
+/// shutdown open indefinitely. A connection still open when `drain` is over is abandoned: its
+/// calls reach no replica once the node has removed them from the registry, and it ends when its
+/// peer closes it or the runtime stops.
 ///
 /// A node that serves other gRPC services on the same port adds
 /// [`RaftService::into_server`] to its own server instead.
@@ -265,15 +270,33 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     service: RaftService,
     shutdown: impl Future<Output = ()>,
+    drain: Duration,
 ) -> Result<(), TransportError> {
     service.cfg.validate()?;
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    Server::builder()
+    let (signalled_tx, signalled) = tokio::sync::oneshot::channel::<()>();
+    let server = Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE))
         .http2_keepalive_timeout(Some(KEEPALIVE))
         .http2_adaptive_window(Some(true))
         .add_service(service.into_server())
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await?;
-    Ok(())
+        .serve_with_incoming_shutdown(incoming, async move {
+            shutdown.await;
+            let _ = signalled_tx.send(());
+        });
+    tokio::pin!(server);
+    tokio::select! {
+        done = &mut server => return Ok(done?),
+        _ = signalled => {}
+    }
+    match tokio::time::timeout(drain, server).await {
+        Ok(done) => Ok(done?),
+        Err(_) => {
+            tracing::debug!(
+                drain_ms = drain.as_millis() as u64,
+                "drain time over; connections left open are abandoned"
+            );
+            Ok(())
+        }
+    }
 }

@@ -24,6 +24,8 @@ pub const SHARD: u32 = 7;
 pub const WAIT: Duration = Duration::from_secs(60);
 /// The pause between two looks at the cluster while waiting.
 pub const POLL: Duration = Duration::from_millis(50);
+/// How long a stopping node's server lets its connections finish before it abandons them.
+pub const DRAIN: Duration = Duration::from_secs(2);
 
 pub fn record(id: &str) -> TaskRecord {
     TaskRecord {
@@ -115,9 +117,14 @@ impl TestNode {
         registry.insert(replica.clone());
         let (stop, stopped) = oneshot::channel::<()>();
         let service = RaftService::new(id, registry.clone());
-        let server = tokio::spawn(serve(listener, service, async move {
-            let _ = stopped.await;
-        }));
+        let server = tokio::spawn(serve(
+            listener,
+            service,
+            async move {
+                let _ = stopped.await;
+            },
+            DRAIN,
+        ));
         TestNode {
             id,
             addr,
