@@ -202,115 +202,18 @@ impl Actor for TaskActor {
         })
     }
 
+    /// The work of a message runs in a future on the heap ([`handle_msg`]). Awaited inline,
+    /// it (with a proposal under way through openraft's client write: several KiB) would be
+    /// part of the future that ractor keeps in the actor's long-lived task, so every live task
+    /// would carry that space for its whole life; boxed, it exists only while a message is
+    /// handled.
     async fn handle(
         &self,
         myself: ActorRef<TaskMsg>,
         msg: TaskMsg,
         st: &mut State,
     ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            TaskMsg::Attach(sink) => {
-                for (json, _) in st.pending.values() {
-                    let _ = sink.try_send(json.clone());
-                }
-                st.sinks.push(sink);
-            }
-            TaskMsg::Outbound {
-                method,
-                params,
-                reply,
-            } => {
-                let id = format!("tm-{}-{}", st.task_id, st.next_request);
-                st.next_request += 1;
-                let mut params = match params {
-                    Value::Object(m) => m,
-                    _ => Map::new(),
-                };
-                jsonrpc::put_meta(
-                    &mut params,
-                    META_RELATED_TASK,
-                    json!({ "taskId": st.task_id }),
-                );
-                let json = Arc::new(jsonrpc::request(
-                    &RequestId::String(id.clone()),
-                    method,
-                    &Value::Object(params),
-                ));
-                st.pending.insert(id, (json.clone(), reply));
-                if st.status != TaskStatus::InputRequired {
-                    let msg = format!("Waiting for the client to answer {method}.");
-                    if !set_status(&myself, st, TaskStatus::InputRequired, Some(msg)).await {
-                        return Ok(());
-                    }
-                }
-                deliver(st, json);
-            }
-            TaskMsg::Response {
-                request_id,
-                outcome,
-            } => {
-                let Some((_, reply)) = st.pending.remove(&request_id) else {
-                    tracing::debug!(task_id = %st.task_id, request_id = %request_id, "answer to no pending request");
-                    return Ok(());
-                };
-                if st.pending.is_empty() && st.status == TaskStatus::InputRequired {
-                    let msg = Some("The task is in progress.".to_string());
-                    if !set_status(&myself, st, TaskStatus::Working, msg).await {
-                        return Ok(());
-                    }
-                }
-                let _ = reply.send(outcome);
-            }
-            TaskMsg::Progress {
-                progress,
-                total,
-                message,
-            } => {
-                if let Some(token) = &st.progress_token {
-                    let mut params = json!({ "progressToken": token, "progress": progress });
-                    if let Some(t) = total {
-                        params["total"] = json!(t);
-                    }
-                    if let Some(m) = message {
-                        params["message"] = json!(m);
-                    }
-                    params["_meta"] = json!({ META_RELATED_TASK: { "taskId": st.task_id } });
-                    let json = Arc::new(jsonrpc::notification("notifications/progress", &params));
-                    deliver(st, json);
-                }
-            }
-            TaskMsg::Done(result) => {
-                let (status, message, outcome) = finish_of(&result);
-                let cmd = Command::Finish {
-                    task_id: st.task_id.clone(),
-                    term: st.term,
-                    status,
-                    message: Some(message),
-                    outcome,
-                    at_ms: now_ms(),
-                };
-                match st.host.shard(st.shard) {
-                    Ok(shard) => match shard.propose(cmd).await {
-                        Ok(Applied::Updated { record }) => {
-                            crate::audit_terminal(&record, "task reached a terminal status");
-                        }
-                        Ok(other) => {
-                            tracing::debug!(task_id = %st.task_id, result = ?other, "finish not applied");
-                        }
-                        Err(e) => {
-                            tracing::warn!(task_id = %st.task_id, error = %e, "could not record the task's outcome");
-                        }
-                    },
-                    Err(e) => tracing::error!(error = %e, "task actor lost its shard"),
-                }
-                myself.stop(None);
-            }
-            TaskMsg::Stop => {
-                st.cancel.cancel();
-                myself.stop(None);
-            }
-        }
-        Ok(())
+        Box::pin(handle_msg(myself, msg, st)).await
     }
 
     async fn post_stop(
@@ -333,6 +236,117 @@ impl Actor for TaskActor {
         st.host.inner.live.fetch_sub(1, Ordering::AcqRel);
         Ok(())
     }
+}
+
+/// Handle one message of a task actor.
+async fn handle_msg(
+    myself: ActorRef<TaskMsg>,
+    msg: TaskMsg,
+    st: &mut State,
+) -> Result<(), ActorProcessingErr> {
+    match msg {
+        TaskMsg::Attach(sink) => {
+            for (json, _) in st.pending.values() {
+                let _ = sink.try_send(json.clone());
+            }
+            st.sinks.push(sink);
+        }
+        TaskMsg::Outbound {
+            method,
+            params,
+            reply,
+        } => {
+            let id = format!("tm-{}-{}", st.task_id, st.next_request);
+            st.next_request += 1;
+            let mut params = match params {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            };
+            jsonrpc::put_meta(
+                &mut params,
+                META_RELATED_TASK,
+                json!({ "taskId": st.task_id }),
+            );
+            let json = Arc::new(jsonrpc::request(
+                &RequestId::String(id.clone()),
+                method,
+                &Value::Object(params),
+            ));
+            st.pending.insert(id, (json.clone(), reply));
+            if st.status != TaskStatus::InputRequired {
+                let msg = format!("Waiting for the client to answer {method}.");
+                if !set_status(&myself, st, TaskStatus::InputRequired, Some(msg)).await {
+                    return Ok(());
+                }
+            }
+            deliver(st, json);
+        }
+        TaskMsg::Response {
+            request_id,
+            outcome,
+        } => {
+            let Some((_, reply)) = st.pending.remove(&request_id) else {
+                tracing::debug!(task_id = %st.task_id, request_id = %request_id, "answer to no pending request");
+                return Ok(());
+            };
+            if st.pending.is_empty() && st.status == TaskStatus::InputRequired {
+                let msg = Some("The task is in progress.".to_string());
+                if !set_status(&myself, st, TaskStatus::Working, msg).await {
+                    return Ok(());
+                }
+            }
+            let _ = reply.send(outcome);
+        }
+        TaskMsg::Progress {
+            progress,
+            total,
+            message,
+        } => {
+            if let Some(token) = &st.progress_token {
+                let mut params = json!({ "progressToken": token, "progress": progress });
+                if let Some(t) = total {
+                    params["total"] = json!(t);
+                }
+                if let Some(m) = message {
+                    params["message"] = json!(m);
+                }
+                params["_meta"] = json!({ META_RELATED_TASK: { "taskId": st.task_id } });
+                let json = Arc::new(jsonrpc::notification("notifications/progress", &params));
+                deliver(st, json);
+            }
+        }
+        TaskMsg::Done(result) => {
+            let (status, message, outcome) = finish_of(&result);
+            let cmd = Command::Finish {
+                task_id: st.task_id.clone(),
+                term: st.term,
+                status,
+                message: Some(message),
+                outcome,
+                at_ms: now_ms(),
+            };
+            match st.host.shard(st.shard) {
+                Ok(shard) => match shard.propose(cmd).await {
+                    Ok(Applied::Updated { record }) => {
+                        crate::audit_terminal(&record, "task reached a terminal status");
+                    }
+                    Ok(other) => {
+                        tracing::debug!(task_id = %st.task_id, result = ?other, "finish not applied");
+                    }
+                    Err(e) => {
+                        tracing::warn!(task_id = %st.task_id, error = %e, "could not record the task's outcome");
+                    }
+                },
+                Err(e) => tracing::error!(error = %e, "task actor lost its shard"),
+            }
+            myself.stop(None);
+        }
+        TaskMsg::Stop => {
+            st.cancel.cancel();
+            myself.stop(None);
+        }
+    }
+    Ok(())
 }
 
 /// Propose a non-terminal status; on failure (terminal, stale term, lost leadership) stop the

@@ -11,6 +11,7 @@ use taskmesh_node::config::{Config, Overrides};
 
 // The request path allocates and frees many small objects on every worker thread; mimalloc's
 // thread-local free lists cost a fraction of the system allocator's (see docs/benchmarks.md).
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
