@@ -14,6 +14,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
+/// The most runtime threads a node may be given.
+pub const MAX_WORKER_THREADS: usize = 1024;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -27,6 +30,8 @@ pub struct Config {
     pub shards: u32,
     /// How long a stopping node waits for open streams to finish, in ms.
     pub shutdown_drain_ms: u64,
+    /// Threads of the node's async runtime; 0: one per CPU core.
+    pub worker_threads: usize,
     pub http: HttpConfig,
     pub auth: AuthConfig,
     pub session: SessionConfig,
@@ -209,6 +214,7 @@ impl Default for Config {
             node_id: 1,
             shards: 32,
             shutdown_drain_ms: 5_000,
+            worker_threads: 0,
             http: HttpConfig::default(),
             auth: AuthConfig::default(),
             session: SessionConfig::default(),
@@ -360,6 +366,12 @@ impl Config {
         if self.node_id == 0 {
             bail!("node_id must be at least 1");
         }
+        if self.worker_threads > MAX_WORKER_THREADS {
+            bail!(
+                "worker_threads must be between 0 (one per CPU core) and {MAX_WORKER_THREADS} (got {})",
+                self.worker_threads
+            );
+        }
         if self.tasks.max_live_tasks == 0 {
             bail!("tasks.max_live_tasks must be at least 1");
         }
@@ -475,6 +487,7 @@ mod tests {
             Some("alice")
         );
         assert_eq!(cfg.data_dir, PathBuf::from("/var/lib/x"));
+        assert_eq!(cfg.worker_threads, 0, "one thread per core unless set");
     }
 
     #[test]
@@ -500,6 +513,7 @@ mod tests {
         )
         .contains("nope"));
         assert!(err(vec![("TASKMESH_TASKS__MAX_LIVE_TASKS", "0")]).contains("max_live_tasks"));
+        assert!(err(vec![("TASKMESH_WORKER_THREADS", "100000")]).contains("worker_threads"));
     }
 }
 

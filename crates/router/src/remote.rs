@@ -130,7 +130,7 @@ impl Peers {
             .read()
             .get(&id)
             .map(|(_, c)| c.clone())
-            .ok_or_else(|| HostError::Unavailable(format!("unknown node {id}")))
+            .ok_or_else(|| unknown_node(id))
     }
 
     fn record(r: Option<v1::TaskRecord>) -> Result<TaskRecord, HostError> {
@@ -138,9 +138,25 @@ impl Peers {
     }
 }
 
+fn unknown_node(id: u64) -> HostError {
+    HostError::Unavailable(format!("unknown node {id}"))
+}
+
 fn record_of(r: Option<v1::TaskRecord>) -> Result<TaskRecord, HostError> {
     r.and_then(record_from_pb)
         .ok_or_else(|| HostError::Internal("malformed task record from a peer".into()))
+}
+
+/// Answer every read waiting in `queue` with `e`, for a call that could not start.
+fn fail_waiting(queue: &parking_lot::Mutex<GetQueue>, e: &HostError) {
+    let waiting = {
+        let mut q = queue.lock();
+        q.calls -= 1;
+        std::mem::take(&mut q.waiting)
+    };
+    for (_, tx) in waiting {
+        let _ = tx.send(Err(e.clone()));
+    }
 }
 
 /// Send the reads waiting in `queue` in `GetTasks` calls until none waits.
@@ -223,7 +239,9 @@ impl Peers {
         task_id: &str,
         owner: &str,
     ) -> Result<TaskRecord, HostError> {
-        let client = self.client(id)?;
+        if !self.clients.read().contains_key(&id) {
+            return Err(unknown_node(id));
+        }
         let req = v1::GetTaskRequest {
             shard,
             owner: owner.into(),
@@ -242,7 +260,15 @@ impl Peers {
             }
         };
         if start {
-            tokio::spawn(send_gets(queue, client, self.batching.max_items));
+            // The channel is cloned only for a new call, not for every read.
+            match self.client(id) {
+                Ok(client) => {
+                    tokio::spawn(send_gets(queue, client, self.batching.max_items));
+                }
+                Err(e) => {
+                    fail_waiting(&queue, &e);
+                }
+            }
         }
         rx.await
             .unwrap_or_else(|_| Err(HostError::Unavailable("the read was dropped".into())))

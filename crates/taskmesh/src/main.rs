@@ -136,9 +136,11 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + S
 
 fn run(cfg: Config) -> anyhow::Result<()> {
     init_logging(&cfg);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if cfg.worker_threads > 0 {
+        rt.worker_threads(cfg.worker_threads);
+    }
+    let rt = rt.enable_all().build()?;
     rt.block_on(async {
         let shutdown = shutdown_signal()?;
         taskmesh_node::serve(cfg, shutdown).await
