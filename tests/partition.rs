@@ -70,7 +70,9 @@ secret = "a-shared-cluster-secret-for-tests"
 "{TOKEN}" = "alice"
 [cluster]
 grpc_listen = "10.231.0.{id}:7100"
-request_retry_ms = 1500
+# Short, so that the cut-off node's failures come quickly; long enough for a request that
+# first tries the cut-off leader to retry at the leader the majority elects (about a second).
+request_retry_ms = 3000
 # Leaderships stay where elections put them: this test tells pre-vote's effect (no election
 # when the cut-off node returns) from deliberate hand-overs to preferred leaders.
 leader_settle_ms = 3600000

@@ -246,13 +246,16 @@ impl Router {
             let result = match route {
                 Route::Local => local().await,
                 Route::Remote(id) => match &self.peers {
-                    // One attempt may not outlive the retry budget: a leader that stopped
-                    // answering must not hold the request for the transport's full timeout.
+                    // One attempt gets at most half of what is left of the retry budget: a
+                    // leader that stopped answering (cut off, or dead before its connection
+                    // noticed) must neither hold the request for the transport's full
+                    // timeout nor spend the whole budget, so that a retry can still reach the
+                    // leader elected meanwhile.
                     Some(p) => {
-                        let left = deadline
-                            .saturating_duration_since(tokio::time::Instant::now())
-                            .max(Duration::from_millis(200));
-                        tokio::time::timeout(left, remote(p.clone(), id))
+                        let attempt =
+                            (deadline.saturating_duration_since(tokio::time::Instant::now()) / 2)
+                                .max(Duration::from_millis(200));
+                        tokio::time::timeout(attempt, remote(p.clone(), id))
                             .await
                             .unwrap_or_else(|_| {
                                 Err(HostError::Unavailable(format!(
