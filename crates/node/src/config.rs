@@ -69,9 +69,9 @@ pub struct ClusterConfig {
     pub request_retry_ms: u64,
     /// How long a stopping node waits for the leadership of its shards to move, in ms.
     pub leader_transfer_ms: u64,
-    /// Most forwarded polls sent to one node in one call.
+    /// Most forwarded polls sent to one node in one batch.
     pub get_batch_max: usize,
-    /// Most calls carrying forwarded polls under way to one node at once.
+    /// Most batches of forwarded polls under way to one node at once.
     pub get_batches_in_flight: usize,
 }
 

@@ -1,5 +1,6 @@
 //! The client half of the router: `taskmesh.v1.TaskService` calls to the node that leads a
-//! shard. One lazily connected channel per peer, shared by every request to it.
+//! shard. One lazily connected channel per peer, shared by every request to it; forwarded polls
+//! travel in batches on one long-lived `ReadTasks` stream per peer.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,11 +20,12 @@ use crate::convert::{
     error_from_pb, error_from_status, record_from_pb, request_to_pb, status_from_pb,
 };
 
-/// The most reads one `GetTasks` call may carry (the server refuses more).
+/// The most reads one `GetTasks` call or `ReadTasks` batch may carry (the server refuses more).
 pub const MAX_GET_BATCH: usize = 4096;
 
-/// How forwarded polls are coalesced: reads waiting for the same node go out together in one
-/// `GetTasks` call of at most `max_items`, with at most `in_flight` calls to one node at once.
+/// How forwarded polls are coalesced: reads waiting for the same node go out together as one
+/// batch of at most `max_items` on the node's `ReadTasks` stream, with at most `in_flight`
+/// batches to one node under way at once.
 #[derive(Debug, Clone, Copy)]
 pub struct GetBatching {
     pub max_items: usize,
@@ -44,11 +46,140 @@ type GetWaiter = (
     oneshot::Sender<Result<TaskRecord, HostError>>,
 );
 
-/// The reads waiting for one node, and how many calls to it are under way.
+/// The reads waiting for one node, and how many batches to it are under way.
 #[derive(Default)]
 struct GetQueue {
     waiting: Vec<GetWaiter>,
     calls: usize,
+}
+
+/// Forwarded reads to one node: those waiting, and the `ReadTasks` stream they travel on.
+#[derive(Default)]
+struct PeerReads {
+    queue: parking_lot::Mutex<GetQueue>,
+    stream: tokio::sync::Mutex<Option<Arc<ReadStream>>>,
+}
+
+type BatchAnswer = Result<Vec<v1::GetTaskResult>, tonic::Status>;
+/// The batches sent on a stream and not answered yet; `None` once the stream has ended.
+type Unanswered = Arc<parking_lot::Mutex<Option<HashMap<u64, oneshot::Sender<BatchAnswer>>>>>;
+
+/// Requests queued for a `ReadTasks` stream before the sender waits.
+const READ_STREAM_QUEUE: usize = 16;
+
+/// One open `ReadTasks` stream to a peer. Dropping it closes the caller's side; the peer then
+/// answers what it was sent and ends the stream.
+struct ReadStream {
+    requests: mpsc::Sender<v1::ReadTasksRequest>,
+    next: std::sync::atomic::AtomicU64,
+    unanswered: Unanswered,
+}
+
+impl ReadStream {
+    async fn open(client: &mut TaskServiceClient<Channel>) -> Result<Self, tonic::Status> {
+        let (requests, rx) = mpsc::channel(READ_STREAM_QUEUE);
+        let answers = client
+            .read_tasks(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        let unanswered: Unanswered = Arc::new(parking_lot::Mutex::new(Some(HashMap::new())));
+        tokio::spawn(take_answers(answers, unanswered.clone()));
+        Ok(Self {
+            requests,
+            next: std::sync::atomic::AtomicU64::new(0),
+            unanswered,
+        })
+    }
+
+    fn ended(&self) -> bool {
+        self.unanswered.lock().is_none()
+    }
+
+    /// Send one batch and wait, at most `timeout`, for its answer.
+    async fn read(&self, gets: Vec<v1::GetTaskRequest>, timeout: Duration) -> BatchAnswer {
+        let batch = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        match self.unanswered.lock().as_mut() {
+            Some(u) => u.insert(batch, tx),
+            None => return Err(stream_ended()),
+        };
+        let forget = || {
+            if let Some(u) = self.unanswered.lock().as_mut() {
+                u.remove(&batch);
+            }
+        };
+        if self
+            .requests
+            .send(v1::ReadTasksRequest { batch, gets })
+            .await
+            .is_err()
+        {
+            forget();
+            return Err(stream_ended());
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(stream_ended()),
+            Err(_) => {
+                forget();
+                Err(tonic::Status::deadline_exceeded(
+                    "the peer did not answer the reads in time",
+                ))
+            }
+        }
+    }
+}
+
+fn stream_ended() -> tonic::Status {
+    tonic::Status::unavailable("the read stream to the peer ended")
+}
+
+/// Hand each answer of a `ReadTasks` stream to its batch; when the stream ends, fail the
+/// batches still unanswered with the reason.
+async fn take_answers(
+    mut answers: tonic::Streaming<v1::ReadTasksResponse>,
+    unanswered: Unanswered,
+) {
+    let end = loop {
+        match answers.message().await {
+            Ok(Some(a)) => {
+                let waiter = unanswered.lock().as_mut().and_then(|u| u.remove(&a.batch));
+                if let Some(w) = waiter {
+                    let _ = w.send(Ok(a.results));
+                }
+            }
+            Ok(None) => break stream_ended(),
+            Err(status) => break status,
+        }
+    };
+    let left = unanswered.lock().take();
+    for (_, w) in left.into_iter().flatten() {
+        let _ = w.send(Err(end.clone()));
+    }
+}
+
+impl PeerReads {
+    /// Send `gets` on the stream to the peer, opening one when there is none (or it ended).
+    async fn read(
+        &self,
+        client: &mut TaskServiceClient<Channel>,
+        gets: Vec<v1::GetTaskRequest>,
+        timeout: Duration,
+    ) -> BatchAnswer {
+        let stream = {
+            let mut slot = self.stream.lock().await;
+            match slot.as_ref() {
+                Some(s) if !s.ended() => s.clone(),
+                _ => {
+                    let s = Arc::new(ReadStream::open(client).await?);
+                    *slot = Some(s.clone());
+                    s
+                }
+            }
+        };
+        // Sending and waiting happen without the lock, so batches overlap on the stream.
+        stream.read(gets, timeout).await
+    }
 }
 
 /// The other nodes of the cluster, by node id. Nodes can be added (or re-addressed) and
@@ -57,7 +188,7 @@ pub struct Peers {
     clients: RwLock<HashMap<u64, (String, TaskServiceClient<Channel>)>>,
     request_timeout: Duration,
     batching: GetBatching,
-    gets: parking_lot::Mutex<HashMap<u64, Arc<parking_lot::Mutex<GetQueue>>>>,
+    gets: parking_lot::Mutex<HashMap<u64, Arc<PeerReads>>>,
 }
 
 impl Peers {
@@ -159,15 +290,16 @@ fn fail_waiting(queue: &parking_lot::Mutex<GetQueue>, e: &HostError) {
     }
 }
 
-/// Send the reads waiting in `queue` in `GetTasks` calls until none waits.
+/// Send the reads waiting for a node in batches on its `ReadTasks` stream until none waits.
 async fn send_gets(
-    queue: Arc<parking_lot::Mutex<GetQueue>>,
+    reads: Arc<PeerReads>,
     mut client: TaskServiceClient<Channel>,
     max_items: usize,
+    timeout: Duration,
 ) {
     loop {
         let batch: Vec<GetWaiter> = {
-            let mut q = queue.lock();
+            let mut q = reads.queue.lock();
             if q.waiting.is_empty() {
                 q.calls -= 1;
                 return;
@@ -177,9 +309,9 @@ async fn send_gets(
         };
         let (gets, waiters): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
         let shards: Vec<u32> = gets.iter().map(|g| g.shard).collect();
-        match client.get_tasks(v1::GetTasksRequest { gets }).await {
-            Ok(r) => {
-                let mut results = r.into_inner().results.into_iter();
+        match reads.read(&mut client, gets, timeout).await {
+            Ok(results) => {
+                let mut results = results.into_iter();
                 for (tx, shard) in waiters.into_iter().zip(shards) {
                     let answer = match results.next().and_then(|r| r.outcome) {
                         Some(v1::get_task_result::Outcome::Task(t)) => record_of(Some(t)),
@@ -230,8 +362,9 @@ impl Peers {
         Self::record(r.into_inner().task)
     }
 
-    /// Read a task on node `id`. Reads that wait for the same node at the same time share one
-    /// `GetTasks` call (see [`GetBatching`]); each gets its own answer.
+    /// Read a task on node `id`. Reads that wait for the same node at the same time go out
+    /// together as one batch on the node's `ReadTasks` stream (see [`GetBatching`]); each gets
+    /// its own answer.
     pub async fn get(
         &self,
         id: u64,
@@ -247,10 +380,10 @@ impl Peers {
             owner: owner.into(),
             task_id: task_id.into(),
         };
-        let queue = self.gets.lock().entry(id).or_default().clone();
+        let reads = self.gets.lock().entry(id).or_default().clone();
         let (tx, rx) = oneshot::channel();
         let start = {
-            let mut q = queue.lock();
+            let mut q = reads.queue.lock();
             q.waiting.push((req, tx));
             if q.calls < self.batching.in_flight {
                 q.calls += 1;
@@ -263,10 +396,15 @@ impl Peers {
             // The channel is cloned only for a new call, not for every read.
             match self.client(id) {
                 Ok(client) => {
-                    tokio::spawn(send_gets(queue, client, self.batching.max_items));
+                    tokio::spawn(send_gets(
+                        reads,
+                        client,
+                        self.batching.max_items,
+                        self.request_timeout,
+                    ));
                 }
                 Err(e) => {
-                    fail_waiting(&queue, &e);
+                    fail_waiting(&reads.queue, &e);
                 }
             }
         }

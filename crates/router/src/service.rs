@@ -38,6 +38,39 @@ impl TaskGrpc {
     }
 }
 
+/// Answers of a ReadTasks stream that may wait to be sent while the caller reads slowly.
+const READ_STREAM_BUFFER: usize = 64;
+
+/// Refuse a batch of more reads than a call may carry.
+fn check_batch(n: usize) -> Result<(), Status> {
+    if n > crate::remote::MAX_GET_BATCH {
+        return Err(Status::invalid_argument(format!(
+            "at most {} reads per batch",
+            crate::remote::MAX_GET_BATCH
+        )));
+    }
+    Ok(())
+}
+
+/// Read every task of `gets` (each as GetTask would), in their order.
+async fn answer_reads(
+    host: &Host,
+    book: &AddressBook,
+    gets: &[v1::GetTaskRequest],
+) -> Vec<v1::GetTaskResult> {
+    let reads = gets.iter().map(|g| host.get(g.shard, &g.task_id, &g.owner));
+    futures::future::join_all(reads)
+        .await
+        .into_iter()
+        .map(|r| v1::GetTaskResult {
+            outcome: Some(match r {
+                Ok(record) => v1::get_task_result::Outcome::Task(record_to_pb(&record)),
+                Err(e) => v1::get_task_result::Outcome::Error(error_to_pb(&e, |id| book(id))),
+            }),
+        })
+        .collect()
+}
+
 type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
@@ -100,28 +133,52 @@ impl TaskService for TaskGrpc {
         request: Request<v1::GetTasksRequest>,
     ) -> Result<Response<v1::GetTasksResponse>, Status> {
         let gets = request.into_inner().gets;
-        if gets.len() > crate::remote::MAX_GET_BATCH {
-            return Err(Status::invalid_argument(format!(
-                "at most {} reads per GetTasks call",
-                crate::remote::MAX_GET_BATCH
-            )));
-        }
-        let reads = gets
-            .iter()
-            .map(|g| self.host.get(g.shard, &g.task_id, &g.owner));
-        let results = futures::future::join_all(reads)
-            .await
-            .into_iter()
-            .map(|r| v1::GetTaskResult {
-                outcome: Some(match r {
-                    Ok(record) => v1::get_task_result::Outcome::Task(record_to_pb(&record)),
-                    Err(e) => {
-                        v1::get_task_result::Outcome::Error(error_to_pb(&e, |id| (self.book)(id)))
-                    }
-                }),
-            })
-            .collect();
+        check_batch(gets.len())?;
+        let results = answer_reads(&self.host, &self.book, &gets).await;
         Ok(Response::new(v1::GetTasksResponse { results }))
+    }
+
+    type ReadTasksStream = EventStream<v1::ReadTasksResponse>;
+
+    async fn read_tasks(
+        &self,
+        request: Request<tonic::Streaming<v1::ReadTasksRequest>>,
+    ) -> Result<Response<Self::ReadTasksStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(READ_STREAM_BUFFER);
+        let host = self.host.clone();
+        let book = self.book.clone();
+        tokio::spawn(async move {
+            // Batches in progress, answered in the order they complete.
+            let mut reading = futures::stream::FuturesUnordered::new();
+            let mut open = true;
+            loop {
+                tokio::select! {
+                    m = inbound.message(), if open => match m {
+                        Ok(Some(m)) => {
+                            if let Err(status) = check_batch(m.gets.len()) {
+                                let _ = tx.send(Err(status)).await;
+                                return;
+                            }
+                            let (host, book) = (host.clone(), book.clone());
+                            reading.push(async move {
+                                let results = answer_reads(&host, &book, &m.gets).await;
+                                v1::ReadTasksResponse { batch: m.batch, results }
+                            });
+                        }
+                        // The caller closed its side (or went away): finish what was asked.
+                        Ok(None) | Err(_) => open = false,
+                    },
+                    Some(answer) = futures::StreamExt::next(&mut reading), if !reading.is_empty() => {
+                        if tx.send(Ok(answer)).await.is_err() {
+                            return;
+                        }
+                    }
+                    else => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn list_tasks(

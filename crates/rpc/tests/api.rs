@@ -11,8 +11,8 @@ use taskmesh_rpc::v1::{
     CancelTaskResponse, ClientCaps, CreateTaskRequest, CreateTaskResponse, DeliverResponseRequest,
     DeliverResponseResponse, GetTaskRequest, GetTaskResponse, GetTasksRequest, GetTasksResponse,
     InstallSnapshotChunk, LeaderHint, ListTasksRequest, ListTasksResponse, Outcome, OutcomeError,
-    SnapshotHeader, TaskError, TaskErrorKind, TaskRecord, TaskStatus, ToolRequest, VoteRequest,
-    WatchStatusEvent, WatchStatusRequest,
+    ReadTasksRequest, ReadTasksResponse, SnapshotHeader, TaskError, TaskErrorKind, TaskRecord,
+    TaskStatus, ToolRequest, VoteRequest, WatchStatusEvent, WatchStatusRequest,
 };
 use taskmesh_rpc::METADATA_GROUP;
 use tonic::{Request, Response, Status};
@@ -188,6 +188,15 @@ impl TaskService for OneTask {
         _request: Request<GetTasksRequest>,
     ) -> Result<Response<GetTasksResponse>, Status> {
         Err(Status::unimplemented("get many"))
+    }
+
+    type ReadTasksStream = NoStream<ReadTasksResponse>;
+
+    async fn read_tasks(
+        &self,
+        _request: Request<tonic::Streaming<ReadTasksRequest>>,
+    ) -> Result<Response<Self::ReadTasksStream>, Status> {
+        Err(Status::unimplemented("read stream"))
     }
 
     async fn list_tasks(

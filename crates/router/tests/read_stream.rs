@@ -1,0 +1,209 @@
+//! The `ReadTasks` stream between nodes, over real gRPC on loopback: a one-shard node answers
+//! batches of reads by number, refuses an oversized batch, and a gateway's `Peers` reads
+//! through it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use taskmesh_host::{Host, HostConfig, HostError, NewTask};
+use taskmesh_router::remote::{Peers, MAX_GET_BATCH};
+use taskmesh_router::service::TaskGrpc;
+use taskmesh_rpc::v1::{self, get_task_result::Outcome, task_service_client::TaskServiceClient};
+use taskmesh_shard::{ShardConfig, ShardReplica};
+use taskmesh_tools::ToolRegistry;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+const TASK: &str = "0123456789abcdef0123456789abcdef";
+
+/// A node with one shard it leads and one running task owned by alice.
+async fn host(dir: &std::path::Path) -> Host {
+    let db = sled::Config::new().path(dir).open().unwrap();
+    let host = Host::new(
+        HostConfig::default(),
+        Arc::new(ToolRegistry::with_builtins()),
+        1,
+    );
+    let cfg = ShardConfig {
+        shard_id: 0,
+        node_id: 1,
+        ..ShardConfig::default()
+    };
+    let replica = ShardReplica::open(db, cfg).await.unwrap();
+    replica.bootstrap_single().await.unwrap();
+    host.add_shard(replica.clone()).unwrap();
+    replica.wait_leader(Duration::from_secs(30)).await.unwrap();
+    let mut arguments = Map::new();
+    arguments.insert("seconds".into(), json!(3600));
+    host.create(
+        0,
+        NewTask {
+            task_id: TASK.into(),
+            owner: "alice".into(),
+            session: None,
+            tool: "slow_compute".into(),
+            arguments,
+            progress_token: None,
+            ttl_ms: None,
+            client: Default::default(),
+        },
+    )
+    .await
+    .unwrap();
+    host
+}
+
+/// Serve `host`'s TaskService at `addr` on a runtime of its own: shutting that runtime down
+/// ends the server and every connection to it at once, as a process exit would.
+fn serve(host: &Host, addr: &str) -> tokio::runtime::Runtime {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = {
+        let _in_rt = rt.enter();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        // The address of a server that just went away is taken again at once.
+        socket.set_reuseaddr(true).unwrap();
+        socket.bind(addr.parse().unwrap()).unwrap();
+        socket.listen(64).unwrap()
+    };
+    let svc = TaskGrpc::new(host.clone(), Arc::new(|_| None)).into_server();
+    rt.spawn(
+        tonic::transport::Server::builder()
+            .add_service(svc)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    rt
+}
+
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+fn get(owner: &str, task_id: &str) -> v1::GetTaskRequest {
+    v1::GetTaskRequest {
+        shard: 0,
+        owner: owner.into(),
+        task_id: task_id.into(),
+    }
+}
+
+/// The task id of a result, or the kind of its error.
+fn outcome(r: &v1::GetTaskResult) -> Value {
+    match r.outcome.as_ref().unwrap() {
+        Outcome::Task(t) => json!({ "task": t.task_id }),
+        Outcome::Error(e) => json!({ "error": e.kind }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_answered_by_number_and_an_oversized_one_ends_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(dir.path()).await;
+    let addr = free_addr();
+    let server = serve(&host, &addr);
+    let mut client = TaskServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let (tx, rx) = mpsc::channel(8);
+    let mut answers = client
+        .read_tasks(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+
+    let not_found = v1::TaskErrorKind::NotFound as i32;
+    tx.send(v1::ReadTasksRequest {
+        batch: 7,
+        gets: vec![
+            get("alice", TASK),
+            get("mallory", TASK),
+            get("alice", "ffffffffffffffffffffffffffffffff"),
+        ],
+    })
+    .await
+    .unwrap();
+    tx.send(v1::ReadTasksRequest {
+        batch: 8,
+        gets: vec![get("alice", TASK)],
+    })
+    .await
+    .unwrap();
+    let mut by_batch = HashMap::new();
+    for _ in 0..2 {
+        let a = answers
+            .message()
+            .await
+            .unwrap()
+            .expect("an answer per batch");
+        by_batch.insert(a.batch, a.results.iter().map(outcome).collect::<Vec<_>>());
+    }
+    assert_eq!(
+        by_batch[&7],
+        vec![
+            json!({ "task": TASK }),
+            json!({ "error": not_found }),
+            json!({ "error": not_found }),
+        ],
+        "each read answered in its batch's order; another principal's task reads as missing"
+    );
+    assert_eq!(by_batch[&8], vec![json!({ "task": TASK })]);
+
+    tx.send(v1::ReadTasksRequest {
+        batch: 9,
+        gets: vec![get("alice", TASK); MAX_GET_BATCH + 1],
+    })
+    .await
+    .unwrap();
+    let err = answers.message().await.expect_err("the stream ends");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    server.shutdown_background();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_reads_through_the_stream_and_opens_a_new_one_after_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(dir.path()).await;
+    let addr = free_addr();
+    let server = serve(&host, &addr);
+    let peers = Arc::new(
+        // A request timeout far beyond the test's own bound: only the end of the stream can
+        // answer the reads below in time.
+        Peers::new(HashMap::from([(1, addr.clone())]), Duration::from_secs(300)).unwrap(),
+    );
+    let read_all = |peers: Arc<Peers>| async move {
+        // Many reads at once: they share batches, and each gets its own answer.
+        let reads = (0..64).map(|i| {
+            let peers = peers.clone();
+            async move {
+                let owner = if i % 2 == 0 { "alice" } else { "mallory" };
+                (i, peers.get(1, 0, TASK, owner).await.map(|r| r.task_id))
+            }
+        });
+        for (i, r) in futures::future::join_all(reads).await {
+            if i % 2 == 0 {
+                assert_eq!(r.unwrap(), TASK);
+            } else {
+                assert!(matches!(r, Err(HostError::NotFound)), "{r:?}");
+            }
+        }
+    };
+    read_all(peers.clone()).await;
+
+    // The node goes away with the stream open: reads fail in time instead of waiting.
+    server.shutdown_background();
+    let r = tokio::time::timeout(Duration::from_secs(30), peers.get(1, 0, TASK, "alice"))
+        .await
+        .expect("a read to a node that went away fails in time");
+    assert!(matches!(r, Err(HostError::Unavailable(_))), "{r:?}");
+
+    // The node is back at the same address: the next reads open a new stream.
+    let server = serve(&host, &addr);
+    read_all(peers.clone()).await;
+    server.shutdown_background();
+}
