@@ -108,18 +108,24 @@ impl ReadStream {
                 u.remove(&batch);
             }
         };
-        if self
-            .requests
-            .send(v1::ReadTasksRequest { batch, gets })
-            .await
-            .is_err()
-        {
-            forget();
-            return Err(stream_ended());
-        }
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err(stream_ended()),
+        // The wait covers sending too: a peer that stops reading fills the stream's window.
+        let exchange = async {
+            if self
+                .requests
+                .send(v1::ReadTasksRequest { batch, gets })
+                .await
+                .is_err()
+            {
+                return Err(stream_ended());
+            }
+            rx.await.unwrap_or_else(|_| Err(stream_ended()))
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => {
+                forget();
+                Err(e)
+            }
             Err(_) => {
                 forget();
                 Err(tonic::Status::deadline_exceeded(
