@@ -25,29 +25,30 @@ pub fn status_from_pb(s: v1::TaskStatus) -> Option<TaskStatus> {
     })
 }
 
-pub fn record_to_pb(r: &TaskRecord) -> v1::TaskRecord {
+/// The wire form of a record; the record's strings move into it (no copy).
+pub fn record_to_pb(r: TaskRecord) -> v1::TaskRecord {
     v1::TaskRecord {
-        task_id: r.task_id.clone(),
-        owner: r.owner.clone(),
-        session: r.session.clone(),
+        task_id: r.task_id,
+        owner: r.owner,
+        session: r.session,
         status: status_to_pb(r.status) as i32,
-        status_message: r.status_message.clone(),
+        status_message: r.status_message,
         created_at_ms: r.created_at_ms,
         last_updated_at_ms: r.last_updated_at_ms,
         ttl_ms: r.ttl_ms,
         poll_interval_ms: r.poll_interval_ms,
-        request: Some(request_to_pb(&r.request)),
-        outcome: r.outcome.as_ref().map(|o| v1::Outcome {
+        request: Some(request_to_pb(r.request)),
+        outcome: r.outcome.map(|o| v1::Outcome {
             kind: Some(match o {
-                Outcome::Result { json } => v1::outcome::Kind::ResultJson(json.clone()),
+                Outcome::Result { json } => v1::outcome::Kind::ResultJson(json),
                 Outcome::Error {
                     code,
                     message,
                     data_json,
                 } => v1::outcome::Kind::Error(v1::OutcomeError {
-                    code: *code,
-                    message: message.clone(),
-                    data_json: data_json.clone(),
+                    code,
+                    message,
+                    data_json,
                 }),
             }),
         }),
@@ -56,11 +57,11 @@ pub fn record_to_pb(r: &TaskRecord) -> v1::TaskRecord {
     }
 }
 
-pub fn request_to_pb(r: &ToolRequest) -> v1::ToolRequest {
+pub fn request_to_pb(r: ToolRequest) -> v1::ToolRequest {
     v1::ToolRequest {
-        tool: r.tool.clone(),
-        arguments_json: r.arguments_json.clone(),
-        progress_token_json: r.progress_token_json.clone(),
+        tool: r.tool,
+        arguments_json: r.arguments_json,
+        progress_token_json: r.progress_token_json,
         client: Some(v1::ClientCaps {
             elicitation: r.client.elicitation,
             sampling: r.client.sampling,
@@ -195,7 +196,7 @@ mod tests {
             exec_term: 4,
             updated_index: 5,
         };
-        assert_eq!(record_from_pb(record_to_pb(&r)), Some(r));
+        assert_eq!(record_from_pb(record_to_pb(r.clone())), Some(r));
     }
 
     #[test]

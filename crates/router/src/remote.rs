@@ -353,7 +353,7 @@ impl Peers {
             task_id: new.task_id.clone(),
             session: new.session.clone(),
             requested_ttl_ms: new.ttl_ms,
-            request: Some(request_to_pb(&ToolRequest {
+            request: Some(request_to_pb(ToolRequest {
                 tool: new.tool.clone(),
                 arguments_json: Value::Object(new.arguments.clone()).to_string(),
                 progress_token_json: new.progress_token.as_ref().map(|t| t.to_string()),

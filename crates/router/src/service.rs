@@ -64,7 +64,7 @@ async fn answer_reads(
         .into_iter()
         .map(|r| v1::GetTaskResult {
             outcome: Some(match r {
-                Ok(record) => v1::get_task_result::Outcome::Task(record_to_pb(&record)),
+                Ok(record) => v1::get_task_result::Outcome::Task(record_to_pb(record)),
                 Err(e) => v1::get_task_result::Outcome::Error(error_to_pb(&e, |id| book(id))),
             }),
         })
@@ -108,7 +108,7 @@ impl TaskService for TaskGrpc {
             .await
             .map_err(|e| self.err(&e))?;
         Ok(Response::new(v1::CreateTaskResponse {
-            task: Some(record_to_pb(&record)),
+            task: Some(record_to_pb(record)),
             created: true,
         }))
     }
@@ -124,7 +124,7 @@ impl TaskService for TaskGrpc {
             .await
             .map_err(|e| self.err(&e))?;
         Ok(Response::new(v1::GetTaskResponse {
-            task: Some(record_to_pb(&record)),
+            task: Some(record_to_pb(record)),
         }))
     }
 
@@ -195,7 +195,7 @@ impl TaskService for TaskGrpc {
         let more = tasks.len() > limit;
         tasks.truncate(limit);
         Ok(Response::new(v1::ListTasksResponse {
-            tasks: tasks.iter().map(record_to_pb).collect(),
+            tasks: tasks.into_iter().map(record_to_pb).collect(),
             more,
         }))
     }
@@ -211,7 +211,7 @@ impl TaskService for TaskGrpc {
             .await
             .map_err(|e| self.err(&e))?;
         Ok(Response::new(v1::CancelTaskResponse {
-            task: Some(record_to_pb(&record)),
+            task: Some(record_to_pb(record)),
         }))
     }
 
@@ -233,7 +233,7 @@ impl TaskService for TaskGrpc {
             Attachment::Terminal(record) => {
                 let _ = tx
                     .send(Ok(v1::AttachResultEvent {
-                        event: Some(Event::Terminal(record_to_pb(&record))),
+                        event: Some(Event::Terminal(record_to_pb(record))),
                     }))
                     .await;
             }
@@ -251,7 +251,7 @@ impl TaskService for TaskGrpc {
                                 .is_ok()
                         }
                     };
-                    if !send(Event::Current(record_to_pb(&record))).await {
+                    if !send(Event::Current(record_to_pb(record))).await {
                         return;
                     }
                     let mut open = true;
@@ -268,7 +268,7 @@ impl TaskService for TaskGrpc {
                             d = &mut done => {
                                 match d {
                                     Ok(record) => {
-                                        let _ = send(Event::Terminal(record_to_pb(&record))).await;
+                                        let _ = send(Event::Terminal(record_to_pb(record))).await;
                                     }
                                     Err(_) => {
                                         // Expired or the shard moved: the caller attaches again.
