@@ -53,9 +53,11 @@ struct GetQueue {
     calls: usize,
 }
 
-/// Forwarded reads to one node: those waiting, and the `ReadTasks` stream they travel on.
-#[derive(Default)]
+/// Forwarded reads to one node: those waiting, and the `ReadTasks` stream they travel on
+/// (opened through `client`, the node's channel when this was created; a re-addressed node
+/// gets a new `PeerReads`).
 struct PeerReads {
+    client: TaskServiceClient<Channel>,
     queue: parking_lot::Mutex<GetQueue>,
     stream: tokio::sync::Mutex<Option<Arc<ReadStream>>>,
 }
@@ -166,18 +168,13 @@ async fn take_answers(
 
 impl PeerReads {
     /// Send `gets` on the stream to the peer, opening one when there is none (or it ended).
-    async fn read(
-        &self,
-        client: &mut TaskServiceClient<Channel>,
-        gets: Vec<v1::GetTaskRequest>,
-        timeout: Duration,
-    ) -> BatchAnswer {
+    async fn read(&self, gets: Vec<v1::GetTaskRequest>, timeout: Duration) -> BatchAnswer {
         let stream = {
             let mut slot = self.stream.lock().await;
             match slot.as_ref() {
                 Some(s) if !s.ended() => s.clone(),
                 _ => {
-                    let s = Arc::new(ReadStream::open(client).await?);
+                    let s = Arc::new(ReadStream::open(&mut self.client.clone()).await?);
                     *slot = Some(s.clone());
                     s
                 }
@@ -267,7 +264,7 @@ impl Peers {
             .read()
             .get(&id)
             .map(|(_, c)| c.clone())
-            .ok_or_else(|| unknown_node(id))
+            .ok_or_else(|| HostError::Unavailable(format!("unknown node {id}")))
     }
 
     fn record(r: Option<v1::TaskRecord>) -> Result<TaskRecord, HostError> {
@@ -275,34 +272,13 @@ impl Peers {
     }
 }
 
-fn unknown_node(id: u64) -> HostError {
-    HostError::Unavailable(format!("unknown node {id}"))
-}
-
 fn record_of(r: Option<v1::TaskRecord>) -> Result<TaskRecord, HostError> {
     r.and_then(record_from_pb)
         .ok_or_else(|| HostError::Internal("malformed task record from a peer".into()))
 }
 
-/// Answer every read waiting in `queue` with `e`, for a call that could not start.
-fn fail_waiting(queue: &parking_lot::Mutex<GetQueue>, e: &HostError) {
-    let waiting = {
-        let mut q = queue.lock();
-        q.calls -= 1;
-        std::mem::take(&mut q.waiting)
-    };
-    for (_, tx) in waiting {
-        let _ = tx.send(Err(e.clone()));
-    }
-}
-
 /// Send the reads waiting for a node in batches on its `ReadTasks` stream until none waits.
-async fn send_gets(
-    reads: Arc<PeerReads>,
-    mut client: TaskServiceClient<Channel>,
-    max_items: usize,
-    timeout: Duration,
-) {
+async fn send_gets(reads: Arc<PeerReads>, max_items: usize, timeout: Duration) {
     loop {
         let batch: Vec<GetWaiter> = {
             let mut q = reads.queue.lock();
@@ -315,7 +291,7 @@ async fn send_gets(
         };
         let (gets, waiters): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
         let shards: Vec<u32> = gets.iter().map(|g| g.shard).collect();
-        match reads.read(&mut client, gets, timeout).await {
+        match reads.read(gets, timeout).await {
             Ok(results) => {
                 let mut results = results.into_iter();
                 for (tx, shard) in waiters.into_iter().zip(shards) {
@@ -378,15 +354,26 @@ impl Peers {
         task_id: &str,
         owner: &str,
     ) -> Result<TaskRecord, HostError> {
-        if !self.clients.read().contains_key(&id) {
-            return Err(unknown_node(id));
-        }
+        let reads = {
+            let mut gets = self.gets.lock();
+            match gets.get(&id) {
+                Some(r) => r.clone(),
+                None => {
+                    let r = Arc::new(PeerReads {
+                        client: self.client(id)?,
+                        queue: Default::default(),
+                        stream: Default::default(),
+                    });
+                    gets.insert(id, r.clone());
+                    r
+                }
+            }
+        };
         let req = v1::GetTaskRequest {
             shard,
             owner: owner.into(),
             task_id: task_id.into(),
         };
-        let reads = self.gets.lock().entry(id).or_default().clone();
         let (tx, rx) = oneshot::channel();
         let start = {
             let mut q = reads.queue.lock();
@@ -399,20 +386,11 @@ impl Peers {
             }
         };
         if start {
-            // The channel is cloned only for a new call, not for every read.
-            match self.client(id) {
-                Ok(client) => {
-                    tokio::spawn(send_gets(
-                        reads,
-                        client,
-                        self.batching.max_items,
-                        self.request_timeout,
-                    ));
-                }
-                Err(e) => {
-                    fail_waiting(&reads.queue, &e);
-                }
-            }
+            tokio::spawn(send_gets(
+                reads,
+                self.batching.max_items,
+                self.request_timeout,
+            ));
         }
         rx.await
             .unwrap_or_else(|_| Err(HostError::Unavailable("the read was dropped".into())))
