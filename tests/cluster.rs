@@ -19,28 +19,7 @@ fn node_config(id: u64, grpc: &[u16]) -> String {
 }
 
 fn node_config_with(id: u64, grpc: &[u16], extra: &str) -> String {
-    let peers: Vec<String> = grpc
-        .iter()
-        .enumerate()
-        .map(|(i, p)| format!("{{ id = {}, grpc = \"127.0.0.1:{p}\" }}", i + 1))
-        .collect();
-    format!(
-        r#"node_id = {id}
-shards = 8
-[session]
-secret = "a-shared-cluster-secret-for-tests"
-[tasks]
-list_page_size = 5000
-[auth.tokens]
-"{TOKEN}" = "alice"
-[cluster]
-grpc_listen = "127.0.0.1:{}"
-peers = [{}]
-{extra}
-"#,
-        grpc[id as usize - 1],
-        peers.join(", ")
-    )
+    support::node_config(id, grpc, 8, TOKEN, extra)
 }
 
 fn start_cluster() -> Vec<Server> {

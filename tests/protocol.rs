@@ -994,3 +994,34 @@ async fn rate_limit_per_principal_and_failed_lookup_watch() {
     assert!(warned, "no audit warning in:\n{}", s.log_text());
     assert_eq!(s.log_text().matches("failed_lookup_burst").count(), 1);
 }
+
+#[tokio::test]
+async fn a_result_over_the_size_limit_fails_the_task_and_names_the_limit() {
+    let s = Server::start("[tasks]\nmax_result_bytes = 1024\n");
+    let c = Client::new_session(&s.url).await;
+    let small = c
+        .start_task("slow_compute", json!({"seconds": 0, "label": "fits"}))
+        .await;
+    let big = c
+        .start_task(
+            "slow_compute",
+            json!({"seconds": 0, "label": "x".repeat(2000)}),
+        )
+        .await;
+    assert_eq!(
+        c.wait_status(&small, "completed").await["status"],
+        "completed"
+    );
+    let t = c.wait_status(&big, "failed").await;
+    assert!(
+        t["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("tasks.max_result_bytes")),
+        "{t}"
+    );
+    let r = c.call("tasks/result", json!({"taskId": big})).await;
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    assert!(r["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("1024")));
+}

@@ -157,6 +157,30 @@ impl Server {
         }
     }
 
+    /// Start the process again on the same data directory (after [`Server::kill9`] or
+    /// [`Server::terminate`]). It listens on a new port: read [`Server::url`] again.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the server is still running");
+        self.spawn();
+    }
+
+    /// Whether the process runs (started and not killed or stopped by this handle).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Send a signal (`STOP`, `CONT`, ...) to the running process.
+    pub fn signal(&self, name: &str) {
+        let c = self.child.as_ref().expect("the server runs");
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(c.id().to_string())
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill -{name} failed");
+    }
+
     /// SIGTERM and wait; returns whether it exited successfully.
     pub fn terminate(&mut self) -> bool {
         let Some(mut c) = self.child.take() else {
@@ -193,8 +217,52 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.log.lock().map(|l| l.clone()).unwrap_or_default();
+            let tail = &log[log.len().saturating_sub(40)..];
+            eprintln!(
+                "--- last {} log lines of the server at {} ---\n{}",
+                tail.len(),
+                self.url,
+                tail.join("\n")
+            );
+        }
+        if let Some(c) = &self.child {
+            // A stopped process is killed just the same; SIGCONT first so it can be reaped.
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(c.id().to_string())
+                .status();
+        }
         self.kill9();
     }
+}
+
+/// The configuration of node `id` of a test cluster whose nodes' gRPC ports are `grpc` (node
+/// `i` at index `i - 1`), with `shards` shards, the test token, and `extra` appended.
+pub fn node_config(id: u64, grpc: &[u16], shards: u32, token: &str, extra: &str) -> String {
+    let peers: Vec<String> = grpc
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{{ id = {}, grpc = \"127.0.0.1:{p}\" }}", i + 1))
+        .collect();
+    format!(
+        r#"node_id = {id}
+shards = {shards}
+[session]
+secret = "a-shared-cluster-secret-for-tests"
+[tasks]
+list_page_size = 5000
+[auth.tokens]
+"{token}" = "alice"
+[cluster]
+grpc_listen = "127.0.0.1:{}"
+peers = [{}]
+{extra}
+"#,
+        grpc[id as usize - 1],
+        peers.join(", ")
+    )
 }
 
 /// `n` free loopback ports (bound once and released: good enough on a test machine).
@@ -312,6 +380,40 @@ impl Client {
             rb = rb.header(*k, *v);
         }
         rb
+    }
+
+    /// Call a method and return the JSON-RPC response, or why no response came (the node is
+    /// down, the connection broke, the answer was no JSON-RPC response).
+    pub async fn try_call(&self, method: &str, params: Value) -> Result<Value, String> {
+        let id = self.id();
+        let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
+        let r = self
+            .request(body, &[])
+            .send()
+            .await
+            .map_err(|e| format!("send: {e}"))?;
+        let status = r.status().as_u16();
+        let ct = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        if status != 200 {
+            return Err(format!("HTTP {status}"));
+        }
+        if ct.starts_with("application/json") {
+            return r.json().await.map_err(|e| format!("body: {e}"));
+        }
+        let mut sse = Sse::new(r);
+        while let Some(msg) = sse.try_next().await? {
+            if msg.get("id") == Some(&json!(id))
+                && (msg.get("result").is_some() || msg.get("error").is_some())
+            {
+                return Ok(msg);
+            }
+        }
+        Err("the stream ended without a response".into())
     }
 
     /// POST a raw body; reads the whole answer.
@@ -473,8 +575,9 @@ impl Sse {
         }
     }
 
-    /// The next JSON message, or `None` when the stream ends. Bounded by 60 s.
-    pub async fn next(&mut self) -> Option<Value> {
+    /// The next JSON message, `Ok(None)` when the stream ends, or why it broke (bounded by
+    /// 60 s of silence). An `application/json` answer is one message: the whole body.
+    pub async fn try_next(&mut self) -> Result<Option<Value>, String> {
         loop {
             if let Some(i) = self.buf.find("\n\n") {
                 let event: String = self.buf.drain(..i + 2).collect();
@@ -485,24 +588,38 @@ impl Sse {
                 if data.is_empty() {
                     continue; // keep-alive comment
                 }
-                return Some(serde_json::from_str(&data.join("\n")).expect("SSE data is JSON"));
-            }
-            if self.content_type.starts_with("application/json") && !self.buf.is_empty() {
-                // Whole JSON body.
+                return serde_json::from_str(&data.join("\n"))
+                    .map(Some)
+                    .map_err(|e| format!("SSE data is not JSON: {e}"));
             }
             match tokio::time::timeout(Duration::from_secs(60), self.stream.next()).await {
                 Ok(Some(Ok(chunk))) => self.buf.push_str(&String::from_utf8_lossy(&chunk)),
-                Ok(_) => {
+                Ok(end) => {
                     if self.content_type.starts_with("application/json")
                         && !self.buf.trim().is_empty()
                     {
                         let body = std::mem::take(&mut self.buf);
-                        return Some(serde_json::from_str(&body).expect("JSON body"));
+                        return serde_json::from_str(&body)
+                            .map(Some)
+                            .map_err(|e| format!("body is not JSON: {e}"));
                     }
-                    return None;
+                    return match end {
+                        Some(Err(e)) => Err(format!("stream: {e}")),
+                        _ => Ok(None),
+                    };
                 }
-                Err(_) => panic!("SSE stream idle for 60 s"),
+                Err(_) => return Err("SSE stream idle for 60 s".into()),
             }
+        }
+    }
+
+    /// The next JSON message, or `None` when the stream ends or breaks. Panics after 60 s of
+    /// silence.
+    pub async fn next(&mut self) -> Option<Value> {
+        match self.try_next().await {
+            Ok(m) => m,
+            Err(e) if e.starts_with("stream: ") => None,
+            Err(e) => panic!("{e}"),
         }
     }
 }

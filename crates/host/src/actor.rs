@@ -7,10 +7,19 @@
 //! `completed`/`failed` at the end), and stops when the task is terminal, cancelled, expired or
 //! when its shard's leadership moves. Every change it proposes carries the term it was spawned
 //! under; the shard rejects it once a newer term has taken the execution over.
+//!
+//! A write the shard refuses while this node still leads it (the group lost its quorum: the
+//! leader keeps its term but cannot commit) is not dropped: the actor keeps what it has to
+//! write (the outcome, or the status the execution is in) and tries again with a growing
+//! pause, until the write commits, is rejected for good (terminal, newer term), or another node
+//! leads the shard (whose reconciler then decides by the tool's resume policy). Meanwhile the
+//! actor keeps its live-task slot, so the outcomes held on a node are bounded by
+//! `tasks.max_live_tasks`, each by `tasks.max_result_bytes`.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -47,8 +56,25 @@ pub enum TaskMsg {
     },
     /// The tool finished.
     Done(ToolResult),
+    /// Try again the write that the shard refused.
+    Retry,
     /// Stop the execution (cancelled, expired, terminal, or leadership moved).
     Stop,
+}
+
+/// What waits until the log holds the status the execution is in.
+enum AfterWrite {
+    /// A request to the client: delivered once `input_required` is recorded.
+    Deliver {
+        id: String,
+        json: Arc<Vec<u8>>,
+        reply: oneshot::Sender<ToolResult>,
+    },
+    /// The client's answer: handed to the tool once `working` is recorded again.
+    Reply {
+        reply: oneshot::Sender<ToolResult>,
+        outcome: ToolResult,
+    },
 }
 
 pub struct TaskActor;
@@ -68,9 +94,20 @@ pub struct State {
     session: Option<String>,
     term: u64,
     progress_token: Option<Value>,
-    status: TaskStatus,
+    /// The status the shard's log holds, as far as this execution knows.
+    recorded: TaskStatus,
+    /// The status the execution is in, with its message; ahead of `recorded` while the change
+    /// is not written yet.
+    wanted: (TaskStatus, Option<String>),
+    /// The tool's outcome once it finished, until the shard has recorded it.
+    outcome: Option<Command>,
+    /// What waits for `wanted` to be recorded, in order.
+    after_write: Vec<AfterWrite>,
+    /// The pause before the next try of a refused write; `Some` while a retry is scheduled.
+    retry_pause: Option<Duration>,
     cancel: CancellationToken,
     sinks: Vec<mpsc::Sender<Arc<Vec<u8>>>>,
+    /// Requests delivered to the client and not answered yet.
     pending: HashMap<String, (Arc<Vec<u8>>, oneshot::Sender<ToolResult>)>,
     next_request: u64,
 }
@@ -98,9 +135,10 @@ pub(crate) async fn spawn(
     };
     match Actor::spawn(None, TaskActor, args).await {
         Ok((actor, _join)) => {
-            let old = host.inner.actors.lock().insert(task_id, (shard, actor));
-            if let Some((_, old)) = old {
-                old.stop(Some("replaced".into()));
+            let running = Running { shard, term, actor };
+            let old = host.inner.actors.lock().insert(task_id, running);
+            if let Some(old) = old {
+                old.actor.stop(Some("replaced".into()));
             }
         }
         Err(e) => {
@@ -108,6 +146,13 @@ pub(crate) async fn spawn(
             tracing::error!(task_id = %task_id, error = %e, "could not spawn task actor");
         }
     }
+}
+
+/// A task actor this node runs: the shard of its task and the term its execution belongs to.
+pub(crate) struct Running {
+    pub(crate) shard: u32,
+    pub(crate) term: u64,
+    pub(crate) actor: ActorRef<TaskMsg>,
 }
 
 struct ActorIo {
@@ -194,7 +239,11 @@ impl Actor for TaskActor {
             session: record.session,
             term,
             progress_token,
-            status: record.status,
+            recorded: record.status,
+            wanted: (record.status, record.status_message),
+            outcome: None,
+            after_write: Vec::new(),
+            retry_pause: None,
             cancel,
             sinks: Vec::new(),
             pending: HashMap::new(),
@@ -228,7 +277,7 @@ impl Actor for TaskActor {
         let mut actors = st.host.inner.actors.lock();
         if actors
             .get(&st.task_id)
-            .is_some_and(|(_, a)| a.get_id() == myself.get_id())
+            .is_some_and(|r| r.actor.get_id() == myself.get_id())
         {
             actors.remove(&st.task_id);
         }
@@ -256,6 +305,9 @@ async fn handle_msg(
             params,
             reply,
         } => {
+            if st.outcome.is_some() {
+                return Ok(()); // the tool finished: `reply` drops, the request fails
+            }
             let id = format!("tm-{}-{}", st.task_id, st.next_request);
             st.next_request += 1;
             let mut params = match params {
@@ -272,14 +324,12 @@ async fn handle_msg(
                 method,
                 &Value::Object(params),
             ));
-            st.pending.insert(id, (json.clone(), reply));
-            if st.status != TaskStatus::InputRequired {
+            if st.wanted.0 != TaskStatus::InputRequired {
                 let msg = format!("Waiting for the client to answer {method}.");
-                if !set_status(&myself, st, TaskStatus::InputRequired, Some(msg)).await {
-                    return Ok(());
-                }
+                st.wanted = (TaskStatus::InputRequired, Some(msg));
             }
-            deliver(st, json);
+            st.after_write.push(AfterWrite::Deliver { id, json, reply });
+            write(&myself, st, false).await;
         }
         TaskMsg::Response {
             request_id,
@@ -289,13 +339,19 @@ async fn handle_msg(
                 tracing::debug!(task_id = %st.task_id, request_id = %request_id, "answer to no pending request");
                 return Ok(());
             };
-            if st.pending.is_empty() && st.status == TaskStatus::InputRequired {
-                let msg = Some("The task is in progress.".to_string());
-                if !set_status(&myself, st, TaskStatus::Working, msg).await {
-                    return Ok(());
-                }
+            let still_asking = !st.pending.is_empty()
+                || st
+                    .after_write
+                    .iter()
+                    .any(|a| matches!(a, AfterWrite::Deliver { .. }));
+            if !still_asking && st.wanted.0 == TaskStatus::InputRequired {
+                st.wanted = (
+                    TaskStatus::Working,
+                    Some("The task is in progress.".to_string()),
+                );
             }
-            let _ = reply.send(outcome);
+            st.after_write.push(AfterWrite::Reply { reply, outcome });
+            write(&myself, st, false).await;
         }
         TaskMsg::Progress {
             progress,
@@ -316,30 +372,24 @@ async fn handle_msg(
             }
         }
         TaskMsg::Done(result) => {
-            let (status, message, outcome) = finish_of(&result);
-            let cmd = Command::Finish {
+            let max = st.host.inner.cfg.max_result_bytes;
+            let (status, message, outcome) = finish_of(&result, max);
+            st.outcome = Some(Command::Finish {
                 task_id: st.task_id.clone(),
                 term: st.term,
                 status,
                 message: Some(message),
                 outcome,
                 at_ms: now_ms(),
-            };
-            match st.host.shard(st.shard) {
-                Ok(shard) => match shard.propose(cmd).await {
-                    Ok(Applied::Updated { record }) => {
-                        crate::audit_terminal(&record, "task reached a terminal status");
-                    }
-                    Ok(other) => {
-                        tracing::debug!(task_id = %st.task_id, result = ?other, "finish not applied");
-                    }
-                    Err(e) => {
-                        tracing::warn!(task_id = %st.task_id, error = %e, "could not record the task's outcome");
-                    }
-                },
-                Err(e) => tracing::error!(error = %e, "task actor lost its shard"),
+            });
+            // The tool has ended: nothing waits for a status change any more.
+            st.after_write.clear();
+            write(&myself, st, false).await;
+        }
+        TaskMsg::Retry => {
+            if st.retry_pause.is_some() {
+                write(&myself, st, true).await;
             }
-            myself.stop(None);
         }
         TaskMsg::Stop => {
             st.cancel.cancel();
@@ -349,38 +399,87 @@ async fn handle_msg(
     Ok(())
 }
 
-/// Propose a non-terminal status; on failure (terminal, stale term, lost leadership) stop the
-/// actor and return false.
-async fn set_status(
-    myself: &ActorRef<TaskMsg>,
-    st: &mut State,
-    status: TaskStatus,
-    message: Option<String>,
-) -> bool {
-    let cmd = Command::SetStatus {
-        task_id: st.task_id.clone(),
-        term: st.term,
-        status,
-        message,
-        at_ms: now_ms(),
-    };
-    let shard = match st.host.shard(st.shard) {
-        Ok(s) => s.clone(),
-        Err(_) => {
-            myself.stop(None);
-            return false;
-        }
-    };
-    match shard.propose(cmd).await {
-        Ok(Applied::Updated { .. }) => {
-            st.status = status;
-            true
-        }
-        other => {
-            tracing::debug!(task_id = %st.task_id, result = ?other.map(|_| ()), "status change refused; stopping");
+/// Bring the shard's record up to what the execution knows: the outcome once the tool finished,
+/// else the status the execution is in; then release what waited for that write. A refused
+/// write is tried again after a pause while this node leads the shard (see the module doc);
+/// a write rejected for good (terminal, newer term) or a leadership that moved stops the actor.
+///
+/// `retry` says whether this is the scheduled retry; any other call while a retry is scheduled
+/// leaves the write to it.
+async fn write(myself: &ActorRef<TaskMsg>, st: &mut State, retry: bool) {
+    if st.retry_pause.is_some() && !retry {
+        return;
+    }
+    loop {
+        let cmd = match &st.outcome {
+            Some(finish) => finish.clone(),
+            None if st.wanted.0 != st.recorded => Command::SetStatus {
+                task_id: st.task_id.clone(),
+                term: st.term,
+                status: st.wanted.0,
+                message: st.wanted.1.clone(),
+                at_ms: now_ms(),
+            },
+            None => {
+                for after in std::mem::take(&mut st.after_write) {
+                    match after {
+                        AfterWrite::Deliver { id, json, reply } => {
+                            st.pending.insert(id, (json.clone(), reply));
+                            deliver(st, json);
+                        }
+                        AfterWrite::Reply { reply, outcome } => {
+                            let _ = reply.send(outcome);
+                        }
+                    }
+                }
+                return;
+            }
+        };
+        let Ok(shard) = st.host.shard(st.shard) else {
+            tracing::info!(task_id = %st.task_id, shard = st.shard, "task actor's shard is no longer hosted here; stopping");
             st.cancel.cancel();
             myself.stop(None);
-            false
+            return;
+        };
+        match shard.propose(cmd).await {
+            Ok(Applied::Updated { record }) => {
+                if st.retry_pause.take().is_some() {
+                    tracing::info!(task_id = %st.task_id, shard = st.shard, "refused write recorded on a later try");
+                }
+                if st.outcome.is_some() {
+                    crate::audit_terminal(&record, "task reached a terminal status");
+                    myself.stop(None);
+                    return;
+                }
+                st.recorded = record.status;
+            }
+            Ok(other) => {
+                tracing::debug!(task_id = %st.task_id, result = ?other, "write rejected; stopping");
+                st.cancel.cancel();
+                myself.stop(None);
+                return;
+            }
+            Err(e) if shard.is_leader() => {
+                let cfg = &st.host.inner.cfg;
+                let pause = match st.retry_pause {
+                    None => {
+                        tracing::warn!(task_id = %st.task_id, shard = st.shard, error = %e,
+                            "the shard refused the task's write; keeping it and trying again");
+                        Duration::from_millis(cfg.write_retry_min_ms)
+                    }
+                    Some(p) => (p * 2).min(Duration::from_millis(cfg.write_retry_max_ms)),
+                };
+                st.retry_pause = Some(pause);
+                myself.send_after(pause, || TaskMsg::Retry);
+                return;
+            }
+            Err(e) => {
+                tracing::info!(task_id = %st.task_id, shard = st.shard, error = %e,
+                    "the task's write was refused and another node leads the shard; stopping (its reconciler decides by the resume policy)");
+                st.cancel.cancel();
+                myself.stop(None);
+                return;
+            }
         }
     }
 }
@@ -404,8 +503,35 @@ fn deliver(st: &mut State, json: Arc<Vec<u8>>) {
     }
 }
 
-/// The terminal status, status message and stored outcome of a tool run.
-pub fn finish_of(result: &ToolResult) -> (TaskStatus, String, Outcome) {
+/// The terminal status, status message and stored outcome of a tool run. An outcome of more than
+/// `max_result_bytes` (its stored JSON) is not kept: the task fails with a message that says so.
+pub fn finish_of(result: &ToolResult, max_result_bytes: usize) -> (TaskStatus, String, Outcome) {
+    let (status, message, outcome) = outcome_of(result);
+    let size = match &outcome {
+        Outcome::Result { json } => json.len(),
+        Outcome::Error {
+            message, data_json, ..
+        } => message.len() + data_json.as_ref().map_or(0, String::len),
+    };
+    if size <= max_result_bytes {
+        return (status, message, outcome);
+    }
+    let why = format!(
+        "The tool's result of {size} bytes exceeds the limit of {max_result_bytes} bytes \
+         (setting tasks.max_result_bytes)."
+    );
+    (
+        TaskStatus::Failed,
+        why.clone(),
+        Outcome::Error {
+            code: jsonrpc::INTERNAL_ERROR,
+            message: why,
+            data_json: None,
+        },
+    )
+}
+
+fn outcome_of(result: &ToolResult) -> (TaskStatus, String, Outcome) {
     match result {
         Ok(v) => {
             let is_error = v.get("isError").and_then(Value::as_bool).unwrap_or(false);

@@ -1,9 +1,15 @@
 //! The per-shard loops of a host:
 //!
-//! - leadership: when this node becomes the shard's leader it takes over the shard's live tasks
-//!   (each by its tool's resume policy); when it stops being leader it stops their actors;
-//! - events: every applied change is announced by the leader ([`HostEvent::Status`]), wakes `tasks/result`
-//!   waiters of terminal tasks, and stops the actors of terminal and expired tasks;
+//! - the reconciler: on the shard's leader, every live task has exactly one execution here.
+//!   It compares the state machine's live tasks with the actors that run, on every leadership
+//!   change and every `tasks.reconcile_interval_ms`: a live task without an actor (a new
+//!   leadership, an actor that stopped without recording an outcome, a create that never
+//!   spawned one) is taken over by its tool's resume policy, whatever its term; an actor whose
+//!   task is terminal, gone, or owned by a newer execution is stopped; on a node that does not
+//!   lead the shard, every actor of it is stopped;
+//! - events: every applied change is announced by the leader ([`HostEvent::Status`]), wakes
+//!   `tasks/result` waiters of terminal tasks, and stops the actors of terminal and expired
+//!   tasks;
 //! - expiry: the leader deletes tasks whose TTL ran out, through the log.
 
 use std::time::Duration;
@@ -13,7 +19,9 @@ use taskmesh_task::{Applied, Command, Outcome, TaskStatus};
 use taskmesh_tools::ResumePolicy;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::{actor, now_ms, Host, HostEvent};
+use ractor::ActorRef;
+
+use crate::{actor, now_ms, Host, HostEvent, TaskMsg};
 
 pub(crate) fn spawn_shard_loops(
     host: Host,
@@ -63,27 +71,7 @@ pub(crate) fn spawn_shard_loops(
             }
         }));
     }
-    {
-        let host = host.clone();
-        let shard = shard.clone();
-        handles.push(tokio::spawn(async move {
-            let mut leadership = shard.leadership();
-            let mut led_term: Option<u64> = None;
-            loop {
-                let now = leadership.borrow_and_update().clone();
-                if now.is_leader && led_term != Some(now.term) {
-                    led_term = Some(now.term);
-                    take_over(&host, &shard, now.term, false).await;
-                } else if !now.is_leader && led_term.is_some() {
-                    led_term = None;
-                    stop_shard_actors(&host, shard.shard_id());
-                }
-                if leadership.changed().await.is_err() {
-                    break;
-                }
-            }
-        }));
-    }
+    handles.push(tokio::spawn(reconcile_loop(host.clone(), shard.clone())));
     handles.push(tokio::spawn(async move {
         let period = Duration::from_millis(host.inner.cfg.expiry_sweep_interval_ms.max(10));
         let mut tick = tokio::time::interval(period);
@@ -93,8 +81,6 @@ pub(crate) fn spawn_shard_loops(
             if !shard.is_leader() {
                 continue;
             }
-            // Safety net: a live task of an earlier term with no actor here is taken over.
-            take_over(&host, &shard, shard.current_term(), true).await;
             let now = now_ms();
             let ids = shard.read_local(|s| s.expired(now, host.inner.cfg.expiry_batch));
             if ids.is_empty() {
@@ -149,88 +135,176 @@ pub(crate) fn stop_shard_actors(host: &Host, shard_id: u32) {
         .actors
         .lock()
         .values()
-        .filter(|(s, _)| *s == shard_id)
-        .map(|(_, a)| a.clone())
+        .filter(|r| r.shard == shard_id)
+        .map(|r| r.actor.clone())
         .collect();
     for a in actors {
         a.stop(Some("leadership moved".into()));
     }
 }
 
-/// This node leads the shard in `term`: run every live task whose execution is not running
-/// here, by its tool's resume policy.
-///
-/// The live set is read through the shard's linearizable read, which waits until everything
-/// committed before this leadership (including the previous leader's last creates) is applied:
-/// reading the local state right at the leadership change could miss tasks. `only_older_terms`
-/// limits the pass to executions started under an earlier term (the periodic safety net must
-/// not race a create of this term whose actor is about to start).
-async fn take_over(host: &Host, shard: &ShardReplica, term: u64, only_older_terms: bool) {
-    let live: Vec<_> = match shard.read(|s| s.live().cloned().collect()).await {
+/// The reconciler of one shard (see the module doc). A pass runs at once when the leadership
+/// changes, else every `reconcile_interval_ms`; a pass that could not read the shard as its
+/// leader (no quorum: the leader cannot confirm its leadership) is tried again after
+/// `write_retry_min_ms`, doubling up to `write_retry_max_ms`, so a regained quorum is acted on
+/// within that pause.
+async fn reconcile_loop(host: Host, shard: ShardReplica) {
+    let cfg = &host.inner.cfg;
+    let period = Duration::from_millis(cfg.reconcile_interval_ms.max(1));
+    let retry_min = Duration::from_millis(cfg.write_retry_min_ms.max(1));
+    let retry_max = Duration::from_millis(cfg.write_retry_max_ms.max(1));
+    let mut leadership = shard.leadership();
+    let mut retry: Option<Duration> = None;
+    let mut next = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            changed = leadership.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                retry = None;
+            }
+            _ = tokio::time::sleep_until(next) => {}
+        }
+        let now = leadership.borrow_and_update().clone();
+        let pause = if !now.is_leader {
+            stop_shard_actors(&host, shard.shard_id());
+            period
+        } else if reconcile(&host, &shard, now.term).await {
+            retry = None;
+            period
+        } else {
+            let pause = retry.map_or(retry_min, |p| (p * 2).min(retry_max));
+            retry = Some(pause);
+            pause
+        };
+        next = tokio::time::Instant::now() + pause;
+    }
+}
+
+/// One reconciler pass as the shard's leader in `term`. Returns false when it could not finish
+/// (the shard could not be read or written as its leader): the next pass comes sooner.
+async fn reconcile(host: &Host, shard: &ShardReplica, term: u64) -> bool {
+    // Through the linearizable read, which waits until everything committed before this
+    // leadership (the previous leader's last creates among it) is applied here.
+    let live: Vec<(String, u64)> = match shard
+        .read(|s| s.live().map(|r| (r.task_id.clone(), r.exec_term)).collect())
+        .await
+    {
         Ok(live) => live,
         Err(e) => {
-            tracing::debug!(shard = shard.shard_id(), error = %e, "take-over skipped: not readable as leader");
-            return;
+            tracing::debug!(shard = shard.shard_id(), error = %e, "reconcile skipped: not readable as leader");
+            return false;
         }
     };
-    for record in live {
-        if host.actor(&record.task_id).is_some() || (only_older_terms && record.exec_term >= term) {
-            continue;
+    for (task_id, exec_term) in live {
+        if host.inner.starting.lock().contains(&task_id) {
+            continue; // its create spawns the actor
         }
-        let tool = host.inner.tools.get(&record.request.tool).cloned();
-        let policy = tool.as_ref().map(|t| t.spec().resume);
-        let cmd = match policy {
-            Some(ResumePolicy::Rerun) => Command::Resume {
+        let running = host
+            .inner
+            .actors
+            .lock()
+            .get(&task_id)
+            .map(|r| (r.term, r.actor.clone()));
+        match running {
+            Some((actor_term, _)) if actor_term >= exec_term => continue,
+            // An execution of an older term than the record's: a newer one took it over.
+            Some((_, stale)) => stale.stop(Some("a newer execution owns the task".into())),
+            None => {}
+        }
+        if !take_over(host, shard, &task_id, term).await {
+            return false;
+        }
+    }
+    // Actors whose task is no longer live here.
+    let ours: Vec<(String, ActorRef<TaskMsg>)> = host
+        .inner
+        .actors
+        .lock()
+        .iter()
+        .filter(|(_, r)| r.shard == shard.shard_id())
+        .map(|(id, r)| (id.clone(), r.actor.clone()))
+        .collect();
+    for (task_id, actor) in ours {
+        let live = shard.read_local(|s| s.get(&task_id).is_some_and(|r| !r.status.is_terminal()));
+        if !live {
+            tracing::info!(task_id = %task_id, shard = shard.shard_id(), "stopping the execution of a task that is no longer live");
+            actor.stop(Some("the task is no longer live".into()));
+        }
+    }
+    true
+}
+
+/// Run the live task `task_id`, whose execution does not run here, by its tool's resume
+/// policy: `rerun` proposes `Resume` under `term` and spawns its actor, `fail` (or a tool that
+/// is no longer configured) finishes it as `failed` with a message that says why. A resumed
+/// task takes a live-task slot even past `tasks.max_live_tasks`: it was admitted when it was
+/// created, and refusing it would leave it without an execution. Returns false when the shard
+/// refused the write (the next pass tries again).
+async fn take_over(host: &Host, shard: &ShardReplica, task_id: &str, term: u64) -> bool {
+    let Some(record) = shard.read_local(|s| s.get(task_id).cloned()) else {
+        return true; // expired meanwhile
+    };
+    if record.status.is_terminal() {
+        return true;
+    }
+    let tool = host.inner.tools.get(&record.request.tool).cloned();
+    let policy = tool.as_ref().map(|t| t.spec().resume);
+    let cmd = match policy {
+        Some(ResumePolicy::Rerun) => Command::Resume {
+            task_id: record.task_id.clone(),
+            term,
+            message: Some(
+                "The execution was interrupted (node restart or failover) and started again."
+                    .into(),
+            ),
+            at_ms: now_ms(),
+        },
+        _ => {
+            let why = match policy {
+                Some(_) => format!(
+                    "The execution was interrupted by a node restart or failover; tool '{}' has resume policy 'fail', so it was not run again.",
+                    record.request.tool
+                ),
+                None => format!(
+                    "The execution was interrupted and tool '{}' is no longer configured.",
+                    record.request.tool
+                ),
+            };
+            Command::Finish {
                 task_id: record.task_id.clone(),
                 term,
-                message: Some(
-                    "The execution was interrupted (node restart or failover) and started again."
-                        .into(),
-                ),
+                status: TaskStatus::Failed,
+                message: Some(why.clone()),
+                outcome: Outcome::Error {
+                    code: taskmesh_mcp::jsonrpc::INTERNAL_ERROR,
+                    message: why,
+                    data_json: None,
+                },
                 at_ms: now_ms(),
-            },
-            _ => {
-                let why = match policy {
-                    Some(_) => format!(
-                        "The execution was interrupted by a node restart or failover; tool '{}' has resume policy 'fail', so it was not run again.",
-                        record.request.tool
-                    ),
-                    None => format!(
-                        "The execution was interrupted and tool '{}' is no longer configured.",
-                        record.request.tool
-                    ),
-                };
-                Command::Finish {
-                    task_id: record.task_id.clone(),
-                    term,
-                    status: TaskStatus::Failed,
-                    message: Some(why.clone()),
-                    outcome: Outcome::Error {
-                        code: taskmesh_mcp::jsonrpc::INTERNAL_ERROR,
-                        message: why,
-                        data_json: None,
-                    },
-                    at_ms: now_ms(),
-                }
             }
-        };
-        match shard.propose(cmd).await {
-            Ok(Applied::Updated { record }) if !record.status.is_terminal() => {
-                if let Some(tool) = tool {
-                    tracing::info!(task_id = %record.task_id, shard = shard.shard_id(), term, "task execution resumed");
-                    actor::spawn(host.clone(), shard.shard_id(), record, term, tool, false).await;
-                }
+        }
+    };
+    match shard.propose(cmd).await {
+        Ok(Applied::Updated { record }) if !record.status.is_terminal() => {
+            if let Some(tool) = tool {
+                tracing::info!(task_id = %record.task_id, shard = shard.shard_id(), term, "task execution resumed");
+                actor::spawn(host.clone(), shard.shard_id(), record, term, tool, false).await;
             }
-            Ok(Applied::Updated { record }) => {
-                crate::audit_terminal(&record, "task failed by its resume policy");
-            }
-            Ok(other) => {
-                tracing::debug!(task_id = %record.task_id, result = ?other, "take-over skipped")
-            }
-            Err(e) => {
-                tracing::warn!(shard = shard.shard_id(), error = %e, "take-over interrupted");
-                return;
-            }
+            true
+        }
+        Ok(Applied::Updated { record }) => {
+            crate::audit_terminal(&record, "task failed by its resume policy");
+            true
+        }
+        Ok(other) => {
+            tracing::debug!(task_id = %record.task_id, result = ?other, "take-over skipped");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(shard = shard.shard_id(), task_id = %record.task_id, error = %e, "take-over refused; the reconciler tries again");
+            false
         }
     }
 }

@@ -12,7 +12,7 @@
 pub mod actor;
 mod events;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -48,6 +48,16 @@ pub struct HostConfig {
     pub attach_buffer: usize,
     /// Capacity of the host's event channel.
     pub event_buffer: usize,
+    /// How often a shard leader's reconciler checks that every live task has its execution.
+    pub reconcile_interval_ms: u64,
+    /// First pause before a refused task write (or a reconciler pass that could not confirm
+    /// the leadership) is tried again; it doubles on every further refusal.
+    pub write_retry_min_ms: u64,
+    /// Longest pause between tries of a refused write.
+    pub write_retry_max_ms: u64,
+    /// Largest outcome (the stored result or error JSON) a task keeps; a larger one fails the
+    /// task with a message that names this limit.
+    pub max_result_bytes: usize,
 }
 
 impl Default for HostConfig {
@@ -61,6 +71,10 @@ impl Default for HostConfig {
             expiry_batch: 512,
             attach_buffer: 64,
             event_buffer: 8_192,
+            reconcile_interval_ms: 1_000,
+            write_retry_min_ms: 50,
+            write_retry_max_ms: 1_000,
+            max_result_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -179,7 +193,11 @@ pub(crate) struct Inner {
     /// The replicas this node hosts (index = shard id) with the handles of their loops.
     pub(crate) shards: RwLock<Vec<Option<Hosted>>>,
     pub(crate) started: std::sync::atomic::AtomicBool,
-    pub(crate) actors: Mutex<HashMap<String, (u32, ActorRef<TaskMsg>)>>,
+    /// The task actors this node runs, by task id.
+    pub(crate) actors: Mutex<HashMap<String, actor::Running>>,
+    /// Tasks this node is creating: proposed, and their actor not yet running. The reconciler
+    /// leaves them to the create.
+    pub(crate) starting: Mutex<HashSet<String>>,
     pub(crate) live: AtomicUsize,
     pub(crate) waiters: Mutex<HashMap<String, Vec<oneshot::Sender<TaskRecord>>>>,
     pub(crate) events: broadcast::Sender<HostEvent>,
@@ -210,6 +228,7 @@ impl Host {
                 shards: RwLock::new((0..shard_count).map(|_| None).collect()),
                 started: std::sync::atomic::AtomicBool::new(false),
                 actors: Mutex::new(HashMap::new()),
+                starting: Mutex::new(HashSet::new()),
                 live: AtomicUsize::new(0),
                 waiters: Mutex::new(HashMap::new()),
                 events,
@@ -344,6 +363,11 @@ impl Host {
         {
             return Err(HostError::Capacity { limit });
         }
+        // From here until its actor runs the task is this create's: the reconciler leaves it
+        // alone. Whatever ends this future (an error, or the caller dropping it), the guard
+        // gives the slot back unless an actor took it, and a committed task without an actor
+        // is then the reconciler's to run.
+        let starting = Starting::new(self, &new.task_id);
         let now = now_ms();
         let term = shard.current_term();
         let record = TaskRecord {
@@ -382,25 +406,17 @@ impl Host {
                     "task created"
                 );
                 actor::spawn(self.clone(), shard_id, record.clone(), term, tool, true).await;
+                starting.slot_taken();
                 Ok(record)
             }
             Ok(Applied::Created {
                 record,
                 fresh: false,
-            }) => {
-                self.inner.live.fetch_sub(1, Ordering::AcqRel);
-                Ok(record)
-            }
-            Ok(other) => {
-                self.inner.live.fetch_sub(1, Ordering::AcqRel);
-                Err(HostError::Internal(format!(
-                    "unexpected create result {other:?}"
-                )))
-            }
-            Err(e) => {
-                self.inner.live.fetch_sub(1, Ordering::AcqRel);
-                Err(HostError::from_shard(shard_id, e))
-            }
+            }) => Ok(record),
+            Ok(other) => Err(HostError::Internal(format!(
+                "unexpected create result {other:?}"
+            ))),
+            Err(e) => Err(HostError::from_shard(shard_id, e)),
         }
     }
 
@@ -583,7 +599,7 @@ impl Host {
             .map(|s| {
                 let lead = s.leadership().borrow().clone();
                 let (first, last) = s.log_index_range().unwrap_or((None, None));
-                let (tasks, live_tasks) = s.read_local(|st| (st.len(), st.live().count()));
+                let (tasks, live_tasks) = s.read_local(|st| (st.len(), st.live_count()));
                 ShardStatus {
                     shard: s.shard_id(),
                     node: s.node_id(),
@@ -611,7 +627,7 @@ impl Host {
             .actors
             .lock()
             .get(task_id)
-            .map(|(_, a)| a.clone())
+            .map(|r| r.actor.clone())
     }
 
     pub(crate) fn stop_actor(&self, task_id: &str) {
@@ -637,7 +653,7 @@ impl Host {
             .actors
             .lock()
             .values()
-            .map(|(_, a)| a.clone())
+            .map(|r| r.actor.clone())
             .collect();
         for a in &actors {
             a.stop(Some("node stopping".into()));
@@ -645,6 +661,39 @@ impl Host {
         let deadline = tokio::time::Instant::now() + wait;
         while self.live_tasks() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// A task being created on this node, from its proposal until its actor runs (see
+/// [`Inner::starting`]); holds the live-task slot reserved for it until an actor takes it.
+struct Starting<'a> {
+    host: &'a Host,
+    task_id: String,
+    holds_slot: bool,
+}
+
+impl<'a> Starting<'a> {
+    fn new(host: &'a Host, task_id: &str) -> Self {
+        host.inner.starting.lock().insert(task_id.to_string());
+        Self {
+            host,
+            task_id: task_id.to_string(),
+            holds_slot: true,
+        }
+    }
+
+    /// The task's actor was spawned with the slot (or gave it back when it could not start).
+    fn slot_taken(mut self) {
+        self.holds_slot = false;
+    }
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.host.inner.starting.lock().remove(&self.task_id);
+        if self.holds_slot {
+            self.host.inner.live.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -698,18 +747,21 @@ mod tests {
 
     #[test]
     fn tool_outcomes_map_to_terminal_statuses() {
-        let (s, m, o) = actor::finish_of(&Ok(
-            json!({"content":[{"type":"text","text":"ok"}],"isError":false}),
-        ));
+        let max = HostConfig::default().max_result_bytes;
+        let (s, m, o) = actor::finish_of(
+            &Ok(json!({"content":[{"type":"text","text":"ok"}],"isError":false})),
+            max,
+        );
         assert_eq!(s, TaskStatus::Completed);
         assert!(matches!(o, Outcome::Result { .. }));
         assert!(!m.is_empty());
-        let (s, m, _) = actor::finish_of(&Ok(
-            json!({"content":[{"type":"text","text":"disk full"}],"isError":true}),
-        ));
+        let (s, m, _) = actor::finish_of(
+            &Ok(json!({"content":[{"type":"text","text":"disk full"}],"isError":true})),
+            max,
+        );
         assert_eq!(s, TaskStatus::Failed);
         assert!(m.contains("disk full"));
-        let (s, m, o) = actor::finish_of(&Err(ErrorObject::new(-32603, "boom")));
+        let (s, m, o) = actor::finish_of(&Err(ErrorObject::new(-32603, "boom")), max);
         assert_eq!(s, TaskStatus::Failed);
         assert!(m.contains("-32603") && m.contains("boom"));
         assert_eq!(
@@ -720,5 +772,16 @@ mod tests {
                 data_json: None
             }
         );
+    }
+
+    #[test]
+    fn an_outcome_over_the_result_limit_fails_the_task_and_names_the_limit() {
+        let big = json!({"content":[{"type":"text","text":"x".repeat(200)}]});
+        let (s, m, o) = actor::finish_of(&Ok(big.clone()), 100);
+        assert_eq!(s, TaskStatus::Failed);
+        assert!(m.contains("tasks.max_result_bytes"), "{m}");
+        assert!(matches!(o, Outcome::Error { code: -32603, .. }));
+        let (s, _, _) = actor::finish_of(&Ok(big), 10_000);
+        assert_eq!(s, TaskStatus::Completed);
     }
 }

@@ -171,6 +171,14 @@ pub struct TasksConfig {
     pub expiry_sweep_interval_ms: u64,
     pub list_page_size: usize,
     pub cursor_ttl_ms: u64,
+    /// How often a shard leader checks that every live task has its execution, ms.
+    pub reconcile_interval_ms: u64,
+    /// First pause before a refused task write is tried again, ms (doubles per refusal).
+    pub write_retry_min_ms: u64,
+    /// Longest pause between tries of a refused task write, ms.
+    pub write_retry_max_ms: u64,
+    /// Largest outcome a task keeps, bytes of JSON.
+    pub max_result_bytes: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -250,6 +258,10 @@ impl Default for TasksConfig {
             expiry_sweep_interval_ms: h.expiry_sweep_interval_ms,
             list_page_size: 50,
             cursor_ttl_ms: 3_600_000,
+            reconcile_interval_ms: h.reconcile_interval_ms,
+            write_retry_min_ms: h.write_retry_min_ms,
+            write_retry_max_ms: h.write_retry_max_ms,
+            max_result_bytes: h.max_result_bytes,
         }
     }
 }
@@ -386,6 +398,22 @@ impl Config {
         }
         if self.tasks.poll_interval_ms == 0 {
             bail!("tasks.poll_interval_ms must be at least 1");
+        }
+        if self.tasks.reconcile_interval_ms == 0 {
+            bail!("tasks.reconcile_interval_ms must be at least 1");
+        }
+        if self.tasks.write_retry_min_ms == 0
+            || self.tasks.write_retry_max_ms < self.tasks.write_retry_min_ms
+        {
+            bail!(
+                "tasks.write_retry_min_ms must be at least 1 and at most tasks.write_retry_max_ms \
+                 (got {} and {})",
+                self.tasks.write_retry_min_ms,
+                self.tasks.write_retry_max_ms
+            );
+        }
+        if self.tasks.max_result_bytes < 1024 {
+            bail!("tasks.max_result_bytes must be at least 1024");
         }
         if self.tasks.list_page_size == 0 || self.tools.page_size == 0 {
             bail!("tasks.list_page_size and tools.page_size must be at least 1");

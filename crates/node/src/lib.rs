@@ -452,6 +452,10 @@ impl Config {
             poll_interval_ms: self.tasks.poll_interval_ms,
             max_live_tasks: self.tasks.max_live_tasks,
             expiry_sweep_interval_ms: self.tasks.expiry_sweep_interval_ms,
+            reconcile_interval_ms: self.tasks.reconcile_interval_ms,
+            write_retry_min_ms: self.tasks.write_retry_min_ms,
+            write_retry_max_ms: self.tasks.write_retry_max_ms,
+            max_result_bytes: self.tasks.max_result_bytes,
             ..HostConfig::default()
         }
     }

@@ -12,6 +12,9 @@ pub struct ShardState {
     by_owner: BTreeSet<(String, TaskId)>,
     /// (expires at, task id): serves the expiry sweep.
     by_expiry: BTreeSet<(u64, TaskId)>,
+    /// The ids of the records that are not terminal: serves the leader's reconciler, which
+    /// visits them every pass, without a scan of the terminal records (most of a shard).
+    live: BTreeSet<TaskId>,
     /// The cluster metadata; used by the metadata group only (empty in shard groups).
     cluster: ClusterMeta,
 }
@@ -58,7 +61,12 @@ impl ShardState {
 
     /// Records that are not terminal (their executions must be running on the leader).
     pub fn live(&self) -> impl Iterator<Item = &TaskRecord> {
-        self.tasks.values().filter(|r| !r.status.is_terminal())
+        self.live.iter().filter_map(|id| self.tasks.get(id))
+    }
+
+    /// How many records are not terminal.
+    pub fn live_count(&self) -> usize {
+        self.live.len()
     }
 
     /// Up to `limit` of `owner`'s tasks with ids strictly after `after`, in id order. Expired
@@ -96,6 +104,9 @@ impl ShardState {
 
     fn insert(&mut self, r: TaskRecord) {
         self.by_owner.insert((r.owner.clone(), r.task_id.clone()));
+        if !r.status.is_terminal() {
+            self.live.insert(r.task_id.clone());
+        }
         if let Some(at) = r.expires_at_ms() {
             self.by_expiry.insert((at, r.task_id.clone()));
         }
@@ -105,6 +116,7 @@ impl ShardState {
     fn remove(&mut self, task_id: &str) -> Option<TaskRecord> {
         let r = self.tasks.remove(task_id)?;
         self.by_owner.remove(&(r.owner.clone(), r.task_id.clone()));
+        self.live.remove(task_id);
         if let Some(at) = r.expires_at_ms() {
             self.by_expiry.remove(&(at, r.task_id.clone()));
         }
@@ -253,6 +265,9 @@ impl ShardState {
         }
         change(r);
         r.updated_index = r.updated_index.max(index);
+        if r.status.is_terminal() {
+            self.live.remove(task_id);
+        }
         Applied::Updated { record: r.clone() }
     }
 }

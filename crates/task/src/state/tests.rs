@@ -259,6 +259,13 @@ proptest! {
             prop_assert_eq!(s.by_owner.len(), s.tasks.len());
             let expiring = s.tasks.values().filter(|r| r.ttl_ms.is_some()).count();
             prop_assert_eq!(s.by_expiry.len(), expiring);
+            let live: BTreeSet<&str> = s
+                .tasks
+                .values()
+                .filter(|r| !r.status.is_terminal())
+                .map(|r| r.task_id.as_str())
+                .collect();
+            prop_assert_eq!(s.live.iter().map(String::as_str).collect::<BTreeSet<_>>(), live);
         }
     }
 }
