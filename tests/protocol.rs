@@ -35,6 +35,8 @@ async fn initialize_negotiates_versions_and_capabilities() {
     assert_eq!(v["result"]["capabilities"]["tasks"]["cancel"], json!({}));
     // No authentication: tasks cannot be scoped to a requestor, so no tasks.list.
     assert!(v["result"]["capabilities"]["tasks"].get("list").is_none());
+    // No log messages are sent, so no logging capability is declared.
+    assert!(v["result"]["capabilities"].get("logging").is_none());
     assert!(r.headers.get("mcp-session-id").is_some());
 
     for old in ["2025-06-18", "2025-03-26"] {
@@ -265,11 +267,6 @@ async fn jsonrpc_error_table_changes_nothing() {
     }
     assert_eq!(
         c.err_code("tasks/list", json!({"cursor": "forged"})).await,
-        -32602
-    );
-    assert_eq!(
-        c.err_code("logging/setLevel", json!({"level": "loud"}))
-            .await,
         -32602
     );
     // None of the above created anything.
@@ -908,7 +905,7 @@ async fn older_protocol_versions_are_plain_tools_servers() {
 }
 
 #[tokio::test]
-async fn tools_list_pagination_logging_and_plain_cancellation() {
+async fn tools_list_pagination_no_logging_and_plain_cancellation() {
     let s = Server::start("[tools]\npage_size = 3\n");
     let c = Client::new_session(&s.url).await;
     let mut names = vec![];
@@ -932,9 +929,12 @@ async fn tools_list_pagination_logging_and_plain_cancellation() {
         c.err_code("tools/list", json!({"cursor": "bogus"})).await,
         -32602
     );
+    // The server sends no log messages, so it declares no `logging` capability and has no
+    // `logging/setLevel`.
     assert_eq!(
-        c.ok("logging/setLevel", json!({"level": "warning"})).await,
-        json!({})
+        c.err_code("logging/setLevel", json!({"level": "warning"}))
+            .await,
+        -32601
     );
 
     // notifications/cancelled ends a plain request.

@@ -39,7 +39,7 @@ fn wire(c: &mut Criterion) {
     c.bench_function("parse tasks/get request", |b| {
         b.iter(|| jsonrpc::parse_message(black_box(body.as_bytes())).expect("valid"))
     });
-    let r = record(ID);
+    let r = taskmesh_task::TaskView::from(&record(ID));
     let id = RequestId::Number(42);
     c.bench_function("serialise tasks/get answer via Value", |b| {
         b.iter(|| {

@@ -33,7 +33,7 @@ impl Cx {
     fn version(&self) -> &str {
         self.session
             .as_ref()
-            .map(|(_, c)| c.v.as_str())
+            .map(|(_, c)| c.version.as_str())
             .unwrap_or(taskmesh_mcp::V2025_11_25)
     }
     fn tasks_enabled(&self) -> bool {
@@ -45,7 +45,7 @@ impl Cx {
     fn nonce(&self) -> &str {
         self.session
             .as_ref()
-            .map(|(_, c)| c.n.as_str())
+            .map(|(_, c)| c.nonce.as_str())
             .unwrap_or("")
     }
 }
@@ -106,8 +106,7 @@ pub async fn request(
         "ping" => Ok(json!({})),
         "tools/list" => tools_list(gw, cx, p),
         "tools/call" => return tools_call(gw, cx, id, p).await,
-        "logging/setLevel" => set_level(gw, cx, p),
-        // The task answers are serialised straight from their record (the hot path of polls).
+        // The task answers are serialised straight from their view (the hot path of polls).
         "tasks/get" if tasks => return typed(&id, tasks_get(gw, cx, p).await),
         "tasks/cancel" if tasks => return typed(&id, tasks_cancel(gw, cx, p).await),
         "tasks/list" if tasks && gw.has_auth() => tasks_list(gw, cx, p).await,
@@ -180,12 +179,12 @@ fn initialize(gw: &Arc<Gateway>, cx: &Cx, id: &RequestId, p: &Map<String, Value>
         return err(id, &ErrorObject::internal("OS random source failed"));
     }
     let claims = SessionClaims {
-        v: version.to_string(),
-        p: cx.principal.clone(),
-        e: caps.contains_key("elicitation"),
-        s: caps.contains_key("sampling"),
-        n: nonce.iter().map(|b| format!("{b:02x}")).collect(),
-        t: now_ms(),
+        version: version.to_string(),
+        principal: cx.principal.clone(),
+        elicitation: caps.contains_key("elicitation"),
+        sampling: caps.contains_key("sampling"),
+        nonce: nonce.iter().map(|b| format!("{b:02x}")).collect(),
+        issued_at_ms: now_ms(),
     };
     let session_id = gw.sessions.mint(&claims);
     let tasks = taskmesh_mcp::version_has_tasks(version);
@@ -240,20 +239,6 @@ fn tools_list(gw: &Arc<Gateway>, cx: &Cx, p: &Map<String, Value>) -> Result<Valu
     Ok(out)
 }
 
-fn set_level(gw: &Arc<Gateway>, cx: &Cx, p: &Map<String, Value>) -> Result<Value, ErrorObject> {
-    let level = params::req_str(p, "level")?;
-    if !taskmesh_mcp::LOG_LEVELS.contains(&level) {
-        return Err(ErrorObject::invalid_params(format!(
-            "Invalid params: 'level' must be one of {}",
-            taskmesh_mcp::LOG_LEVELS.join(", ")
-        )));
-    }
-    if let Some(s) = cx.session_id() {
-        gw.sessions.set_log_level(s, level);
-    }
-    Ok(json!({}))
-}
-
 async fn tools_call(gw: &Arc<Gateway>, cx: &Cx, id: RequestId, p: &Map<String, Value>) -> Reply {
     let name = match params::req_str(p, "name") {
         Ok(n) => n,
@@ -294,8 +279,8 @@ async fn tools_call(gw: &Arc<Gateway>, cx: &Cx, id: RequestId, p: &Map<String, V
     }
     let claims = cx.session.as_ref().map(|(_, c)| c);
     let client = ClientCaps {
-        elicitation: claims.is_some_and(|c| c.e),
-        sampling: claims.is_some_and(|c| c.s),
+        elicitation: claims.is_some_and(|c| c.elicitation),
+        sampling: claims.is_some_and(|c| c.sampling),
     };
     if !cx.tasks_enabled() {
         // Older protocol versions: a plain tools server; `task` is ignored.
@@ -334,13 +319,13 @@ async fn tools_call(gw: &Arc<Gateway>, cx: &Cx, id: RequestId, p: &Map<String, V
                 owner: cx.principal.clone(),
                 session: cx.session_id().map(str::to_string),
                 tool: name.to_string(),
-                arguments: args,
+                arguments_json: Value::Object(args).to_string(),
                 progress_token,
                 ttl_ms,
                 client,
             };
             match gw.router.create(new).await {
-                Ok(record) => ok(&id, &CreateTaskResult { task: wire::task(&record) }),
+                Ok(created) => ok(&id, &CreateTaskResult { task: wire::task(&created.task) }),
                 Err(e) => err(&id, &wire::host_error(&e)),
             }
         }
@@ -449,7 +434,7 @@ fn task_id_param(p: &Map<String, Value>) -> Result<&str, ErrorObject> {
 /// The client-facing error of a failed task operation; unknown ids are counted for the
 /// enumeration watch.
 fn task_error(gw: &Gateway, cx: &Cx, task_id: &str, e: &HostError) -> ErrorObject {
-    if *e == HostError::NotFound {
+    if matches!(e, HostError::NotFound) {
         gw.limits.failed_lookup(&cx.principal, task_id);
     }
     wire::host_error(e)
@@ -460,7 +445,7 @@ fn flat_task(
     gw: &Gateway,
     cx: &Cx,
     task_id: &str,
-    r: Result<taskmesh_task::TaskRecord, HostError>,
+    r: Result<taskmesh_task::TaskView, HostError>,
 ) -> Result<taskmesh_mcp::Task, ErrorObject> {
     let r = r.map_err(|e| task_error(gw, cx, task_id, &e))?;
     Ok(wire::task(&r))
@@ -489,14 +474,18 @@ async fn tasks_cancel(
     )
 }
 
+/// A signed `tasks/list` cursor (one-letter JSON keys: it travels in every next-page request).
 #[derive(Serialize, Deserialize)]
 struct ListCursor {
     /// Principal the cursor was issued to.
-    o: String,
+    #[serde(rename = "o")]
+    owner: String,
     /// Last task id of the previous page.
-    a: String,
+    #[serde(rename = "a")]
+    after: String,
     /// Issued at (ms).
-    t: u64,
+    #[serde(rename = "t")]
+    issued_at_ms: u64,
 }
 
 async fn tasks_list(
@@ -511,11 +500,14 @@ async fn tasks_list(
             let cur = gw
                 .signer
                 .verify::<ListCursor>("tasks-cursor", c)
-                .filter(|c| c.o == cx.principal && now <= c.t.saturating_add(gw.cfg.cursor_ttl_ms))
+                .filter(|c| {
+                    c.owner == cx.principal
+                        && now <= c.issued_at_ms.saturating_add(gw.cfg.cursor_ttl_ms)
+                })
                 .ok_or_else(|| {
                     ErrorObject::invalid_params("Invalid params: invalid or expired cursor")
                 })?;
-            Some(cur.a)
+            Some(cur.after)
         }
     };
     let (records, more) = gw
@@ -527,9 +519,9 @@ async fn tasks_list(
         (true, Some(last)) => Some(gw.signer.sign(
             "tasks-cursor",
             &ListCursor {
-                o: cx.principal.clone(),
-                a: last.task_id.clone(),
-                t: now_ms(),
+                owner: cx.principal.clone(),
+                after: last.task_id.clone(),
+                issued_at_ms: now_ms(),
             },
         )),
         _ => None,

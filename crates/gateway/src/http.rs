@@ -125,7 +125,7 @@ fn session_of(
         ));
     };
     let claims = match gw.sessions.check(id) {
-        Some(c) if c.p == principal => c,
+        Some(c) if c.principal == principal => c,
         _ => return Err(plain(StatusCode::NOT_FOUND, "Session not found")),
     };
     if let Some(v) = headers.get(VERSION_HEADER) {
@@ -136,7 +136,7 @@ fn session_of(
                 "Bad Request: unsupported MCP-Protocol-Version",
             ));
         }
-        if v != claims.v {
+        if v != claims.version {
             return Err(plain(
                 StatusCode::BAD_REQUEST,
                 "Bad Request: MCP-Protocol-Version differs from the version negotiated for this session",

@@ -29,7 +29,8 @@ pub use http::router as http_router;
 use session::Sessions;
 use sign::Signer;
 
-/// Gateway settings; every one is documented in docs/configuration.md.
+/// Gateway settings, documented in docs/configuration.md (`stream_buffer` keeps its default
+/// and is listed under "Fixed limits" there).
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
     /// Origins allowed to call (DNS-rebinding protection). An entry without a port matches any
@@ -148,9 +149,9 @@ impl Gateway {
                 };
                 let Some(gw) = weak.upgrade() else { break };
                 match ev {
-                    HostEvent::Status { record } => {
-                        if let Some(session) = &record.session {
-                            let json = Arc::new(wire::status_notification(&record));
+                    HostEvent::Status { task } => {
+                        if let Some(session) = &task.session {
+                            let json = Arc::new(wire::status_notification(&task));
                             gw.sessions.push(session, json);
                         }
                     }

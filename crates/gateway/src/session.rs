@@ -24,21 +24,26 @@ type StreamSender = mpsc::Sender<JsonMessage>;
 
 /// What a session id says about its session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// (The JSON keys are one letter: the claims travel in every request's `Mcp-Session-Id`.)
 pub struct SessionClaims {
     /// Negotiated protocol version.
-    pub v: String,
+    #[serde(rename = "v")]
+    pub version: String,
     /// Principal.
-    pub p: String,
+    #[serde(rename = "p")]
+    pub principal: String,
     /// Client declared `elicitation`.
-    #[serde(default)]
-    pub e: bool,
+    #[serde(rename = "e", default)]
+    pub elicitation: bool,
     /// Client declared `sampling`.
-    #[serde(default)]
-    pub s: bool,
+    #[serde(rename = "s", default)]
+    pub sampling: bool,
     /// 128-bit nonce (hex).
-    pub n: String,
+    #[serde(rename = "n")]
+    pub nonce: String,
     /// Issued at, ms since the epoch.
-    pub t: u64,
+    #[serde(rename = "t")]
+    pub issued_at_ms: u64,
 }
 
 pub struct Sessions {
@@ -50,7 +55,6 @@ pub struct Sessions {
     verified_cap: usize,
     ended: sled::Tree,
     streams: Mutex<HashMap<String, Vec<StreamSender>>>,
-    log_levels: Mutex<HashMap<String, String>>,
     stream_buffer: usize,
 }
 
@@ -67,7 +71,6 @@ impl Sessions {
             verified_cap,
             ended,
             streams: Mutex::new(HashMap::new()),
-            log_levels: Mutex::new(HashMap::new()),
             stream_buffer: stream_buffer.max(1),
         }
     }
@@ -79,7 +82,7 @@ impl Sessions {
     /// The claims of a live session, or `None` for a forged, malformed or ended one.
     pub fn check(&self, id: &str) -> Option<SessionClaims> {
         let claims = self.verified_claims(id)?;
-        match self.ended.contains_key(claims.n.as_bytes()) {
+        match self.ended.contains_key(claims.nonce.as_bytes()) {
             Ok(false) => Some(claims),
             _ => None,
         }
@@ -105,9 +108,8 @@ impl Sessions {
     /// End a session: later requests with its id get 404; its streams close.
     pub fn end(&self, id: &str, claims: &SessionClaims) -> Result<(), sled::Error> {
         self.ended
-            .insert(claims.n.as_bytes(), &claims.t.to_be_bytes())?;
+            .insert(claims.nonce.as_bytes(), &claims.issued_at_ms.to_be_bytes())?;
         self.streams.lock().remove(id);
-        self.log_levels.lock().remove(id);
         self.verified.lock().remove(id);
         Ok(())
     }
@@ -139,16 +141,6 @@ impl Sessions {
         }
         sent
     }
-
-    pub fn set_log_level(&self, id: &str, level: &str) {
-        self.log_levels
-            .lock()
-            .insert(id.to_string(), level.to_string());
-    }
-
-    pub fn log_level(&self, id: &str) -> Option<String> {
-        self.log_levels.lock().get(id).cloned()
-    }
 }
 
 #[cfg(test)]
@@ -157,13 +149,27 @@ mod tests {
 
     fn claims(n: &str) -> SessionClaims {
         SessionClaims {
-            v: "2025-11-25".into(),
-            p: "alice".into(),
-            e: false,
-            s: false,
-            n: n.into(),
-            t: 1,
+            version: "2025-11-25".into(),
+            principal: "alice".into(),
+            elicitation: false,
+            sampling: false,
+            nonce: n.into(),
+            issued_at_ms: 1,
         }
+    }
+
+    /// Session ids minted before the fields had their long names still read the same.
+    #[test]
+    fn claims_keep_their_one_letter_json_keys() {
+        let json = serde_json::to_value(claims("a1")).unwrap();
+        let mut keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["e", "n", "p", "s", "t", "v"]);
     }
 
     fn sessions(cap: usize) -> Sessions {

@@ -1,4 +1,4 @@
-//! Domain -> wire: task records as MCP `Task` objects, host errors as JSON-RPC errors, stored
+//! Domain -> wire: task views as MCP `Task` objects, host errors as JSON-RPC errors, stored
 //! outcomes as `tasks/result` answers.
 
 use serde_json::{json, Map, Value};
@@ -6,7 +6,7 @@ use taskmesh_host::HostError;
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, CAPACITY_EXCEEDED, INTERNAL_ERROR, INVALID_PARAMS};
 use taskmesh_mcp::time::rfc3339_ms;
 use taskmesh_mcp::{Task, WireStatus, META_RELATED_TASK};
-use taskmesh_task::{Outcome, TaskRecord, TaskStatus};
+use taskmesh_task::{Outcome, TaskRecord, TaskStatus, TaskView};
 
 pub fn wire_status(s: TaskStatus) -> WireStatus {
     match s {
@@ -18,7 +18,7 @@ pub fn wire_status(s: TaskStatus) -> WireStatus {
     }
 }
 
-pub fn task(r: &TaskRecord) -> Task {
+pub fn task(r: &TaskView) -> Task {
     Task {
         task_id: r.task_id.clone(),
         status: wire_status(r.status),
@@ -30,7 +30,7 @@ pub fn task(r: &TaskRecord) -> Task {
     }
 }
 
-pub fn status_notification(r: &TaskRecord) -> Vec<u8> {
+pub fn status_notification(r: &TaskView) -> Vec<u8> {
     jsonrpc::notification("notifications/tasks/status", &task(r))
 }
 
@@ -49,10 +49,20 @@ pub fn host_error(e: &HostError) -> ErrorObject {
             format!("Cannot cancel task: already in terminal status '{s}'"),
         ),
         HostError::Capacity { .. } => ErrorObject::new(CAPACITY_EXCEEDED, e.to_string()),
+        // Only these two are known to have changed nothing.
         HostError::NotLeader { .. } | HostError::Unavailable(_) => ErrorObject::new(
             INTERNAL_ERROR,
             format!("{e}; the request changed nothing and can be retried"),
         ),
+        HostError::Invalid(_) => ErrorObject::new(INVALID_PARAMS, e.to_string()),
+        HostError::Misconfigured(_) => ErrorObject::new(
+            INTERNAL_ERROR,
+            format!("{e}; the request changed nothing; the server's operator must act"),
+        ),
+        // A failure whose effect is not known: said as it is, with its cause.
+        HostError::Shard { source, .. } => {
+            ErrorObject::new(INTERNAL_ERROR, format!("{e}: {source}"))
+        }
         HostError::Internal(_) => ErrorObject::new(INTERNAL_ERROR, e.to_string()),
     }
 }

@@ -212,8 +212,14 @@ impl Actor for TaskActor {
             .progress_token_json
             .as_deref()
             .and_then(|t| serde_json::from_str::<Value>(t).ok());
-        let arguments: Map<String, Value> =
-            serde_json::from_str(&record.request.arguments_json).unwrap_or_default();
+        // Validated by the gateway that accepted the call; a record that still does not hold a
+        // JSON object fails its task rather than run the tool on something else.
+        let arguments = serde_json::from_str::<Map<String, Value>>(&record.request.arguments_json)
+            .map_err(|e| {
+                ErrorObject::invalid_params(format!(
+                    "Invalid params: the task's stored arguments are not a JSON object: {e}"
+                ))
+            });
         let ctx = ToolContext {
             cancel: cancel.clone(),
             io: Arc::new(ActorIo {
@@ -223,15 +229,22 @@ impl Actor for TaskActor {
             client_elicitation: record.request.client.elicitation,
             client_sampling: record.request.client.sampling,
         };
-        let run = tool.call(arguments, ctx);
         let me = myself.clone();
-        tokio::spawn(async move {
-            let result = std::panic::AssertUnwindSafe(run)
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|_| Err(ErrorObject::internal("the tool panicked")));
-            let _ = me.cast(TaskMsg::Done(result));
-        });
+        match arguments {
+            Ok(arguments) => {
+                let run = tool.call(arguments, ctx);
+                tokio::spawn(async move {
+                    let result = std::panic::AssertUnwindSafe(run)
+                        .catch_unwind()
+                        .await
+                        .unwrap_or_else(|_| Err(ErrorObject::internal("the tool panicked")));
+                    let _ = me.cast(TaskMsg::Done(result));
+                });
+            }
+            Err(e) => {
+                let _ = me.cast(TaskMsg::Done(Err(e)));
+            }
+        }
         Ok(State {
             host,
             shard,

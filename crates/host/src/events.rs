@@ -46,9 +46,8 @@ pub(crate) fn spawn_shard_loops(
                         // Every replica applies the change; only the leader announces it, so a
                         // cluster that merges all nodes' announcements sends each one once.
                         if shard.is_leader() {
-                            let _ = host.inner.events.send(HostEvent::Status {
-                                record: Box::new(record),
-                            });
+                            let task = taskmesh_task::TaskView::from(&record);
+                            let _ = host.inner.events.send(HostEvent::Status { task });
                         }
                     }
                     Ok(ShardEvent::Expired { task_ids, .. }) => {

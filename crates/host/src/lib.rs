@@ -10,7 +10,10 @@
 //! stream) goes out on one broadcast channel of [`HostEvent`]s that the gateway subscribes to.
 
 pub mod actor;
+mod config;
+mod error;
 mod events;
+mod types;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,163 +22,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 use ractor::ActorRef;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use taskmesh_mcp::ErrorObject;
-use taskmesh_shard::{ShardError, ShardReplica};
-use taskmesh_task::{Applied, ClientCaps, Command, Rejection, TaskRecord, TaskStatus, ToolRequest};
+use taskmesh_shard::ShardReplica;
+use taskmesh_task::{Applied, Command, Rejection, TaskRecord, TaskStatus, TaskView, ToolRequest};
 use taskmesh_tools::ToolRegistry;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 pub use actor::TaskMsg;
-
-/// Settings of the task runtime. Every limit here is documented in docs/configuration.md.
-#[derive(Debug, Clone)]
-pub struct HostConfig {
-    /// TTL applied when a create asks for none; `None` = unlimited.
-    pub default_ttl_ms: Option<u64>,
-    /// Largest TTL granted; a larger request is lowered to it. `None` = no cap (and requests
-    /// without a ttl may then be unlimited).
-    pub max_ttl_ms: Option<u64>,
-    /// `pollInterval` sent with every task.
-    pub poll_interval_ms: u64,
-    /// Live tasks (actors) this node hosts at most.
-    pub max_live_tasks: usize,
-    /// How often a shard leader looks for expired tasks.
-    pub expiry_sweep_interval_ms: u64,
-    /// At most this many ids per `Expire` command.
-    pub expiry_batch: usize,
-    /// Queue of task messages (elicitation, progress) per attached `tasks/result` stream.
-    pub attach_buffer: usize,
-    /// Capacity of the host's event channel.
-    pub event_buffer: usize,
-    /// How often a shard leader's reconciler checks that every live task has its execution.
-    pub reconcile_interval_ms: u64,
-    /// First pause before a refused task write (or a reconciler pass that could not confirm
-    /// the leadership) is tried again; it doubles on every further refusal.
-    pub write_retry_min_ms: u64,
-    /// Longest pause between tries of a refused write.
-    pub write_retry_max_ms: u64,
-    /// Largest outcome (the stored result or error JSON) a task keeps; a larger one fails the
-    /// task with a message that names this limit.
-    pub max_result_bytes: usize,
-}
-
-impl Default for HostConfig {
-    fn default() -> Self {
-        Self {
-            default_ttl_ms: Some(3_600_000),
-            max_ttl_ms: Some(86_400_000),
-            poll_interval_ms: 1_000,
-            max_live_tasks: 10_000,
-            expiry_sweep_interval_ms: 1_000,
-            expiry_batch: 512,
-            attach_buffer: 64,
-            event_buffer: 8_192,
-            reconcile_interval_ms: 1_000,
-            write_retry_min_ms: 50,
-            write_retry_max_ms: 1_000,
-            max_result_bytes: 4 * 1024 * 1024,
-        }
-    }
-}
-
-impl HostConfig {
-    /// The TTL granted for a requested one.
-    pub fn grant_ttl(&self, requested: Option<u64>) -> Option<u64> {
-        let wanted = requested.or(self.default_ttl_ms);
-        match (wanted, self.max_ttl_ms) {
-            (Some(w), Some(max)) => Some(w.min(max)),
-            (None, Some(max)) => Some(max),
-            (w, None) => w,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum HostError {
-    #[error("task not found")]
-    NotFound,
-    #[error("task is already in terminal status '{0}'")]
-    Terminal(TaskStatus),
-    #[error("this node already hosts {limit} live tasks (setting tasks.max_live_tasks)")]
-    Capacity { limit: usize },
-    #[error("shard {shard} is led elsewhere")]
-    NotLeader {
-        shard: u32,
-        leader_hint: Option<u64>,
-    },
-    #[error("shard unavailable: {0}")]
-    Unavailable(String),
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-impl HostError {
-    fn from_shard(shard: u32, e: ShardError) -> Self {
-        match e {
-            ShardError::NotLeader { leader_hint } => HostError::NotLeader { shard, leader_hint },
-            ShardError::Unavailable(m) => HostError::Unavailable(m),
-            other => HostError::Internal(other.to_string()),
-        }
-    }
-}
-
-/// What the host announces.
-#[derive(Debug, Clone)]
-pub enum HostEvent {
-    /// A task record changed (for `notifications/tasks/status` on its session's streams).
-    Status { record: Box<TaskRecord> },
-    /// A task-related JSON-RPC message (request or notification) for a session, delivered on
-    /// its GET stream because no `tasks/result` stream is attached.
-    SessionMessage {
-        session: String,
-        task_id: String,
-        json: Arc<Vec<u8>>,
-    },
-}
-
-/// A new task as the gateway validated it.
-#[derive(Debug, Clone)]
-pub struct NewTask {
-    pub task_id: String,
-    pub owner: String,
-    pub session: Option<String>,
-    pub tool: String,
-    pub arguments: Map<String, Value>,
-    pub progress_token: Option<Value>,
-    pub ttl_ms: Option<u64>,
-    pub client: ClientCaps,
-}
-
-/// A `tasks/result` attachment.
-pub enum Attachment {
-    /// The task is terminal: answer at once.
-    Terminal(TaskRecord),
-    /// The task runs: relay `messages` until `done` yields the terminal record (or closes,
-    /// when the task expired or its shard moved).
-    Live {
-        record: TaskRecord,
-        messages: mpsc::Receiver<Arc<Vec<u8>>>,
-        done: oneshot::Receiver<TaskRecord>,
-    },
-}
-
-/// One shard replica as this node sees it (for `GET /status`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardStatus {
-    pub shard: u32,
-    pub node: u64,
-    pub is_leader: bool,
-    pub leader: Option<u64>,
-    pub term: u64,
-    pub last_applied_index: Option<u64>,
-    pub first_log_index: Option<u64>,
-    pub last_log_index: Option<u64>,
-    pub tasks: usize,
-    pub live_tasks: usize,
-    /// The group's voters as this replica knows them.
-    pub voters: Vec<u64>,
-}
+pub use config::HostConfig;
+pub use error::HostError;
+pub use types::{Attachment, Created, HostEvent, NewTask, ShardStatus};
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
@@ -253,11 +110,14 @@ impl Host {
     pub fn add_shard(&self, replica: ShardReplica) -> Result<(), HostError> {
         let id = replica.shard_id();
         let mut shards = self.inner.shards.write();
-        let slot = shards
-            .get_mut(id as usize)
-            .ok_or_else(|| HostError::Internal(format!("no shard {id} in this cluster")))?;
+        let slot = shards.get_mut(id as usize).ok_or_else(|| {
+            HostError::Misconfigured(format!(
+                "no shard {id} in a cluster of {} shards",
+                self.inner.shard_count
+            ))
+        })?;
         if slot.is_some() {
-            return Err(HostError::Internal(format!("shard {id} is hosted already")));
+            return Err(HostError::Invalid(format!("shard {id} is hosted already")));
         }
         let loops = if self.inner.started.load(Ordering::SeqCst) {
             events::spawn_shard_loops(self.clone(), replica.clone())
@@ -337,7 +197,7 @@ impl Host {
 
     /// Create a task: durable (committed and flushed) before this returns, then its actor
     /// runs. A repeated create with the same id returns the existing record.
-    pub async fn create(&self, shard_id: u32, new: NewTask) -> Result<TaskRecord, HostError> {
+    pub async fn create(&self, shard_id: u32, new: NewTask) -> Result<Created, HostError> {
         let shard = self.shard(shard_id)?;
         if !shard.is_leader() {
             return Err(HostError::NotLeader {
@@ -349,7 +209,9 @@ impl Host {
             .inner
             .tools
             .get(&new.tool)
-            .ok_or_else(|| HostError::Internal(format!("unknown tool {}", new.tool)))?
+            .ok_or_else(|| {
+                HostError::Misconfigured(format!("tool '{}' is not served by this node", new.tool))
+            })?
             .clone();
         // Reserve a live-task slot before anything is written.
         let limit = self.inner.cfg.max_live_tasks;
@@ -382,7 +244,7 @@ impl Host {
             poll_interval_ms: self.inner.cfg.poll_interval_ms,
             request: ToolRequest {
                 tool: new.tool,
-                arguments_json: Value::Object(new.arguments).to_string(),
+                arguments_json: new.arguments_json,
                 progress_token_json: new.progress_token.map(|t| t.to_string()),
                 client: new.client,
             },
@@ -405,14 +267,18 @@ impl Host {
                     shard = shard_id,
                     "task created"
                 );
-                actor::spawn(self.clone(), shard_id, record.clone(), term, tool, true).await;
+                let task = TaskView::from(&record);
+                actor::spawn(self.clone(), shard_id, record, term, tool, true).await;
                 starting.slot_taken();
-                Ok(record)
+                Ok(Created { task, fresh: true })
             }
             Ok(Applied::Created {
                 record,
                 fresh: false,
-            }) => Ok(record),
+            }) => Ok(Created {
+                task: TaskView::from(&record),
+                fresh: false,
+            }),
             Ok(other) => Err(HostError::Internal(format!(
                 "unexpected create result {other:?}"
             ))),
@@ -427,11 +293,24 @@ impl Host {
         shard_id: u32,
         task_id: &str,
         owner: &str,
-    ) -> Result<TaskRecord, HostError> {
+    ) -> Result<TaskView, HostError> {
+        self.read_task(shard_id, task_id, owner, |r| TaskView::from(r))
+            .await
+    }
+
+    /// A linearizable read of one of `owner`'s tasks through `f` (which sees the whole record
+    /// and keeps what it needs).
+    async fn read_task<R>(
+        &self,
+        shard_id: u32,
+        task_id: &str,
+        owner: &str,
+        f: impl FnOnce(&TaskRecord) -> R,
+    ) -> Result<R, HostError> {
         let shard = self.shard(shard_id)?;
         let now = now_ms();
         shard
-            .read(|s| visible(s.get(task_id), owner, now).cloned())
+            .read(|s| visible(s.get(task_id), owner, now).map(f))
             .await
             .map_err(|e| HostError::from_shard(shard_id, e))?
             .ok_or(HostError::NotFound)
@@ -444,14 +323,14 @@ impl Host {
         owner: &str,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<TaskRecord>, HostError> {
+    ) -> Result<Vec<TaskView>, HostError> {
         let shard = self.shard(shard_id)?;
         let now = now_ms();
         shard
             .read(|s| {
                 s.list(owner, after, limit, now)
                     .into_iter()
-                    .cloned()
+                    .map(TaskView::from)
                     .collect()
             })
             .await
@@ -465,11 +344,13 @@ impl Host {
         shard_id: u32,
         task_id: &str,
         owner: &str,
-    ) -> Result<TaskRecord, HostError> {
+    ) -> Result<TaskView, HostError> {
         // Ownership first, so another principal learns nothing.
-        let current = self.get(shard_id, task_id, owner).await?;
-        if current.status.is_terminal() {
-            return Err(HostError::Terminal(current.status));
+        let status = self
+            .read_task(shard_id, task_id, owner, |r| r.status)
+            .await?;
+        if status.is_terminal() {
+            return Err(HostError::Terminal(status));
         }
         let shard = self.shard(shard_id)?;
         let applied = shard
@@ -490,7 +371,7 @@ impl Host {
                     "task cancelled"
                 );
                 self.stop_actor(task_id);
-                Ok(record)
+                Ok(TaskView::from(&record))
             }
             Applied::Rejected(Rejection::Terminal(s)) => Err(HostError::Terminal(s)),
             Applied::Rejected(Rejection::NotFound) => Err(HostError::NotFound),
@@ -515,19 +396,33 @@ impl Host {
             .entry(task_id.to_string())
             .or_default()
             .push(done_tx);
-        let record = match self.get(shard_id, task_id, owner).await {
-            Ok(r) => r,
+        // Only a terminal record is copied whole (its outcome is the answer).
+        enum Seen {
+            Live(TaskView),
+            Terminal(Box<TaskRecord>),
+        }
+        let read = self
+            .read_task(shard_id, task_id, owner, |r| {
+                if r.status.is_terminal() {
+                    Seen::Terminal(Box::new(r.clone()))
+                } else {
+                    Seen::Live(TaskView::from(r))
+                }
+            })
+            .await;
+        let task = match read {
+            Ok(Seen::Live(task)) => task,
+            Ok(Seen::Terminal(terminal)) => {
+                drop(done_rx);
+                self.drop_closed_waiters(task_id);
+                return Ok(Attachment::Terminal(*terminal));
+            }
             Err(e) => {
                 drop(done_rx);
                 self.drop_closed_waiters(task_id);
                 return Err(e);
             }
         };
-        if record.status.is_terminal() {
-            drop(done_rx);
-            self.drop_closed_waiters(task_id);
-            return Ok(Attachment::Terminal(record));
-        }
         // Readers that went away earlier leave closed waiters behind: sweep them.
         self.drop_closed_waiters(task_id);
         let (tx, messages) = mpsc::channel(self.inner.cfg.attach_buffer.max(1));
@@ -535,7 +430,7 @@ impl Host {
             let _ = actor.cast(TaskMsg::Attach(tx));
         }
         Ok(Attachment::Live {
-            record,
+            task,
             messages,
             done: done_rx,
         })

@@ -244,18 +244,6 @@ pub fn response(id: &RequestId, result: &impl Serialize) -> Vec<u8> {
     .unwrap_or_else(|_| error_response(Some(id), &ErrorObject::internal("serialisation failed")))
 }
 
-/// Serialise a success response whose result is already JSON text.
-pub fn response_raw(id: &RequestId, result_json: &str) -> Vec<u8> {
-    let id_json = serde_json::to_string(id).unwrap_or_else(|_| "null".into());
-    let mut out = Vec::with_capacity(result_json.len() + id_json.len() + 32);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    out.extend_from_slice(id_json.as_bytes());
-    out.extend_from_slice(b",\"result\":");
-    out.extend_from_slice(result_json.as_bytes());
-    out.push(b'}');
-    out
-}
-
 /// Serialise an error response (`id` is `null` when the request's id could not be read).
 pub fn error_response(id: Option<&RequestId>, error: &ErrorObject) -> Vec<u8> {
     #[derive(Serialize)]
@@ -383,14 +371,6 @@ mod tests {
             code(br#"{"jsonrpc":"2.0","id":1,"method":7}"#),
             INVALID_REQUEST
         );
-    }
-
-    #[test]
-    fn raw_response_matches_typed_response() {
-        let id = RequestId::String("a".into());
-        let typed = response(&id, &serde_json::json!({"k":1}));
-        let raw = response_raw(&id, r#"{"k":1}"#);
-        assert_eq!(typed, raw);
     }
 
     proptest::proptest! {

@@ -5,7 +5,10 @@
 //! The crate is pure data: no I/O, no async, no clock. The gateway parses a request body with
 //! [`jsonrpc::parse_message`], reads typed parameters with the helpers in [`params`], and
 //! serialises answers with [`jsonrpc::response`] / [`jsonrpc::error_response`]. The rest of the
-//! system never sees JSON-RPC; it works with domain types and the gateway translates.
+//! system works with domain types, with two exceptions that build JSON-RPC with this crate: a
+//! task actor's requests to the client (`elicitation/create`, `sampling/createMessage`) and
+//! progress notifications, which travel to the gateway as ready JSON, and a client's answer to
+//! such a request, which crosses between nodes as the JSON-RPC response it was.
 
 pub mod jsonrpc;
 pub mod params;

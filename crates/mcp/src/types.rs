@@ -94,7 +94,6 @@ pub enum TaskSupport {
 pub fn server_capabilities(with_tasks: bool, with_list: bool) -> Value {
     let mut caps = json!({
         "tools": { "listChanged": false },
-        "logging": {},
     });
     if with_tasks {
         let mut tasks = json!({
@@ -108,18 +107,6 @@ pub fn server_capabilities(with_tasks: bool, with_list: bool) -> Value {
     }
     caps
 }
-
-/// Log levels accepted by `logging/setLevel` (RFC 5424 names), least severe first.
-pub const LOG_LEVELS: [&str; 8] = [
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
 
 #[cfg(test)]
 mod tests {

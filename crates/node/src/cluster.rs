@@ -281,7 +281,12 @@ impl v1::cluster_service_server::ClusterService for ClusterGrpc {
                 "not the metadata leader",
             )
             .into_status()),
-            Err(e) => Err(v1::TaskError::unavailable(e.to_string()).into_status()),
+            Err(e) if e.retryable() => Err(v1::TaskError::unavailable(e.to_string()).into_status()),
+            Err(e) => Err(v1::TaskError::of_kind(
+                v1::TaskErrorKind::Internal,
+                format!("the metadata group failed: {e}"),
+            )
+            .into_status()),
         }
     }
 

@@ -237,7 +237,7 @@ async fn start_cluster(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Resu
         .collect();
     let peers = Arc::new(
         taskmesh_router::Peers::new(others, Duration::from_secs(30))
-            .map_err(|e| anyhow::anyhow!("cluster.peers: {e}"))?
+            .context("cluster.peers")?
             .with_get_batching(taskmesh_router::GetBatching {
                 max_items: cfg.cluster.get_batch_max,
                 in_flight: cfg.cluster.get_batches_in_flight,

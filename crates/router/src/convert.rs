@@ -1,8 +1,8 @@
-//! Domain <-> `taskmesh.v1` messages: task records, statuses and host errors.
+//! Domain <-> `taskmesh.v1` messages: task views and records, statuses and host errors.
 
 use taskmesh_host::HostError;
 use taskmesh_rpc::v1;
-use taskmesh_task::{ClientCaps, Outcome, TaskRecord, TaskStatus, ToolRequest};
+use taskmesh_task::{ClientCaps, Outcome, TaskRecord, TaskStatus, TaskView, ToolRequest};
 
 pub fn status_to_pb(s: TaskStatus) -> v1::TaskStatus {
     match s {
@@ -22,6 +22,38 @@ pub fn status_from_pb(s: v1::TaskStatus) -> Option<TaskStatus> {
         v1::TaskStatus::Failed => TaskStatus::Failed,
         v1::TaskStatus::Cancelled => TaskStatus::Cancelled,
         v1::TaskStatus::Unspecified => return None,
+    })
+}
+
+/// The wire form of a view; its strings move into it (no copy).
+pub fn view_to_pb(v: TaskView) -> v1::TaskView {
+    v1::TaskView {
+        task_id: v.task_id,
+        owner: v.owner,
+        session: v.session,
+        status: status_to_pb(v.status) as i32,
+        status_message: v.status_message,
+        created_at_ms: v.created_at_ms,
+        last_updated_at_ms: v.last_updated_at_ms,
+        ttl_ms: v.ttl_ms,
+        poll_interval_ms: v.poll_interval_ms,
+        updated_index: v.updated_index,
+    }
+}
+
+/// A view from a peer; `None` when it is malformed (no status).
+pub fn view_from_pb(v: v1::TaskView) -> Option<TaskView> {
+    Some(TaskView {
+        status: status_from_pb(v1::TaskStatus::try_from(v.status).ok()?)?,
+        task_id: v.task_id,
+        owner: v.owner,
+        session: v.session,
+        status_message: v.status_message,
+        created_at_ms: v.created_at_ms,
+        last_updated_at_ms: v.last_updated_at_ms,
+        ttl_ms: v.ttl_ms,
+        poll_interval_ms: v.poll_interval_ms,
+        updated_index: v.updated_index,
     })
 }
 
@@ -119,13 +151,26 @@ pub fn error_to_status(
     error_to_pb(e, leader_addr).into_status()
 }
 
+/// An error with the chain of its causes, for a message that crosses to another node.
+fn report(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        msg.push_str(": ");
+        msg.push_str(&c.to_string());
+        cause = c.source();
+    }
+    msg
+}
+
 /// A host error as a `TaskError`.
 pub fn error_to_pb(e: &HostError, leader_addr: impl Fn(u64) -> Option<String>) -> v1::TaskError {
-    let msg = e.to_string();
+    use v1::TaskErrorKind as Kind;
+    let msg = report(e);
     match e {
         HostError::NotFound => v1::TaskError::not_found(msg),
         HostError::Terminal(s) => v1::TaskError::terminal(status_to_pb(*s), msg),
-        HostError::Capacity { .. } => v1::TaskError::capacity(msg),
+        HostError::Capacity { limit } => v1::TaskError::capacity(*limit as u64, msg),
         HostError::NotLeader { leader_hint, .. } => v1::TaskError::not_leader(
             leader_hint.map(|id| v1::LeaderHint {
                 node_id: id,
@@ -133,33 +178,48 @@ pub fn error_to_pb(e: &HostError, leader_addr: impl Fn(u64) -> Option<String>) -
             }),
             msg,
         ),
-        HostError::Unavailable(_) | HostError::Internal(_) => v1::TaskError::unavailable(msg),
+        HostError::Unavailable(_) => v1::TaskError::unavailable(msg),
+        HostError::Invalid(_) => v1::TaskError::of_kind(Kind::Invalid, msg),
+        HostError::Misconfigured(_) => v1::TaskError::of_kind(Kind::Misconfigured, msg),
+        HostError::Shard { .. } | HostError::Internal(_) => {
+            v1::TaskError::of_kind(Kind::Internal, msg)
+        }
     }
 }
 
 /// A gRPC status from a peer as a host error.
 pub fn error_from_status(shard: u32, s: &tonic::Status) -> HostError {
-    let Some(e) = v1::TaskError::from_status(s) else {
-        return HostError::Unavailable(format!("peer: {}", s.message()));
-    };
-    error_from_pb(shard, &e)
+    error_from_pb(shard, &v1::TaskError::of_status(s))
 }
 
-/// A `TaskError` from a peer as a host error.
+/// A `TaskError` from a peer as a host error. The peer's message is kept as the detail (a
+/// peer's storage failure arrives as [`HostError::Internal`] with its causes in the text).
 pub fn error_from_pb(shard: u32, e: &v1::TaskError) -> HostError {
+    use v1::TaskErrorKind as Kind;
+    let detail = || e.message.clone();
     match e.kind() {
-        v1::TaskErrorKind::NotFound => HostError::NotFound,
-        v1::TaskErrorKind::Terminal => status_from_pb(e.terminal_status())
+        Kind::NotFound => HostError::NotFound,
+        Kind::Terminal => status_from_pb(e.terminal_status())
             .map(HostError::Terminal)
-            .unwrap_or_else(|| HostError::Internal(e.message.clone())),
-        v1::TaskErrorKind::NotLeader => HostError::NotLeader {
+            .unwrap_or_else(|| {
+                HostError::Internal(format!("a terminal error without its status: {}", detail()))
+            }),
+        Kind::NotLeader => HostError::NotLeader {
             shard,
             leader_hint: e.leader.as_ref().map(|l| l.node_id).filter(|id| *id != 0),
         },
-        v1::TaskErrorKind::Capacity => HostError::Capacity { limit: 0 },
-        v1::TaskErrorKind::Unavailable | v1::TaskErrorKind::Unspecified => {
-            HostError::Unavailable(e.message.clone())
-        }
+        Kind::Capacity => match e.limit {
+            Some(limit) => HostError::Capacity {
+                limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            },
+            None => {
+                HostError::Internal(format!("a capacity error without its limit: {}", detail()))
+            }
+        },
+        Kind::Invalid => HostError::Invalid(detail()),
+        Kind::Misconfigured => HostError::Misconfigured(detail()),
+        Kind::Internal => HostError::Internal(detail()),
+        Kind::Unavailable | Kind::Unspecified => HostError::Unavailable(detail()),
     }
 }
 
@@ -196,21 +256,79 @@ mod tests {
             exec_term: 4,
             updated_index: 5,
         };
+        let view = TaskView::from(&r);
         assert_eq!(record_from_pb(record_to_pb(r.clone())), Some(r));
+        assert_eq!(view_from_pb(view_to_pb(view.clone())), Some(view));
     }
 
+    /// Each host error crosses a gRPC status as the same kind of error, with what the caller
+    /// acts on (terminal status, leader hint, limit) and whether it may be retried.
     #[test]
-    fn errors_round_trip() {
-        for e in [
+    fn errors_keep_their_kind_and_retryability_across_a_status() {
+        let storage = taskmesh_shard::ShardError::storage(std::io::Error::other("disk full"));
+        let cases = [
             HostError::NotFound,
             HostError::Terminal(TaskStatus::Completed),
+            HostError::Capacity { limit: 7 },
             HostError::NotLeader {
                 shard: 3,
                 leader_hint: Some(2),
             },
-        ] {
+            HostError::Unavailable("an election".into()),
+            HostError::Invalid("bad arguments".into()),
+            HostError::Misconfigured("tool x is not served".into()),
+            HostError::from_shard(3, storage),
+            HostError::Internal("a bug".into()),
+        ];
+        for e in cases {
             let s = error_to_status(&e, |_| Some("127.0.0.1:1".into()));
-            assert_eq!(error_from_status(3, &s), e);
+            let back = error_from_status(3, &s);
+            assert_eq!(back.retryable(), e.retryable(), "{e:?} -> {back:?}");
+            match (&e, &back) {
+                (HostError::NotFound, HostError::NotFound)
+                | (HostError::Unavailable(_), HostError::Unavailable(_))
+                | (HostError::Invalid(_), HostError::Invalid(_))
+                | (HostError::Misconfigured(_), HostError::Misconfigured(_))
+                | (HostError::Internal(_), HostError::Internal(_)) => {}
+                (HostError::Shard { .. }, HostError::Internal(m)) => {
+                    assert!(m.contains("disk full"), "the cause travels: {m}")
+                }
+                (HostError::Terminal(a), HostError::Terminal(b)) => assert_eq!(a, b),
+                (HostError::Capacity { limit: a }, HostError::Capacity { limit: b }) => {
+                    assert_eq!(a, b)
+                }
+                (
+                    HostError::NotLeader { leader_hint: a, .. },
+                    HostError::NotLeader { leader_hint: b, .. },
+                ) => assert_eq!(a, b),
+                _ => panic!("{e:?} came back as {back:?}"),
+            }
+        }
+    }
+
+    /// Statuses of the gRPC layer (no TaskError in them) read by their code.
+    #[test]
+    fn plain_statuses_read_by_their_code() {
+        let read = |s: tonic::Status| error_from_status(0, &s);
+        assert!(matches!(
+            read(tonic::Status::internal("x")),
+            HostError::Internal(_)
+        ));
+        assert!(matches!(
+            read(tonic::Status::invalid_argument("x")),
+            HostError::Invalid(_)
+        ));
+        assert!(matches!(
+            read(tonic::Status::unimplemented("x")),
+            HostError::Misconfigured(_)
+        ));
+        for s in [
+            tonic::Status::unavailable("x"),
+            tonic::Status::deadline_exceeded("x"),
+            tonic::Status::cancelled("x"),
+            tonic::Status::unknown("x"),
+        ] {
+            assert!(read(s).retryable());
         }
     }
 }

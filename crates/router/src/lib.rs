@@ -6,7 +6,7 @@
 //! node this node believes leads it; a `NotLeader` answer carries a hint that is followed, and
 //! an unreachable or leaderless shard is retried until `retry_budget` runs out (an election
 //! takes about a second). Every write is idempotent by task id, so a retry never creates or
-//! applies twice. `tasks/list` fans out to every shard and merges the pages in task-id order.
+//! applies twice. `tasks/list` asks every shard in turn and merges the pages in task-id order.
 
 pub mod convert;
 pub mod remote;
@@ -20,12 +20,22 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 
 use serde_json::Value;
-use taskmesh_host::{Attachment, Host, HostError, HostEvent, NewTask};
+use taskmesh_host::{Attachment, Created, Host, HostError, HostEvent, NewTask};
 use taskmesh_mcp::ErrorObject;
-use taskmesh_task::{shard_of, TaskRecord};
+use taskmesh_task::{shard_of, TaskView};
 use tokio::sync::broadcast;
 
-pub use remote::{GetBatching, Peers};
+pub use remote::{GetBatching, PeerAddressError, Peers};
+
+/// Why a peer could not be added.
+#[derive(Debug, thiserror::Error)]
+pub enum AddPeerError {
+    /// A single-node router has no peers.
+    #[error("a single-node router has no peers")]
+    NotACluster,
+    #[error(transparent)]
+    Address(#[from] PeerAddressError),
+}
 
 /// Where a shard's replicas are placed (preferred leader first), from the cluster metadata.
 pub type Placement = Arc<dyn Fn(u32) -> Vec<u64> + Send + Sync>;
@@ -149,9 +159,9 @@ impl Router {
     }
 
     /// Reach node `id` at `addr` (a node joined or moved) and follow its status stream.
-    pub fn add_peer(&self, id: u64, addr: String) -> Result<(), String> {
+    pub fn add_peer(&self, id: u64, addr: String) -> Result<(), AddPeerError> {
         let Some(peers) = &self.peers else {
-            return Err("not a cluster router".into());
+            return Err(AddPeerError::NotACluster);
         };
         peers.set(id, addr)?;
         self.watch_peer(id);
@@ -269,35 +279,38 @@ impl Router {
                     "shard {shard} has no leader"
                 ))),
             };
+            let now = tokio::time::Instant::now();
             match result {
-                Err(HostError::NotLeader { leader_hint, .. })
-                    if tokio::time::Instant::now() < deadline =>
-                {
-                    hint = leader_hint
-                        .filter(|h| Some(*h) != Some(self.node_id) || self.host.leads(shard));
-                    // Replicas that a membership change left behind may name each other as
-                    // leader: after a few hops without an answer, ask the placement instead.
-                    hops += 1;
-                    if hops > 3 {
-                        hops = 0;
-                        hint = None;
-                    }
-                    if let Some(h) = hint {
-                        self.remember_leader(shard, h);
-                    } else {
-                        self.remember_leader(shard, 0);
-                        if misses.fetch_add(1, Ordering::Relaxed) % 3 == 2 {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
+                // Only errors that say "nothing changed, ask again" are retried: a peer's
+                // internal or configuration error is final, and reported as it is.
+                Err(e) if e.retryable() && now < deadline => match e {
+                    HostError::NotLeader { leader_hint, .. } => {
+                        hint = leader_hint
+                            .filter(|h| Some(*h) != Some(self.node_id) || self.host.leads(shard));
+                        // Replicas that a membership change left behind may name each other as
+                        // leader: after a few hops without an answer, ask the placement instead.
+                        hops += 1;
+                        if hops > 3 {
+                            hops = 0;
+                            hint = None;
+                        }
+                        if let Some(h) = hint {
+                            self.remember_leader(shard, h);
+                        } else {
+                            self.remember_leader(shard, 0);
+                            if misses.fetch_add(1, Ordering::Relaxed) % 3 == 2 {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
                         }
                     }
-                }
-                Err(HostError::Unavailable(_))
-                    if tokio::time::Instant::now() < deadline && self.peers.is_some() =>
-                {
-                    self.remember_leader(shard, 0);
-                    misses.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                    // Unavailable: a single node has nowhere else to ask.
+                    e if self.peers.is_none() => return Err(e),
+                    _ => {
+                        self.remember_leader(shard, 0);
+                        misses.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
                 other => {
                     if let (Some(id), Ok(_)) = (remote_id, &other) {
                         self.remember_leader(shard, id);
@@ -308,7 +321,8 @@ impl Router {
         }
     }
 
-    pub async fn create(&self, new: NewTask) -> Result<TaskRecord, HostError> {
+    /// Create a task on its shard's leader (retries return the task the first try created).
+    pub async fn create(&self, new: NewTask) -> Result<Created, HostError> {
         let shard = self.shard_of(&new.task_id);
         self.on_leader(
             shard,
@@ -321,7 +335,7 @@ impl Router {
         .await
     }
 
-    pub async fn get(&self, task_id: &str, owner: &str) -> Result<TaskRecord, HostError> {
+    pub async fn get(&self, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
         Self::check_id(task_id)?;
         let shard = self.shard_of(task_id);
         self.on_leader(
@@ -332,7 +346,7 @@ impl Router {
         .await
     }
 
-    pub async fn cancel(&self, task_id: &str, owner: &str) -> Result<TaskRecord, HostError> {
+    pub async fn cancel(&self, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
         Self::check_id(task_id)?;
         let shard = self.shard_of(task_id);
         self.on_leader(
@@ -407,7 +421,7 @@ impl Router {
         owner: &str,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<(Vec<TaskRecord>, bool), HostError> {
+    ) -> Result<(Vec<TaskView>, bool), HostError> {
         let limit = limit.max(1);
         let mut merged = Vec::new();
         for shard in 0..self.shards {

@@ -9,18 +9,16 @@ use std::time::Duration;
 use futures::StreamExt;
 use parking_lot::RwLock;
 use serde_json::Value;
-use taskmesh_host::{Attachment, HostError, HostEvent, NewTask};
+use taskmesh_host::{Attachment, Created, HostError, HostEvent, NewTask};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
 use taskmesh_rpc::v1::{self, task_service_client::TaskServiceClient};
-use taskmesh_task::{TaskRecord, ToolRequest};
+use taskmesh_task::{TaskRecord, TaskView};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::convert::{
-    error_from_pb, error_from_status, record_from_pb, request_to_pb, status_from_pb,
-};
+use crate::convert::{error_from_pb, error_from_status, record_from_pb, view_from_pb};
 
-/// The most reads one `GetTasks` call or `ReadTasks` batch may carry (the server refuses more).
+/// The most reads one `ReadTasks` batch may carry (the server refuses more).
 pub const MAX_GET_BATCH: usize = 4096;
 
 /// How forwarded polls are coalesced: reads waiting for the same node go out together as one
@@ -43,7 +41,7 @@ impl Default for GetBatching {
 
 type GetWaiter = (
     v1::GetTaskRequest,
-    oneshot::Sender<Result<TaskRecord, HostError>>,
+    oneshot::Sender<Result<TaskView, HostError>>,
 );
 
 /// The reads waiting for one node, and how many batches to it are under way.
@@ -185,6 +183,16 @@ impl PeerReads {
     }
 }
 
+/// A peer's gRPC address that is not one (`host:port`).
+#[derive(Debug, thiserror::Error)]
+#[error("the gRPC address {addr:?} of node {id} is not usable")]
+pub struct PeerAddressError {
+    pub id: u64,
+    pub addr: String,
+    #[source]
+    pub source: tonic::transport::Error,
+}
+
 /// The other nodes of the cluster, by node id. Nodes can be added (or re-addressed) and
 /// removed while requests run.
 pub struct Peers {
@@ -196,7 +204,10 @@ pub struct Peers {
 
 impl Peers {
     /// `addrs`: node id -> gRPC address (`host:port`), this node included or not.
-    pub fn new(addrs: HashMap<u64, String>, request_timeout: Duration) -> Result<Self, String> {
+    pub fn new(
+        addrs: HashMap<u64, String>,
+        request_timeout: Duration,
+    ) -> Result<Self, PeerAddressError> {
         let peers = Self {
             clients: RwLock::new(HashMap::new()),
             request_timeout,
@@ -210,14 +221,18 @@ impl Peers {
     }
 
     /// Reach node `id` at `addr` from now on. Returns whether the node is new.
-    pub fn set(&self, id: u64, addr: String) -> Result<bool, String> {
+    pub fn set(&self, id: u64, addr: String) -> Result<bool, PeerAddressError> {
         if let Some((known, _)) = self.clients.read().get(&id) {
             if *known == addr {
                 return Ok(false);
             }
         }
         let ep = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| format!("peer {id} address {addr}: {e}"))?
+            .map_err(|source| PeerAddressError {
+                id,
+                addr: addr.clone(),
+                source,
+            })?
             .connect_timeout(Duration::from_secs(1))
             .timeout(self.request_timeout)
             .tcp_nodelay(true)
@@ -255,10 +270,6 @@ impl Peers {
         ids
     }
 
-    pub fn address(&self, id: u64) -> Option<String> {
-        self.clients.read().get(&id).map(|(a, _)| a.clone())
-    }
-
     fn client(&self, id: u64) -> Result<TaskServiceClient<Channel>, HostError> {
         self.clients
             .read()
@@ -266,15 +277,16 @@ impl Peers {
             .map(|(_, c)| c.clone())
             .ok_or_else(|| HostError::Unavailable(format!("unknown node {id}")))
     }
-
-    fn record(r: Option<v1::TaskRecord>) -> Result<TaskRecord, HostError> {
-        record_of(r)
-    }
 }
 
 fn record_of(r: Option<v1::TaskRecord>) -> Result<TaskRecord, HostError> {
     r.and_then(record_from_pb)
         .ok_or_else(|| HostError::Internal("malformed task record from a peer".into()))
+}
+
+fn view_of(v: Option<v1::TaskView>) -> Result<TaskView, HostError> {
+    v.and_then(view_from_pb)
+        .ok_or_else(|| HostError::Internal("malformed task from a peer".into()))
 }
 
 /// Send the reads waiting for a node in batches on its `ReadTasks` stream until none waits.
@@ -296,7 +308,7 @@ async fn send_gets(reads: Arc<PeerReads>, max_items: usize, timeout: Duration) {
                 let mut results = results.into_iter();
                 for (tx, shard) in waiters.into_iter().zip(shards) {
                     let answer = match results.next().and_then(|r| r.outcome) {
-                        Some(v1::get_task_result::Outcome::Task(t)) => record_of(Some(t)),
+                        Some(v1::get_task_result::Outcome::Task(t)) => view_of(Some(t)),
                         Some(v1::get_task_result::Outcome::Error(e)) => {
                             Err(error_from_pb(shard, &e))
                         }
@@ -317,31 +329,33 @@ async fn send_gets(reads: Arc<PeerReads>, max_items: usize, timeout: Duration) {
 }
 
 impl Peers {
-    pub async fn create(
-        &self,
-        id: u64,
-        shard: u32,
-        new: &NewTask,
-    ) -> Result<TaskRecord, HostError> {
+    pub async fn create(&self, id: u64, shard: u32, new: &NewTask) -> Result<Created, HostError> {
         let req = v1::CreateTaskRequest {
             shard,
             owner: new.owner.clone(),
             task_id: new.task_id.clone(),
             session: new.session.clone(),
             requested_ttl_ms: new.ttl_ms,
-            request: Some(request_to_pb(ToolRequest {
+            request: Some(v1::ToolRequest {
                 tool: new.tool.clone(),
-                arguments_json: Value::Object(new.arguments.clone()).to_string(),
+                arguments_json: new.arguments_json.clone(),
                 progress_token_json: new.progress_token.as_ref().map(|t| t.to_string()),
-                client: new.client,
-            })),
+                client: Some(v1::ClientCaps {
+                    elicitation: new.client.elicitation,
+                    sampling: new.client.sampling,
+                }),
+            }),
         };
         let r = self
             .client(id)?
             .create_task(req)
             .await
-            .map_err(|s| error_from_status(shard, &s))?;
-        Self::record(r.into_inner().task)
+            .map_err(|s| error_from_status(shard, &s))?
+            .into_inner();
+        Ok(Created {
+            task: view_of(r.task)?,
+            fresh: r.created,
+        })
     }
 
     /// Read a task on node `id`. Reads that wait for the same node at the same time go out
@@ -353,7 +367,7 @@ impl Peers {
         shard: u32,
         task_id: &str,
         owner: &str,
-    ) -> Result<TaskRecord, HostError> {
+    ) -> Result<TaskView, HostError> {
         let reads = {
             let mut gets = self.gets.lock();
             match gets.get(&id) {
@@ -402,19 +416,18 @@ impl Peers {
         shard: u32,
         task_id: &str,
         owner: &str,
-    ) -> Result<TaskRecord, HostError> {
+    ) -> Result<TaskView, HostError> {
         let req = v1::CancelTaskRequest {
             shard,
             owner: owner.into(),
             task_id: task_id.into(),
-            message: None,
         };
         let r = self
             .client(id)?
             .cancel_task(req)
             .await
             .map_err(|s| error_from_status(shard, &s))?;
-        Self::record(r.into_inner().task)
+        view_of(r.into_inner().task)
     }
 
     pub async fn list(
@@ -424,7 +437,7 @@ impl Peers {
         owner: &str,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<TaskRecord>, HostError> {
+    ) -> Result<Vec<TaskView>, HostError> {
         let req = v1::ListTasksRequest {
             shard,
             owner: owner.into(),
@@ -439,7 +452,7 @@ impl Peers {
         r.into_inner()
             .tasks
             .into_iter()
-            .map(|t| Self::record(Some(t)))
+            .map(|t| view_of(Some(t)))
             .collect()
     }
 
@@ -470,9 +483,9 @@ impl Peers {
             Some(Err(s)) => return Err(error_from_status(shard, &s)),
             None => return Err(HostError::Unavailable("attachment closed".into())),
         };
-        let record = match first {
-            Some(Event::Terminal(r)) => return Ok(Attachment::Terminal(Self::record(Some(r))?)),
-            Some(Event::Current(r)) => Self::record(Some(r))?,
+        let task = match first {
+            Some(Event::Terminal(r)) => return Ok(Attachment::Terminal(record_of(Some(r))?)),
+            Some(Event::Current(v)) => view_of(Some(v))?,
             _ => {
                 return Err(HostError::Internal(
                     "unexpected first attachment event".into(),
@@ -500,7 +513,7 @@ impl Peers {
             }
         });
         Ok(Attachment::Live {
-            record,
+            task,
             messages,
             done,
         })
@@ -568,37 +581,10 @@ pub(crate) async fn watch(peers: Arc<Peers>, id: u64, out: broadcast::Sender<Hos
                 let mut stream = resp.into_inner();
                 while let Some(Ok(ev)) = stream.next().await {
                     let ev = match ev.event {
-                        Some(Event::Status(s)) => {
-                            let Some(status) = v1::TaskStatus::try_from(s.status)
-                                .ok()
-                                .and_then(status_from_pb)
-                            else {
-                                continue;
-                            };
-                            let record = TaskRecord {
-                                task_id: s.task_id,
-                                owner: s.owner,
-                                session: s.session,
-                                status,
-                                status_message: s.status_message,
-                                created_at_ms: s.created_at_ms,
-                                last_updated_at_ms: s.last_updated_at_ms,
-                                ttl_ms: s.ttl_ms,
-                                poll_interval_ms: s.poll_interval_ms,
-                                request: ToolRequest {
-                                    tool: String::new(),
-                                    arguments_json: "{}".into(),
-                                    progress_token_json: None,
-                                    client: Default::default(),
-                                },
-                                outcome: None,
-                                exec_term: 0,
-                                updated_index: s.updated_index,
-                            };
-                            HostEvent::Status {
-                                record: Box::new(record),
-                            }
-                        }
+                        Some(Event::Status(v)) => match view_from_pb(v) {
+                            Some(task) => HostEvent::Status { task },
+                            None => continue,
+                        },
                         Some(Event::Message(m)) => HostEvent::SessionMessage {
                             session: m.session,
                             task_id: m.task_id,

@@ -6,7 +6,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
-use serde_json::{Map, Value};
 use taskmesh_host::{Attachment, Host, HostEvent, NewTask};
 use taskmesh_mcp::jsonrpc::{self, Message};
 use taskmesh_rpc::v1::{self, task_service_server::TaskService};
@@ -14,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::convert::{error_to_pb, error_to_status, record_to_pb, request_from_pb, status_to_pb};
+use crate::convert::{error_to_pb, error_to_status, record_to_pb, request_from_pb, view_to_pb};
 
 /// Resolves a node id to the MCP-independent gRPC address peers can reach it at.
 pub type AddressBook = Arc<dyn Fn(u64) -> Option<String> + Send + Sync>;
@@ -64,11 +63,17 @@ async fn answer_reads(
         .into_iter()
         .map(|r| v1::GetTaskResult {
             outcome: Some(match r {
-                Ok(record) => v1::get_task_result::Outcome::Task(record_to_pb(record)),
+                Ok(task) => v1::get_task_result::Outcome::Task(view_to_pb(task)),
                 Err(e) => v1::get_task_result::Outcome::Error(error_to_pb(&e, |id| book(id))),
             }),
         })
         .collect()
+}
+
+/// Whether `text` is one JSON object (checked without building a value).
+fn is_json_object(text: &str) -> bool {
+    text.trim_start().starts_with('{')
+        && serde_json::from_str::<&serde_json::value::RawValue>(text).is_ok()
 }
 
 type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -83,8 +88,13 @@ impl TaskService for TaskGrpc {
         let Some(tool) = r.request.map(request_from_pb) else {
             return Err(Status::invalid_argument("request is required"));
         };
-        let arguments: Map<String, Value> = serde_json::from_str(&tool.arguments_json)
-            .map_err(|e| Status::invalid_argument(format!("arguments_json: {e}")))?;
+        // The gateway that accepted the call validated the arguments; a peer's text is only
+        // checked to be a JSON object (no value is built from it).
+        if !is_json_object(&tool.arguments_json) {
+            return Err(Status::invalid_argument(
+                "arguments_json is not a JSON object",
+            ));
+        }
         let progress_token = match &tool.progress_token_json {
             None => None,
             Some(t) => Some(
@@ -97,45 +107,20 @@ impl TaskService for TaskGrpc {
             owner: r.owner,
             session: r.session,
             tool: tool.tool,
-            arguments,
+            arguments_json: tool.arguments_json,
             progress_token,
             ttl_ms: r.requested_ttl_ms,
             client: tool.client,
         };
-        let record = self
+        let created = self
             .host
             .create(r.shard, new)
             .await
             .map_err(|e| self.err(&e))?;
         Ok(Response::new(v1::CreateTaskResponse {
-            task: Some(record_to_pb(record)),
-            created: true,
+            task: Some(view_to_pb(created.task)),
+            created: created.fresh,
         }))
-    }
-
-    async fn get_task(
-        &self,
-        request: Request<v1::GetTaskRequest>,
-    ) -> Result<Response<v1::GetTaskResponse>, Status> {
-        let r = request.into_inner();
-        let record = self
-            .host
-            .get(r.shard, &r.task_id, &r.owner)
-            .await
-            .map_err(|e| self.err(&e))?;
-        Ok(Response::new(v1::GetTaskResponse {
-            task: Some(record_to_pb(record)),
-        }))
-    }
-
-    async fn get_tasks(
-        &self,
-        request: Request<v1::GetTasksRequest>,
-    ) -> Result<Response<v1::GetTasksResponse>, Status> {
-        let gets = request.into_inner().gets;
-        check_batch(gets.len())?;
-        let results = answer_reads(&self.host, &self.book, &gets).await;
-        Ok(Response::new(v1::GetTasksResponse { results }))
     }
 
     type ReadTasksStream = EventStream<v1::ReadTasksResponse>;
@@ -195,7 +180,7 @@ impl TaskService for TaskGrpc {
         let more = tasks.len() > limit;
         tasks.truncate(limit);
         Ok(Response::new(v1::ListTasksResponse {
-            tasks: tasks.into_iter().map(record_to_pb).collect(),
+            tasks: tasks.into_iter().map(view_to_pb).collect(),
             more,
         }))
     }
@@ -205,13 +190,13 @@ impl TaskService for TaskGrpc {
         request: Request<v1::CancelTaskRequest>,
     ) -> Result<Response<v1::CancelTaskResponse>, Status> {
         let r = request.into_inner();
-        let record = self
+        let task = self
             .host
             .cancel(r.shard, &r.task_id, &r.owner)
             .await
             .map_err(|e| self.err(&e))?;
         Ok(Response::new(v1::CancelTaskResponse {
-            task: Some(record_to_pb(record)),
+            task: Some(view_to_pb(task)),
         }))
     }
 
@@ -238,7 +223,7 @@ impl TaskService for TaskGrpc {
                     .await;
             }
             Attachment::Live {
-                record,
+                task: current,
                 mut messages,
                 mut done,
             } => {
@@ -251,7 +236,7 @@ impl TaskService for TaskGrpc {
                                 .is_ok()
                         }
                     };
-                    if !send(Event::Current(record_to_pb(record))).await {
+                    if !send(Event::Current(view_to_pb(current))).await {
                         return;
                     }
                     let mut open = true;
@@ -306,19 +291,8 @@ impl TaskService for TaskGrpc {
                     Err(_) => return,
                 };
                 let out = match ev {
-                    HostEvent::Status { record } => match &record.session {
-                        Some(s) if wanted(s) => Event::Status(v1::TaskStatusChange {
-                            task_id: record.task_id.clone(),
-                            owner: record.owner.clone(),
-                            session: record.session.clone(),
-                            status: status_to_pb(record.status) as i32,
-                            status_message: record.status_message.clone(),
-                            created_at_ms: record.created_at_ms,
-                            last_updated_at_ms: record.last_updated_at_ms,
-                            ttl_ms: record.ttl_ms,
-                            poll_interval_ms: record.poll_interval_ms,
-                            updated_index: record.updated_index,
-                        }),
+                    HostEvent::Status { task } => match &task.session {
+                        Some(s) if wanted(s) => Event::Status(view_to_pb(task)),
                         _ => continue,
                     },
                     HostEvent::SessionMessage {

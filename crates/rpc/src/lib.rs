@@ -1,6 +1,6 @@
 //! The internal gRPC API of taskmesh, generated from the workspace's `proto/` directory.
 //!
-//! Two services make up the API of package `taskmesh.v1`:
+//! Three services make up the API of package `taskmesh.v1`:
 //!
 //! * [`v1::raft_transport_server::RaftTransport`]: the Raft traffic between nodes. One channel
 //!   per pair of nodes carries the messages of every Raft group; each message names its group
@@ -9,6 +9,8 @@
 //! * [`v1::task_service_server::TaskService`]: what a gateway asks the leader of a shard
 //!   (create, get, list, cancel, attach to a result, watch status changes, deliver a client's
 //!   answer to an elicitation or sampling request).
+//! * [`v1::cluster_service_server::ClusterService`]: the cluster metadata (membership and
+//!   placement): read it, and change it through the metadata group's leader.
 //!
 //! Errors a router must act on travel as a [`v1::TaskError`] in the metadata of the failing
 //! gRPC status; [`v1::TaskError::into_status`] and [`v1::TaskError::from_status`] convert in
@@ -39,16 +41,6 @@ pub const METADATA_GROUP: u32 = u32::MAX;
 /// [`v1::TaskError`].
 pub const TASK_ERROR_METADATA_KEY: &str = "taskmesh-task-error-bin";
 
-impl v1::TaskStatus {
-    /// Whether the status is final (completed, failed or cancelled).
-    pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            v1::TaskStatus::Completed | v1::TaskStatus::Failed | v1::TaskStatus::Cancelled
-        )
-    }
-}
-
 impl v1::TaskError {
     /// The task does not exist (or is not visible to the asking principal).
     pub fn not_found(message: impl Into<String>) -> Self {
@@ -69,9 +61,11 @@ impl v1::TaskError {
         e
     }
 
-    /// The node runs as many live tasks as it may.
-    pub fn capacity(message: impl Into<String>) -> Self {
-        Self::of_kind(v1::TaskErrorKind::Capacity, message)
+    /// The node runs as many live tasks as it may: `limit`.
+    pub fn capacity(limit: u64, message: impl Into<String>) -> Self {
+        let mut e = Self::of_kind(v1::TaskErrorKind::Capacity, message);
+        e.limit = Some(limit);
+        e
     }
 
     /// The shard cannot serve right now.
@@ -79,12 +73,15 @@ impl v1::TaskError {
         Self::of_kind(v1::TaskErrorKind::Unavailable, message)
     }
 
-    fn of_kind(kind: v1::TaskErrorKind, message: impl Into<String>) -> Self {
+    /// An error of `kind` with no further detail (for the kinds without a constructor of
+    /// their own: invalid, misconfigured, internal).
+    pub fn of_kind(kind: v1::TaskErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind: kind as i32,
             message: message.into(),
             terminal_status: None,
             leader: None,
+            limit: None,
         }
     }
 
@@ -96,6 +93,9 @@ impl v1::TaskError {
                 tonic::Code::FailedPrecondition
             }
             v1::TaskErrorKind::Capacity => tonic::Code::ResourceExhausted,
+            v1::TaskErrorKind::Invalid => tonic::Code::InvalidArgument,
+            v1::TaskErrorKind::Misconfigured => tonic::Code::FailedPrecondition,
+            v1::TaskErrorKind::Internal => tonic::Code::Internal,
             v1::TaskErrorKind::Unavailable | v1::TaskErrorKind::Unspecified => {
                 tonic::Code::Unavailable
             }
@@ -113,12 +113,32 @@ impl v1::TaskError {
         status
     }
 
-    /// The task error a gRPC status carries, if any. `None` for a status without one (a
-    /// transport failure, an internal error, a malformed request) or with an undecodable one.
+    /// The task error a gRPC status carries, if any. `None` for a status without one (from the
+    /// gRPC layer: a transport failure, a deadline, a request that does not decode) or with an
+    /// undecodable one.
     pub fn from_status(status: &tonic::Status) -> Option<Self> {
         let value = status.metadata().get_bin(TASK_ERROR_METADATA_KEY)?;
         let bytes = value.to_bytes().ok()?;
         Self::decode(bytes).ok()
+    }
+
+    /// The task error a gRPC status stands for: the one it carries, or for a status of the
+    /// gRPC layer the kind its code means (see the error encoding in `tasks.proto`).
+    pub fn of_status(status: &tonic::Status) -> Self {
+        if let Some(e) = Self::from_status(status) {
+            return e;
+        }
+        use tonic::Code;
+        let kind = match status.code() {
+            Code::InvalidArgument | Code::OutOfRange => v1::TaskErrorKind::Invalid,
+            Code::Internal | Code::DataLoss => v1::TaskErrorKind::Internal,
+            Code::FailedPrecondition
+            | Code::Unimplemented
+            | Code::PermissionDenied
+            | Code::Unauthenticated => v1::TaskErrorKind::Misconfigured,
+            _ => v1::TaskErrorKind::Unavailable,
+        };
+        Self::of_kind(kind, format!("peer: {}", status.message()))
     }
 }
 

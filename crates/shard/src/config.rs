@@ -67,7 +67,7 @@ impl ShardConfig {
             ..Config::default()
         };
         cfg.validate()
-            .map_err(|e| ShardError::Fatal(format!("invalid raft configuration: {e}")))
+            .map_err(|e| ShardError::Invalid(format!("invalid raft configuration: {e}")))
     }
 }
 
@@ -93,6 +93,6 @@ mod tests {
             election_timeout_min_ms: 50,
             ..ShardConfig::default()
         };
-        assert!(matches!(cfg.raft_config(), Err(ShardError::Fatal(_))));
+        assert!(matches!(cfg.raft_config(), Err(ShardError::Invalid(_))));
     }
 }

@@ -1,31 +1,58 @@
 //! The errors a shard replica reports, and their translation from openraft's errors.
 
+use std::sync::Arc;
+
 use openraft::errors::{
     ClientWriteError, Fatal, ForwardToLeader, InitializeError, LinearizableReadError, RaftError,
 };
 
 use crate::types::TypeConfig;
 
+/// The cause of a storage failure, shared by every waiter the failure is reported to.
+pub type StorageCause = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ShardError {
     /// This replica is not the leader of its group; `leader_hint` is the leader it knows of.
+    /// Nothing changed; the request may be retried at the leader.
     #[error("not the shard leader (leader hint: {leader_hint:?})")]
     NotLeader { leader_hint: Option<u64> },
     /// The group cannot serve the request now (no quorum, timed out, shutting down, ...).
+    /// Nothing changed (or, for a proposal that may still commit, the message says so); the
+    /// request may be retried.
     #[error("shard unavailable: {0}")]
     Unavailable(String),
+    /// The caller asked for something this replica can never do as asked (a membership that
+    /// leaves out this node, a member without an address, a configuration openraft refuses).
+    #[error("invalid shard request: {0}")]
+    Invalid(String),
     /// Reading or writing the replica's storage failed.
-    #[error("shard storage error: {0}")]
-    Storage(String),
-    /// The replica is broken and must be restarted.
+    #[error("shard storage error")]
+    Storage(#[source] StorageCause),
+    /// The replica is broken and must be restarted (its Raft core panicked).
     #[error("shard fatal error: {0}")]
     Fatal(String),
+}
+
+impl ShardError {
+    /// A storage failure with its cause.
+    pub fn storage(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ShardError::Storage(Arc::new(e))
+    }
+
+    /// Whether the same request may succeed later without any change by the caller.
+    pub fn retryable(&self) -> bool {
+        matches!(
+            self,
+            ShardError::NotLeader { .. } | ShardError::Unavailable(_)
+        )
+    }
 }
 
 impl From<Fatal<TypeConfig>> for ShardError {
     fn from(f: Fatal<TypeConfig>) -> Self {
         match f {
-            Fatal::StorageError(e) => ShardError::Storage(e.to_string()),
+            Fatal::StorageError(e) => ShardError::storage(e),
             Fatal::Stopped => ShardError::Unavailable("the shard's raft has stopped".into()),
             Fatal::Panicked => ShardError::Fatal("the shard's raft core panicked".into()),
         }
@@ -34,13 +61,13 @@ impl From<Fatal<TypeConfig>> for ShardError {
 
 impl From<sled::Error> for ShardError {
     fn from(e: sled::Error) -> Self {
-        ShardError::Storage(e.to_string())
+        ShardError::storage(e)
     }
 }
 
 impl From<std::io::Error> for ShardError {
     fn from(e: std::io::Error) -> Self {
-        ShardError::Storage(e.to_string())
+        ShardError::storage(e)
     }
 }
 
@@ -83,7 +110,7 @@ impl From<RaftError<TypeConfig, InitializeError<TypeConfig>>> for ShardError {
     fn from(e: RaftError<TypeConfig, InitializeError<TypeConfig>>) -> Self {
         match e {
             RaftError::Fatal(f) => f.into(),
-            RaftError::APIError(api) => ShardError::Fatal(api.to_string()),
+            RaftError::APIError(api) => ShardError::Invalid(api.to_string()),
         }
     }
 }

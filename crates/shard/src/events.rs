@@ -17,15 +17,6 @@ pub enum ShardEvent {
     Expired { index: u64, task_ids: Vec<String> },
 }
 
-impl ShardEvent {
-    /// The log index of the command that caused the event.
-    pub fn index(&self) -> u64 {
-        match self {
-            ShardEvent::Changed { index, .. } | ShardEvent::Expired { index, .. } => *index,
-        }
-    }
-}
-
 /// This replica's view of its group's leadership.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Leadership {

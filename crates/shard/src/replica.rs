@@ -226,7 +226,7 @@ impl ShardReplica {
     pub async fn bootstrap(&self, members: BTreeMap<u64, String>) -> Result<(), ShardError> {
         let me = self.inner.cfg.node_id;
         if !members.contains_key(&me) {
-            return Err(ShardError::Fatal(format!(
+            return Err(ShardError::Invalid(format!(
                 "node {me} is not among the initial members {:?} of shard {}",
                 members.keys().collect::<Vec<_>>(),
                 self.inner.cfg.shard_id
@@ -234,7 +234,7 @@ impl ShardReplica {
         }
         if members.len() > 1 {
             if let Some((id, _)) = members.iter().find(|(_, addr)| addr.trim().is_empty()) {
-                return Err(ShardError::Fatal(format!(
+                return Err(ShardError::Invalid(format!(
                     "member {id} of shard {} has no address",
                     self.inner.cfg.shard_id
                 )));
@@ -446,13 +446,13 @@ impl ShardReplica {
     /// node keeps its id and its role). Returns once the new membership is committed.
     pub async fn set_node_addr(&self, node_id: u64, addr: String) -> Result<(), ShardError> {
         if addr.trim().is_empty() {
-            return Err(ShardError::Fatal(format!(
+            return Err(ShardError::Invalid(format!(
                 "empty address for node {node_id} of shard {}",
                 self.inner.cfg.shard_id
             )));
         }
         if !self.members().contains_key(&node_id) {
-            return Err(ShardError::Fatal(format!(
+            return Err(ShardError::Invalid(format!(
                 "node {node_id} is not a member of shard {}",
                 self.inner.cfg.shard_id
             )));
@@ -497,7 +497,7 @@ impl ShardReplica {
     /// without waiting for it to catch up (see [`ShardReplica::replication`]). Leader only.
     pub async fn add_learner(&self, id: u64, addr: String) -> Result<(), ShardError> {
         if addr.trim().is_empty() {
-            return Err(ShardError::Fatal(format!("node {id} has no address")));
+            return Err(ShardError::Invalid(format!("node {id} has no address")));
         }
         match self
             .inner
@@ -514,7 +514,9 @@ impl ShardReplica {
     /// leave the group. Returns once the new membership is committed. Leader only.
     pub async fn set_voters(&self, voters: BTreeSet<u64>) -> Result<(), ShardError> {
         if voters.is_empty() {
-            return Err(ShardError::Fatal("a group needs at least one voter".into()));
+            return Err(ShardError::Invalid(
+                "a group needs at least one voter".into(),
+            ));
         }
         self.change_members(openraft::ChangeMembers::ReplaceAllVoters(voters), false)
             .await
@@ -571,7 +573,7 @@ impl ShardReplica {
             return Ok(());
         }
         if !self.voters().contains(&to) {
-            return Err(ShardError::Fatal(format!(
+            return Err(ShardError::Invalid(format!(
                 "node {to} is not a voter of shard {}",
                 self.inner.cfg.shard_id
             )));
@@ -639,7 +641,7 @@ impl ShardReplica {
             .raft
             .shutdown()
             .await
-            .map_err(|e| ShardError::Fatal(format!("raft shutdown failed: {e}")))?;
+            .map_err(|e| ShardError::Fatal(format!("the raft core failed while stopping: {e}")))?;
         self.inner.watcher.abort();
         crate::storage::flush(&self.inner.db).await?;
         Ok(())
@@ -654,7 +656,7 @@ impl ShardReplica {
             self.inner
                 .db
                 .drop_tree(crate::storage::tree_name(shard, kind))
-                .map_err(|e| ShardError::Fatal(format!("deleting shard {shard}: {e}")))?;
+                .map_err(ShardError::storage)?;
         }
         crate::storage::flush(&self.inner.db).await?;
         Ok(())

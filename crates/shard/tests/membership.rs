@@ -34,12 +34,12 @@ async fn bootstrap_checks_its_member_list() {
     let without_me = BTreeMap::from([(2, "127.0.0.1:7002".to_string())]);
     assert!(matches!(
         replica.bootstrap(without_me).await,
-        Err(ShardError::Fatal(_))
+        Err(ShardError::Invalid(_))
     ));
     let no_address = BTreeMap::from([(1, "127.0.0.1:7001".to_string()), (2, String::new())]);
     assert!(matches!(
         replica.bootstrap(no_address).await,
-        Err(ShardError::Fatal(_))
+        Err(ShardError::Invalid(_))
     ));
     assert!(
         replica.members().is_empty(),
@@ -103,11 +103,11 @@ async fn an_address_change_reaches_the_members_watch() {
 
     assert!(matches!(
         replica.set_node_addr(9, "127.0.0.1:7009".to_string()).await,
-        Err(ShardError::Fatal(_))
+        Err(ShardError::Invalid(_))
     ));
     assert!(matches!(
         replica.set_node_addr(1, " ".to_string()).await,
-        Err(ShardError::Fatal(_))
+        Err(ShardError::Invalid(_))
     ));
     replica.shutdown().await.unwrap();
 }
@@ -122,7 +122,7 @@ async fn a_lone_voter_has_nobody_to_hand_over_to() {
     replica.transfer_leader(1).await.unwrap();
     assert!(matches!(
         replica.transfer_leader(5).await,
-        Err(ShardError::Fatal(_))
+        Err(ShardError::Invalid(_))
     ));
     assert_eq!(replica.step_down(WAIT).await.unwrap(), None);
     assert!(replica.is_leader(), "still the leader");

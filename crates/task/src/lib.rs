@@ -1,9 +1,10 @@
 //! The task domain.
 //!
-//! A task is a deferred `tools/call`. Its durable form is a [`TaskRecord`]; its lifecycle is the
-//! status state machine in [`status`]; everything that changes a record is a [`Command`] carried
-//! by a shard's Raft log and applied by [`ShardState::apply`], a pure function of (state,
-//! command, log index). Time is always passed in, never read here, so that every replica
+//! A task is a deferred `tools/call`. Its durable form is a [`TaskRecord`] with a
+//! [`TaskStatus`]; everything that changes a record is a [`Command`] carried by a shard's Raft
+//! log and applied by [`ShardState::apply`] (in [`state`], where the lifecycle's transitions are
+//! decided: terminal statuses are sticky, `cancelled` beats a late completion, an older
+//! execution term cannot change a record), a pure function of (state, command, log index). Time is always passed in, never read here, so that every replica
 //! applying the same log reaches the same state.
 
 pub mod cluster;
@@ -14,7 +15,7 @@ pub mod status;
 
 pub use cluster::{ClusterMeta, MetaCommand, MetaRejection};
 pub use command::{Applied, Command, Rejection};
-pub use record::{ClientCaps, Outcome, TaskRecord, ToolRequest};
+pub use record::{ClientCaps, Outcome, TaskRecord, TaskView, ToolRequest};
 pub use state::ShardState;
 pub use status::TaskStatus;
 

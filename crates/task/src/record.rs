@@ -80,3 +80,38 @@ impl TaskRecord {
         self.expires_at_ms().is_some_and(|at| now_ms >= at)
     }
 }
+
+/// What a poll, a cancel, a list and a status event show of a task: the fields of an MCP Task
+/// object and what routing needs (the owner, the session its notifications go to, the change
+/// index). Built from a record without touching its request or outcome, which only
+/// `tasks/result`, the log and snapshots need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskView {
+    pub task_id: TaskId,
+    pub owner: String,
+    pub session: Option<String>,
+    pub status: TaskStatus,
+    pub status_message: Option<String>,
+    pub created_at_ms: u64,
+    pub last_updated_at_ms: u64,
+    pub ttl_ms: Option<u64>,
+    pub poll_interval_ms: u64,
+    pub updated_index: u64,
+}
+
+impl From<&TaskRecord> for TaskView {
+    fn from(r: &TaskRecord) -> Self {
+        Self {
+            task_id: r.task_id.clone(),
+            owner: r.owner.clone(),
+            session: r.session.clone(),
+            status: r.status,
+            status_message: r.status_message.clone(),
+            created_at_ms: r.created_at_ms,
+            last_updated_at_ms: r.last_updated_at_ms,
+            ttl_ms: r.ttl_ms,
+            poll_interval_ms: r.poll_interval_ms,
+            updated_index: r.updated_index,
+        }
+    }
+}

@@ -36,12 +36,6 @@ impl TaskStatus {
         )
     }
 
-    /// Whether the lifecycle allows `self -> next`. A status may be re-asserted
-    /// (`working -> working` with a new message) while it is not terminal.
-    pub fn can_become(self, _next: TaskStatus) -> bool {
-        !self.is_terminal()
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             TaskStatus::Working => "working",
@@ -56,19 +50,5 @@ impl TaskStatus {
 impl std::fmt::Display for TaskStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn terminal_states_accept_nothing() {
-        for from in TaskStatus::ALL {
-            for to in TaskStatus::ALL {
-                assert_eq!(from.can_become(to), !from.is_terminal(), "{from} -> {to}");
-            }
-        }
     }
 }

@@ -6,84 +6,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
-use taskmesh_host::{Host, HostConfig, HostError, NewTask};
+use serde_json::{json, Value};
+use taskmesh_host::HostError;
 use taskmesh_router::remote::{Peers, MAX_GET_BATCH};
-use taskmesh_router::service::TaskGrpc;
 use taskmesh_rpc::v1::{self, get_task_result::Outcome, task_service_client::TaskServiceClient};
-use taskmesh_shard::{ShardConfig, ShardReplica};
-use taskmesh_tools::ToolRegistry;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-const TASK: &str = "0123456789abcdef0123456789abcdef";
-
-/// A node with one shard it leads and one running task owned by alice.
-async fn host(dir: &std::path::Path) -> Host {
-    let db = sled::Config::new().path(dir).open().unwrap();
-    let host = Host::new(
-        HostConfig::default(),
-        Arc::new(ToolRegistry::with_builtins()),
-        1,
-    );
-    let cfg = ShardConfig {
-        shard_id: 0,
-        node_id: 1,
-        ..ShardConfig::default()
-    };
-    let replica = ShardReplica::open(db, cfg).await.unwrap();
-    replica.bootstrap_single().await.unwrap();
-    host.add_shard(replica.clone()).unwrap();
-    replica.wait_leader(Duration::from_secs(30)).await.unwrap();
-    let mut arguments = Map::new();
-    arguments.insert("seconds".into(), json!(3600));
-    host.create(
-        0,
-        NewTask {
-            task_id: TASK.into(),
-            owner: "alice".into(),
-            session: None,
-            tool: "slow_compute".into(),
-            arguments,
-            progress_token: None,
-            ttl_ms: None,
-            client: Default::default(),
-        },
-    )
-    .await
-    .unwrap();
-    host
-}
-
-/// Serve `host`'s TaskService at `addr` on a runtime of its own: shutting that runtime down
-/// ends the server and every connection to it at once, as a process exit would.
-fn serve(host: &Host, addr: &str) -> tokio::runtime::Runtime {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = {
-        let _in_rt = rt.enter();
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        // The address of a server that just went away is taken again at once.
-        socket.set_reuseaddr(true).unwrap();
-        socket.bind(addr.parse().unwrap()).unwrap();
-        socket.listen(64).unwrap()
-    };
-    let svc = TaskGrpc::new(host.clone(), Arc::new(|_| None)).into_server();
-    rt.spawn(
-        tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-    );
-    rt
-}
-
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
+use crate::support::{free_addr, host, serve, TASK};
 
 fn get(owner: &str, task_id: &str) -> v1::GetTaskRequest {
     v1::GetTaskRequest {
