@@ -12,7 +12,9 @@
 # per core and with one thread, and the higher rate is the ceiling (so that a thread setting
 # that suits this machine never flatters taskmesh). taskmesh reads its settings from the
 # environment as usual (TASKMESH_WORKER_THREADS=1, say). Reports (JSON) go to OUT (default
-# target/bench-results/MODE); SKIP_PEER=1 leaves out the FastMCP peer.
+# target/bench-results/MODE); SKIP_PEER=1 leaves out the FastMCP peer. After the taskmesh run
+# it prints the CPU time each taskmesh process spent during it (/proc/PID/stat), per request
+# answered.
 set -euo pipefail
 mode=${1:-single}
 shift || true
@@ -64,10 +66,17 @@ answer_bytes() {
     curl -s "${h[@]}" "$u" -d '{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"'"$t"'"}}' | wc -c
 }
 
+# CPU time (user + system, in clock ticks) of each process of $tm_pids, one line each.
+cpu_ticks() {
+    for p in "${tm_pids[@]}"; do
+        awk '{print $14 + $15}' "/proc/$p/stat"
+    done
+}
 if [ "$mode" = single ]; then
     port=$(free_port)
     "$bin/taskmesh" serve --listen "127.0.0.1:$port" --data-dir "$work/data" >"$work/taskmesh.log" 2>&1 &
     pids+=($!)
+    tm_pids=($!)
     wait_port "$port"
     url=http://127.0.0.1:$port/mcp
     extra=()
@@ -76,6 +85,8 @@ else
         "$root/cluster/start.sh" 3 "$work/cluster" >"$work/start.log"
     url=$(awk '/node 1/{for(i=1;i<=NF;i++) if($i ~ /^http/) print $i}' "$work/start.log" | head -1)
     [ -n "$url" ] || { cat "$work/start.log" >&2; exit 1; }
+    tm_pids=()
+    for i in 1 2 3; do tm_pids+=("$(cat "$work/cluster/node-$i.pid")"); done
     # Let the groups elect and settle on their preferred leaders before measuring.
     sleep 8
     extra=(--remote-only)
@@ -106,7 +117,17 @@ json.dump(r, open(f"{out}/ceiling.json", "w"))
 print(f"ceiling: the run with threads = {best}")
 PY
 echo "== taskmesh ($mode)"
+before=$(cpu_ticks | tr '\n' ' ')
 "$bin/loadgen" --url "$url" --target "taskmesh-$mode" "${args[@]}" "${extra[@]}" --json "$out/taskmesh.json"
+after=$(cpu_ticks | tr '\n' ' ')
+python3 - "$out/taskmesh.json" "$(getconf CLK_TCK)" "$before" "$after" <<'PY'
+import json, sys
+ok = json.load(open(sys.argv[1]))["ok"]
+tick = int(sys.argv[2])
+before, after = (list(map(int, a.split())) for a in sys.argv[3:5])
+per = [(a - b) / tick / max(ok, 1) * 1e6 for a, b in zip(after, before)]
+print("CPU per answered request: " + ", ".join(f"node {i + 1} {us:.1f} µs" for i, us in enumerate(per)))
+PY
 reports=("$out/ceiling.json" "$out/taskmesh.json")
 if [ "$mode" = single ] && [ "${SKIP_PEER:-}" != 1 ]; then
     echo "== FastMCP peer"

@@ -54,6 +54,8 @@ pub struct Membership {
     seeds: BTreeMap<u64, String>,
     /// How long [`Membership::propose`] keeps trying.
     retry_budget: Duration,
+    /// The channel to each peer address proposals went to, kept for the next ones.
+    channels: parking_lot::Mutex<HashMap<String, tonic::transport::Channel>>,
 }
 
 impl Membership {
@@ -68,7 +70,25 @@ impl Membership {
             meta,
             seeds,
             retry_budget,
+            channels: parking_lot::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The metadata service of the peer at `addr`, through the channel kept for it.
+    fn client(
+        &self,
+        addr: &str,
+    ) -> Result<ClusterServiceClient<tonic::transport::Channel>, String> {
+        let mut channels = self.channels.lock();
+        let channel = match channels.get(addr) {
+            Some(c) => c.clone(),
+            None => {
+                let c = cluster_endpoint(addr)?.connect_lazy();
+                channels.insert(addr.to_string(), c.clone());
+                c
+            }
+        };
+        Ok(ClusterServiceClient::new(channel))
     }
 
     /// The metadata as this node has applied it.
@@ -131,7 +151,11 @@ impl Membership {
                     (!list.is_empty()).then(|| list[turn % list.len()].clone())
                 });
                 if let Some((id, addr)) = target {
-                    match propose_remote(&addr, &change).await {
+                    let sent = match self.client(&addr) {
+                        Ok(client) => propose_remote(client, &change).await,
+                        Err(m) => Err(RemoteError::Failed(m)),
+                    };
+                    match sent {
                         Ok(done) => return Ok(done),
                         Err(RemoteError::Refused(m)) => return Err(MetaError::Refused(m)),
                         Err(RemoteError::NotLeader(Some(h))) if h.0 != id => hint = Some(h),
@@ -156,21 +180,27 @@ enum RemoteError {
     Failed(String),
 }
 
+/// How long one call to a peer's metadata service may take.
+const CLUSTER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn cluster_endpoint(addr: &str) -> Result<Endpoint, String> {
+    Ok(taskmesh_rpc::dial::endpoint(addr)
+        .map_err(|e| e.to_string())?
+        .timeout(CLUSTER_CALL_TIMEOUT))
+}
+
 fn cluster_client(addr: &str) -> Result<ClusterServiceClient<tonic::transport::Channel>, String> {
-    let ep = Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| format!("address {addr}: {e}"))?
-        .connect_timeout(Duration::from_secs(1))
-        .timeout(Duration::from_secs(5));
-    Ok(ClusterServiceClient::new(ep.connect_lazy()))
+    Ok(ClusterServiceClient::new(
+        cluster_endpoint(addr)?.connect_lazy(),
+    ))
 }
 
 async fn propose_remote(
-    addr: &str,
+    mut client: ClusterServiceClient<tonic::transport::Channel>,
     change: &MetaCommand,
 ) -> Result<(ClusterMeta, bool), RemoteError> {
     let change_json =
         serde_json::to_string(change).map_err(|e| RemoteError::Failed(e.to_string()))?;
-    let mut client = cluster_client(addr).map_err(RemoteError::Failed)?;
     match client
         .propose_change(v1::ProposeChangeRequest { change_json })
         .await
@@ -213,7 +243,8 @@ pub async fn fetch_metadata(addr: &str) -> anyhow::Result<ClusterMeta> {
 pub async fn propose_via(addr: &str, change: MetaCommand) -> anyhow::Result<(ClusterMeta, bool)> {
     let mut addr = addr.to_string();
     for _ in 0..10 {
-        match propose_remote(&addr, &change).await {
+        let client = cluster_client(&addr).map_err(anyhow::Error::msg)?;
+        match propose_remote(client, &change).await {
             Ok(done) => return Ok(done),
             Err(RemoteError::Refused(m)) => anyhow::bail!("refused: {m}"),
             Err(RemoteError::NotLeader(Some((_, a)))) => addr = a,

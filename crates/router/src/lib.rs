@@ -9,6 +9,7 @@
 //! applies twice. `tasks/list` asks every shard in turn and merges the pages in task-id order.
 
 pub mod convert;
+pub mod leader;
 pub mod remote;
 pub mod service;
 
@@ -25,6 +26,7 @@ use taskmesh_mcp::ErrorObject;
 use taskmesh_task::{shard_of, TaskView};
 use tokio::sync::broadcast;
 
+pub use leader::{RemoteNode, ShardLeader, Target};
 pub use remote::{GetBatching, PeerAddressError, Peers};
 
 /// Why a peer could not be added.
@@ -230,18 +232,11 @@ impl Router {
     }
 
     /// Run `op` against the shard's leader, following hints and retrying while the shard has
-    /// no reachable leader, within the retry budget.
-    async fn on_leader<T, L, R, LF, RF>(
-        &self,
-        shard: u32,
-        local: L,
-        remote: R,
-    ) -> Result<T, HostError>
+    /// no reachable leader, within the retry budget: the one place a request finds its leader.
+    async fn on_leader<'a, T, F, Fut>(&'a self, shard: u32, op: F) -> Result<T, HostError>
     where
-        L: Fn() -> LF,
-        R: Fn(Arc<Peers>, u64) -> RF,
-        LF: std::future::Future<Output = Result<T, HostError>>,
-        RF: std::future::Future<Output = Result<T, HostError>>,
+        F: Fn(Target<'a>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, HostError>>,
     {
         let deadline = tokio::time::Instant::now() + self.retry_budget;
         let mut hint = None;
@@ -253,29 +248,26 @@ impl Router {
                 Route::Remote(id) => Some(id),
                 _ => None,
             };
-            let result = match route {
-                Route::Local => local().await,
-                Route::Remote(id) => match &self.peers {
+            let result = match (route, self.peers.as_deref()) {
+                (Route::Remote(id), Some(peers)) => {
                     // One attempt gets at most half of what is left of the retry budget: a
                     // leader that stopped answering (cut off, or dead before its connection
                     // noticed) must neither hold the request for the transport's full
                     // timeout nor spend the whole budget, so that a retry can still reach the
                     // leader elected meanwhile.
-                    Some(p) => {
-                        let attempt =
-                            (deadline.saturating_duration_since(tokio::time::Instant::now()) / 2)
-                                .max(Duration::from_millis(200));
-                        tokio::time::timeout(attempt, remote(p.clone(), id))
-                            .await
-                            .unwrap_or_else(|_| {
-                                Err(HostError::Unavailable(format!(
-                                    "node {id} did not answer for shard {shard}"
-                                )))
-                            })
-                    }
-                    None => local().await,
-                },
-                Route::Unknown => Err(HostError::Unavailable(format!(
+                    let attempt = (deadline.saturating_duration_since(tokio::time::Instant::now())
+                        / 2)
+                    .max(Duration::from_millis(200));
+                    tokio::time::timeout(attempt, op(Target::Remote(RemoteNode { peers, id })))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(HostError::Unavailable(format!(
+                                "node {id} did not answer for shard {shard}"
+                            )))
+                        })
+                }
+                (Route::Local, _) | (Route::Remote(_), None) => op(Target::Local(&self.host)).await,
+                (Route::Unknown, _) => Err(HostError::Unavailable(format!(
                     "shard {shard} has no leader"
                 ))),
             };
@@ -324,26 +316,16 @@ impl Router {
     /// Create a task on its shard's leader (retries return the task the first try created).
     pub async fn create(&self, new: NewTask) -> Result<Created, HostError> {
         let shard = self.shard_of(&new.task_id);
-        self.on_leader(
-            shard,
-            || self.host.create(shard, new.clone()),
-            |p, id| {
-                let new = new.clone();
-                async move { p.create(id, shard, &new).await }
-            },
-        )
-        .await
+        let new = &new;
+        self.on_leader(shard, |t| async move { t.create(shard, new).await })
+            .await
     }
 
     pub async fn get(&self, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
         Self::check_id(task_id)?;
         let shard = self.shard_of(task_id);
-        self.on_leader(
-            shard,
-            || self.host.get(shard, task_id, owner),
-            |p, id| async move { p.get(id, shard, task_id, owner).await },
-        )
-        .await
+        self.on_leader(shard, |t| async move { t.get(shard, task_id, owner).await })
+            .await
     }
 
     pub async fn cancel(&self, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
@@ -351,8 +333,7 @@ impl Router {
         let shard = self.shard_of(task_id);
         self.on_leader(
             shard,
-            || self.host.cancel(shard, task_id, owner),
-            |p, id| async move { p.cancel(id, shard, task_id, owner).await },
+            |t| async move { t.cancel(shard, task_id, owner).await },
         )
         .await
     }
@@ -362,8 +343,7 @@ impl Router {
         let shard = self.shard_of(task_id);
         self.on_leader(
             shard,
-            || self.host.attach(shard, task_id, owner),
-            |p, id| async move { p.attach(id, shard, task_id, owner).await },
+            |t| async move { t.attach(shard, task_id, owner).await },
         )
         .await
     }
@@ -380,38 +360,19 @@ impl Router {
             return false;
         }
         let shard = self.shard_of(task_id);
-        self.on_leader(
-            shard,
-            || {
-                let ok = self.host.deliver_response(
-                    shard,
-                    task_id,
-                    owner,
-                    request_id.clone(),
-                    outcome.clone(),
-                );
-                async move { Ok(ok) }
-            },
-            |p, id| {
-                let (rid, out) = (request_id.clone(), outcome.clone());
-                async move {
-                    p.deliver_response(id, shard, task_id, owner, &rid, out)
-                        .await
-                }
-            },
-        )
+        let (request_id, outcome) = (&request_id, &outcome);
+        self.on_leader(shard, |t| async move {
+            t.deliver_response(shard, task_id, owner, request_id, outcome.clone())
+                .await
+        })
         .await
         .unwrap_or(false)
     }
 
     /// The voters and learners of `shard`'s group, from its leader.
     pub async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
-        self.on_leader(
-            shard,
-            || async { self.host.members(shard) },
-            |p, id| async move { p.members(id, shard).await },
-        )
-        .await
+        self.on_leader(shard, |t| async move { t.members(shard).await })
+            .await
     }
 
     /// One page of `owner`'s tasks with ids after `after`, merged over all shards in id order;
@@ -426,11 +387,9 @@ impl Router {
         let mut merged = Vec::new();
         for shard in 0..self.shards {
             let page = self
-                .on_leader(
-                    shard,
-                    || self.host.list(shard, owner, after, limit + 1),
-                    |p, id| async move { p.list(id, shard, owner, after, limit + 1).await },
-                )
+                .on_leader(shard, |t| async move {
+                    t.list(shard, owner, after, limit + 1).await
+                })
                 .await?;
             merged.extend(page);
         }

@@ -14,7 +14,7 @@ use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
 use taskmesh_rpc::v1::{self, task_service_client::TaskServiceClient};
 use taskmesh_task::{TaskRecord, TaskView};
 use tokio::sync::{broadcast, mpsc, oneshot};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::convert::{error_from_pb, error_from_status, record_from_pb, view_from_pb};
 
@@ -190,7 +190,7 @@ pub struct PeerAddressError {
     pub id: u64,
     pub addr: String,
     #[source]
-    pub source: tonic::transport::Error,
+    pub source: taskmesh_rpc::dial::DialError,
 }
 
 /// The other nodes of the cluster, by node id. Nodes can be added (or re-addressed) and
@@ -227,20 +227,13 @@ impl Peers {
                 return Ok(false);
             }
         }
-        let ep = Endpoint::from_shared(format!("http://{addr}"))
+        let ep = taskmesh_rpc::dial::endpoint(&addr)
             .map_err(|source| PeerAddressError {
                 id,
                 addr: addr.clone(),
                 source,
             })?
-            .connect_timeout(Duration::from_secs(1))
-            .timeout(self.request_timeout)
-            .tcp_nodelay(true)
-            // A peer cut off by the network is noticed within about two seconds, and the
-            // channel reconnects, instead of requests waiting for the full timeout.
-            .http2_keep_alive_interval(Duration::from_secs(1))
-            .keep_alive_timeout(Duration::from_secs(1))
-            .keep_alive_while_idle(true);
+            .timeout(self.request_timeout);
         let client = TaskServiceClient::new(ep.connect_lazy());
         let new = self.clients.write().insert(id, (addr, client)).is_none();
         // Reads queued from now on go out through the new channel (calls under way finish on

@@ -147,3 +147,59 @@ impl From<v1::TaskError> for tonic::Status {
         e.into_status()
     }
 }
+
+/// How a node dials another: one set of channel settings for every internal service (Raft
+/// transport, task service, cluster service).
+pub mod dial {
+    use std::time::Duration;
+
+    use tonic::transport::Endpoint;
+
+    /// How long dialling a peer may take before the attempt fails.
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+    /// HTTP/2 pings on every channel, idle or not, this often...
+    pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+    /// ...and a channel whose ping is not answered within this is closed (a peer cut off by the
+    /// network is noticed in about two seconds, and the channel reconnects).
+    pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
+
+    /// A peer address that cannot be dialled.
+    #[derive(Debug, thiserror::Error)]
+    pub enum DialError {
+        #[error("empty peer address")]
+        Empty,
+        #[error("peer address {0:?}: only plain http:// is supported")]
+        Scheme(String),
+        #[error("peer address {addr:?}")]
+        Invalid {
+            addr: String,
+            #[source]
+            source: tonic::transport::Error,
+        },
+    }
+
+    /// The endpoint of the peer at `addr` (`host:port`, or `http://host:port`), with the
+    /// settings above.
+    pub fn endpoint(addr: &str) -> Result<Endpoint, DialError> {
+        let addr = addr.trim();
+        if addr.is_empty() {
+            return Err(DialError::Empty);
+        }
+        let uri = match addr.split_once("://") {
+            None => format!("http://{addr}"),
+            Some(("http", _)) => addr.to_string(),
+            Some(_) => return Err(DialError::Scheme(addr.to_string())),
+        };
+        let endpoint = Endpoint::from_shared(uri).map_err(|source| DialError::Invalid {
+            addr: addr.to_string(),
+            source,
+        })?;
+        Ok(endpoint
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true)
+            .http2_adaptive_window(true))
+    }
+}

@@ -20,10 +20,6 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::error::TransportError;
 
-/// How often an idle connection to a peer is probed with an HTTP/2 ping.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
-/// How long a ping may go unanswered before the connection is dropped and re-dialled.
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many addresses of one peer the pool keeps channels for.
 pub const MAX_ADDRS_PER_PEER: usize = 4;
 
@@ -123,33 +119,13 @@ impl PeerChannels {
     }
 
     fn endpoint(&self, node_id: u64, addr: &str) -> Result<Endpoint, TransportError> {
-        let invalid = |reason: String| TransportError::InvalidAddress {
-            node_id,
-            addr: addr.to_string(),
-            reason,
-        };
-        let addr = addr.trim();
-        if addr.is_empty() {
-            return Err(invalid("empty address".into()));
-        }
-        let uri = if addr.contains("://") {
-            if !addr.starts_with("http://") {
-                return Err(invalid(
-                    "only plain http:// peer addresses are supported".into(),
-                ));
-            }
-            addr.to_string()
-        } else {
-            format!("http://{addr}")
-        };
-        let endpoint = Endpoint::from_shared(uri).map_err(|e| invalid(e.to_string()))?;
-        Ok(endpoint
-            .connect_timeout(self.inner.connect_timeout)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
-            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-            .keep_alive_while_idle(true)
-            .http2_adaptive_window(true))
+        let endpoint =
+            taskmesh_rpc::dial::endpoint(addr).map_err(|e| TransportError::InvalidAddress {
+                node_id,
+                addr: addr.to_string(),
+                reason: e.to_string(),
+            })?;
+        Ok(endpoint.connect_timeout(self.inner.connect_timeout))
     }
 }
 
