@@ -179,7 +179,8 @@ pub mod dial {
     }
 
     /// The endpoint of the peer at `addr` (`host:port`, or `http://host:port`), with the
-    /// settings above.
+    /// settings above. (No adaptive flow-control window: its BDP pings cost the many small
+    /// messages of the task service; the Raft transport, which streams snapshots, adds it.)
     pub fn endpoint(addr: &str) -> Result<Endpoint, DialError> {
         let addr = addr.trim();
         if addr.is_empty() {
@@ -199,7 +200,6 @@ pub mod dial {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-            .keep_alive_while_idle(true)
-            .http2_adaptive_window(true))
+            .keep_alive_while_idle(true))
     }
 }

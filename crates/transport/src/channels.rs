@@ -125,7 +125,10 @@ impl PeerChannels {
                 addr: addr.to_string(),
                 reason: e.to_string(),
             })?;
-        Ok(endpoint.connect_timeout(self.inner.connect_timeout))
+        // Snapshots are streamed in large chunks: let the flow-control window grow for them.
+        Ok(endpoint
+            .connect_timeout(self.inner.connect_timeout)
+            .http2_adaptive_window(true))
     }
 }
 
