@@ -27,19 +27,19 @@ use std::time::Duration;
 
 use parking_lot::RwLock;
 use taskmesh_host::Host;
+use taskmesh_meta::{ClusterMeta, MetaApplied, MetaCommand, MetaRejection};
 use taskmesh_router::Router;
 use taskmesh_rpc::v1::{self, cluster_service_client::ClusterServiceClient};
-use taskmesh_shard::{ShardError, ShardReplica};
-use taskmesh_task::{Applied, ClusterMeta, Command, MetaCommand};
+use taskmesh_shard::{GroupState, MetaReplica, ShardError, ShardReplica};
 use tonic::transport::Endpoint;
 use tonic::{Request, Response, Status};
 
 /// Why a metadata change did not happen.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum MetaError {
-    /// The metadata refused the change (the reason says why); nothing changed.
-    #[error("{0}")]
-    Refused(String),
+    /// The metadata refused the change (the rejection says why); nothing changed.
+    #[error(transparent)]
+    Refused(MetaRejection),
     /// No metadata leader could be reached in time.
     #[error("cluster metadata unavailable: {0}")]
     Unavailable(String),
@@ -49,7 +49,7 @@ pub enum MetaError {
 pub struct Membership {
     node_id: u64,
     /// The metadata group's replica on this node.
-    meta: ShardReplica,
+    meta: MetaReplica,
     /// Configured peers (id -> gRPC address): where to look before the metadata is known.
     seeds: BTreeMap<u64, String>,
     /// How long [`Membership::propose`] keeps trying.
@@ -61,7 +61,7 @@ pub struct Membership {
 impl Membership {
     pub fn new(
         node_id: u64,
-        meta: ShardReplica,
+        meta: MetaReplica,
         seeds: BTreeMap<u64, String>,
         retry_budget: Duration,
     ) -> Self {
@@ -93,17 +93,17 @@ impl Membership {
 
     /// The metadata as this node has applied it.
     pub fn current(&self) -> ClusterMeta {
-        self.meta.read_local(|s| s.cluster().clone())
+        self.meta.read_local(|m| m.clone())
     }
 
-    pub fn replica(&self) -> &ShardReplica {
+    pub fn replica(&self) -> &MetaReplica {
         &self.meta
     }
 
     /// The gRPC address of node `id`: from the metadata, else from the configured peers.
     pub fn address(&self, id: u64) -> Option<String> {
         self.meta
-            .read_local(|s| s.cluster().nodes.get(&id).cloned())
+            .read_local(|m| m.nodes.get(&id).cloned())
             .or_else(|| self.seeds.get(&id).cloned())
     }
 
@@ -116,25 +116,12 @@ impl Membership {
         let mut last = String::from("no metadata leader known");
         loop {
             if self.meta.is_leader() {
-                match self
-                    .meta
-                    .propose(Command::Cluster {
-                        change: change.clone(),
-                    })
-                    .await
-                {
-                    Ok(Applied::Cluster {
+                match self.meta.propose(change.clone()).await {
+                    Ok(MetaApplied {
                         result: Ok(meta),
                         changed,
                     }) => return Ok((*meta, changed)),
-                    Ok(Applied::Cluster { result: Err(r), .. }) => {
-                        return Err(MetaError::Refused(r.to_string()))
-                    }
-                    Ok(other) => {
-                        return Err(MetaError::Unavailable(format!(
-                            "unexpected answer {other:?}"
-                        )))
-                    }
+                    Ok(MetaApplied { result: Err(r), .. }) => return Err(MetaError::Refused(r)),
                     Err(e) => last = e.to_string(),
                 }
             } else {
@@ -175,7 +162,7 @@ impl Membership {
 }
 
 enum RemoteError {
-    Refused(String),
+    Refused(MetaRejection),
     NotLeader(Option<(u64, String)>),
     Failed(String),
 }
@@ -215,7 +202,11 @@ async fn propose_remote(
             if s.code() == tonic::Code::FailedPrecondition
                 && v1::TaskError::from_status(&s).is_none() =>
         {
-            Err(RemoteError::Refused(s.message().to_string()))
+            // The rejection travels as JSON in the status details; a peer that sends none
+            // still has its reason shown.
+            let rejection = serde_json::from_slice(s.details())
+                .unwrap_or_else(|_| MetaRejection::Invalid(s.message().to_string()));
+            Err(RemoteError::Refused(rejection))
         }
         Err(s) => match v1::TaskError::from_status(&s) {
             Some(e) if e.kind() == v1::TaskErrorKind::NotLeader => Err(RemoteError::NotLeader(
@@ -289,8 +280,8 @@ impl v1::cluster_service_server::ClusterService for ClusterGrpc {
             });
             return Err(v1::TaskError::not_leader(hint, "not the metadata leader").into_status());
         }
-        match m.meta.propose(Command::Cluster { change }).await {
-            Ok(Applied::Cluster {
+        match m.meta.propose(change).await {
+            Ok(MetaApplied {
                 result: Ok(meta),
                 changed,
             }) => Ok(Response::new(v1::ProposeChangeResponse {
@@ -298,12 +289,14 @@ impl v1::cluster_service_server::ClusterService for ClusterGrpc {
                     .map_err(|e| Status::internal(e.to_string()))?,
                 changed,
             })),
-            Ok(Applied::Cluster { result: Err(r), .. }) => {
-                Err(Status::failed_precondition(r.to_string()))
+            Ok(MetaApplied { result: Err(r), .. }) => {
+                let details = serde_json::to_vec(&r).unwrap_or_default();
+                Err(Status::with_details(
+                    tonic::Code::FailedPrecondition,
+                    r.to_string(),
+                    details.into(),
+                ))
             }
-            Ok(_) => Err(Status::internal(
-                "unexpected answer from the metadata group",
-            )),
             Err(ShardError::NotLeader { leader_hint }) => Err(v1::TaskError::not_leader(
                 leader_hint.map(|id| v1::LeaderHint {
                     node_id: id,
@@ -581,7 +574,7 @@ impl Reconciler {
     }
 
     /// Whether member `id` holds (about) everything the leader has.
-    fn caught_up(&self, replica: &ShardReplica, id: u64) -> bool {
+    fn caught_up<S: GroupState>(&self, replica: &ShardReplica<S>, id: u64) -> bool {
         let Some((last, matched)) = replica.replication() else {
             return false;
         };
@@ -594,9 +587,9 @@ impl Reconciler {
 
     /// One step of moving a group this node leads towards `voters` (plus `members` as
     /// learners). Returns whether a change was needed (made or started).
-    async fn converge(
+    async fn converge<S: GroupState>(
         &self,
-        replica: &ShardReplica,
+        replica: &ShardReplica<S>,
         meta: &ClusterMeta,
         voters: &BTreeSet<u64>,
         members: &BTreeSet<u64>,

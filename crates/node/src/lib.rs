@@ -17,10 +17,10 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use taskmesh_gateway::{Gateway, GatewayConfig};
 use taskmesh_host::{Host, HostConfig};
+use taskmesh_meta::MetaCommand;
 use taskmesh_router::Router;
 use taskmesh_rpc::METADATA_GROUP;
-use taskmesh_shard::{ShardConfig, ShardReplica};
-use taskmesh_task::MetaCommand;
+use taskmesh_shard::{MetaReplica, ShardConfig, ShardReplica};
 use taskmesh_tools::ToolRegistry;
 
 pub use config::Config;
@@ -123,7 +123,7 @@ type GrpcServer = (
 struct Running {
     router: Router,
     /// The metadata group's replica (cluster only).
-    meta: Option<ShardReplica>,
+    meta: Option<MetaReplica>,
     grpc: Option<GrpcServer>,
     reconciler: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -131,7 +131,7 @@ struct Running {
 /// The embedded single-node server: one single-voter group per shard, all on this node.
 async fn start_single(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Result<Running> {
     for shard_id in 0..cfg.shards {
-        let replica = ShardReplica::open(db.clone(), shard_config(cfg, shard_id))
+        let replica = <ShardReplica>::open(db.clone(), shard_config(cfg, shard_id))
             .await
             .map_err(|e| anyhow::anyhow!("opening shard {shard_id}: {e}"))?;
         replica
@@ -177,9 +177,14 @@ async fn start_cluster(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Resu
             )
         })
     };
-    let meta = open(METADATA_GROUP)
-        .await
-        .map_err(|e| anyhow::anyhow!("opening the metadata group: {e}"))?;
+    let meta: MetaReplica = taskmesh_transport::open_replica(
+        db.clone(),
+        shard_config(cfg, METADATA_GROUP),
+        &pool,
+        &transport,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("opening the metadata group: {e}"))?;
     registry.insert(meta.clone());
     for shard_id in taskmesh_shard::stored_groups(db) {
         if shard_id >= cfg.shards {
@@ -398,9 +403,14 @@ pub async fn serve(
         );
     }
     host.stop_all(Duration::from_secs(2)).await;
-    for s in host.replicas().iter().chain(running.meta.as_ref()) {
+    for s in host.replicas() {
         if let Err(e) = s.shutdown().await {
             tracing::warn!(shard = s.shard_id(), error = %e, "shard shutdown");
+        }
+    }
+    if let Some(meta) = &running.meta {
+        if let Err(e) = meta.shutdown().await {
+            tracing::warn!(error = %e, "metadata group shutdown");
         }
     }
     if let Some((stop, server)) = running.grpc.take() {
@@ -422,16 +432,17 @@ pub async fn serve(
 /// Before a planned stop: hand the leadership of every shard this node leads to the most
 /// up-to-date other voter and wait (bounded) until another leader is visible, so clients see
 /// no unavailability.
-async fn hand_over_leadership(cfg: &Config, shards: &[ShardReplica], meta: Option<&ShardReplica>) {
+async fn hand_over_leadership(cfg: &Config, shards: &[ShardReplica], meta: Option<&MetaReplica>) {
     let budget = Duration::from_millis(cfg.cluster.leader_transfer_ms);
-    let led: Vec<&ShardReplica> = shards
+    let moves: Vec<futures::future::BoxFuture<'_, _>> = shards
         .iter()
-        .chain(meta)
         .filter(|s| s.is_leader())
+        .map(|s| Box::pin(async move { (s.shard_id(), s.step_down(budget).await) }) as _)
+        .chain(
+            meta.filter(|m| m.is_leader())
+                .map(|m| Box::pin(async move { (m.shard_id(), m.step_down(budget).await) }) as _),
+        )
         .collect();
-    let moves = led
-        .iter()
-        .map(|s| async move { (s.shard_id(), s.step_down(budget).await) });
     let mut moved = 0usize;
     for (shard, result) in futures::future::join_all(moves).await {
         match result {

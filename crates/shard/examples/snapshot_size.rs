@@ -53,7 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         wait_timeout_ms: 600_000,
         ..ShardConfig::default()
     };
-    let replica = ShardReplica::open(db.clone(), cfg).await?;
+    let replica = <ShardReplica>::open(db.clone(), cfg).await?;
     replica.bootstrap_single().await?;
     replica.wait_leader(Duration::from_secs(10)).await?;
 
@@ -100,7 +100,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let other = tempfile::tempdir()?;
     let other_db = sled::Config::new().path(other.path().join("db")).open()?;
-    let mut sm = StateMachineStore::open(&other_db, 0, 16)?;
+    let mut sm = <StateMachineStore>::open(&other_db, 0, 16)?;
     let t = Instant::now();
     sm.install_snapshot(&snapshot.meta, snapshot.snapshot)
         .await?;

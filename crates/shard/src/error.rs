@@ -6,7 +6,7 @@ use openraft::errors::{
     ClientWriteError, Fatal, ForwardToLeader, InitializeError, LinearizableReadError, RaftError,
 };
 
-use crate::types::TypeConfig;
+use crate::group::{Group, GroupState};
 
 /// The cause of a storage failure, shared by every waiter the failure is reported to.
 pub type StorageCause = Arc<dyn std::error::Error + Send + Sync + 'static>;
@@ -49,8 +49,8 @@ impl ShardError {
     }
 }
 
-impl From<Fatal<TypeConfig>> for ShardError {
-    fn from(f: Fatal<TypeConfig>) -> Self {
+impl<S: GroupState> From<Fatal<Group<S>>> for ShardError {
+    fn from(f: Fatal<Group<S>>) -> Self {
         match f {
             Fatal::StorageError(e) => ShardError::storage(e),
             Fatal::Stopped => ShardError::Unavailable("the shard's raft has stopped".into()),
@@ -71,14 +71,14 @@ impl From<std::io::Error> for ShardError {
     }
 }
 
-fn not_leader(f: ForwardToLeader<TypeConfig>) -> ShardError {
+fn not_leader<S: GroupState>(f: ForwardToLeader<Group<S>>) -> ShardError {
     ShardError::NotLeader {
         leader_hint: f.leader_id,
     }
 }
 
-impl From<RaftError<TypeConfig, ClientWriteError<TypeConfig>>> for ShardError {
-    fn from(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Self {
+impl<S: GroupState> From<RaftError<Group<S>, ClientWriteError<Group<S>>>> for ShardError {
+    fn from(e: RaftError<Group<S>, ClientWriteError<Group<S>>>) -> Self {
         match e {
             RaftError::Fatal(f) => f.into(),
             RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(f),
@@ -94,8 +94,8 @@ impl From<RaftError<TypeConfig, ClientWriteError<TypeConfig>>> for ShardError {
     }
 }
 
-impl From<RaftError<TypeConfig, LinearizableReadError<TypeConfig>>> for ShardError {
-    fn from(e: RaftError<TypeConfig, LinearizableReadError<TypeConfig>>) -> Self {
+impl<S: GroupState> From<RaftError<Group<S>, LinearizableReadError<Group<S>>>> for ShardError {
+    fn from(e: RaftError<Group<S>, LinearizableReadError<Group<S>>>) -> Self {
         match e {
             RaftError::Fatal(f) => f.into(),
             RaftError::APIError(LinearizableReadError::ForwardToLeader(f)) => not_leader(f),
@@ -106,8 +106,8 @@ impl From<RaftError<TypeConfig, LinearizableReadError<TypeConfig>>> for ShardErr
     }
 }
 
-impl From<RaftError<TypeConfig, InitializeError<TypeConfig>>> for ShardError {
-    fn from(e: RaftError<TypeConfig, InitializeError<TypeConfig>>) -> Self {
+impl<S: GroupState> From<RaftError<Group<S>, InitializeError<Group<S>>>> for ShardError {
+    fn from(e: RaftError<Group<S>, InitializeError<Group<S>>>) -> Self {
         match e {
             RaftError::Fatal(f) => f.into(),
             RaftError::APIError(api) => ShardError::Invalid(api.to_string()),

@@ -1,7 +1,7 @@
 //! The Raft network of a shard group.
 //!
 //! [`ShardReplica::open_with_network`](crate::ShardReplica::open_with_network) accepts any
-//! openraft network factory over [`TypeConfig`] whose snapshots are [`SnapshotData`] bytes, so a
+//! openraft network factory over the group's [`Group`] type configuration whose snapshots are [`SnapshotData`] bytes, so a
 //! transport between nodes plugs in there. [`UnreachableNetwork`] is the network of a node
 //! without peers: every RPC fails as unreachable, which is all a single-voter group needs.
 
@@ -16,7 +16,8 @@ use openraft::raft::{
 };
 use openraft::OptionalSend;
 
-use crate::types::{Node, NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
+use crate::group::{Group, GroupState};
+use crate::types::{Node, NodeId, Snapshot, SnapshotData, Vote};
 
 /// A network factory whose connections reach nobody.
 #[derive(Debug, Clone, Copy, Default)]
@@ -29,7 +30,7 @@ pub struct UnreachablePeer {
 }
 
 impl UnreachablePeer {
-    fn error(&self) -> Unreachable<TypeConfig> {
+    fn error<S: GroupState>(&self) -> Unreachable<Group<S>> {
         let e = io::Error::new(
             io::ErrorKind::NotConnected,
             format!("no network to reach node {}", self.target),
@@ -38,7 +39,7 @@ impl UnreachablePeer {
     }
 }
 
-impl RaftNetworkFactory<TypeConfig> for UnreachableNetwork {
+impl<S: GroupState> RaftNetworkFactory<Group<S>> for UnreachableNetwork {
     type Network = UnreachablePeer;
 
     async fn new_client(&mut self, target: NodeId, _node: &Node) -> Self::Network {
@@ -46,31 +47,31 @@ impl RaftNetworkFactory<TypeConfig> for UnreachableNetwork {
     }
 }
 
-impl RaftNetworkV2<TypeConfig> for UnreachablePeer {
+impl<S: GroupState> RaftNetworkV2<Group<S>> for UnreachablePeer {
     type SnapshotData = SnapshotData;
 
     async fn append_entries(
         &mut self,
-        _rpc: AppendEntriesRequest<TypeConfig>,
+        _rpc: AppendEntriesRequest<Group<S>>,
         _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+    ) -> Result<AppendEntriesResponse<Group<S>>, RPCError<Group<S>>> {
         Err(RPCError::Unreachable(self.error()))
     }
 
     async fn vote(
         &mut self,
-        _rpc: VoteRequest<TypeConfig>,
+        _rpc: VoteRequest<Group<S>>,
         _option: RPCOption,
-    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+    ) -> Result<VoteResponse<Group<S>>, RPCError<Group<S>>> {
         Err(RPCError::Unreachable(self.error()))
     }
 
     /// Overridden: the default would count an unreachable peer as granting the Pre-Vote.
     async fn pre_vote(
         &mut self,
-        _rpc: VoteRequest<TypeConfig>,
+        _rpc: VoteRequest<Group<S>>,
         _option: RPCOption,
-    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+    ) -> Result<VoteResponse<Group<S>>, RPCError<Group<S>>> {
         Err(RPCError::Unreachable(self.error()))
     }
 
@@ -80,15 +81,15 @@ impl RaftNetworkV2<TypeConfig> for UnreachablePeer {
         _snapshot: Snapshot,
         _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         _option: RPCOption,
-    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+    ) -> Result<SnapshotResponse<Group<S>>, StreamingError<Group<S>>> {
         Err(StreamingError::Unreachable(self.error()))
     }
 
     async fn transfer_leader(
         &mut self,
-        _req: TransferLeaderRequest<TypeConfig>,
+        _req: TransferLeaderRequest<Group<S>>,
         _option: RPCOption,
-    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+    ) -> Result<TransferLeaderResponse<Group<S>>, RPCError<Group<S>>> {
         Err(RPCError::Unreachable(self.error()))
     }
 }

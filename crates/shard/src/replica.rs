@@ -1,5 +1,5 @@
-//! One replica of a shard group: its Raft, storage and state, behind the API the rest of the
-//! node uses (propose, linearizable reads, leadership, events).
+//! One replica of a group (a task shard, or the metadata group): its Raft, storage and state,
+//! behind the API the rest of the node uses (propose, linearizable reads, leadership, events).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,32 +11,33 @@ use openraft::errors::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::metrics::{RaftMetrics, WaitError};
 use openraft::network::{NetSnapshot, RaftNetworkFactory};
 use openraft::{Instant as _, LinearizerOption, Raft};
-use taskmesh_task::{Applied, Command, ShardState};
+use taskmesh_task::ShardState;
 use tokio::sync::{broadcast, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::ShardConfig;
 use crate::error::ShardError;
-use crate::events::{Leadership, ShardEvent};
+use crate::events::Leadership;
+use crate::group::{Group, GroupState};
 use crate::network::UnreachableNetwork;
 use crate::storage::{LogStore, StateMachineStore};
-use crate::types::{LogId, Node, ShardRaft, ShardRequest, SnapshotData, TypeConfig};
+use crate::types::{LogId, Node, ShardRaft, SnapshotData};
 
 /// How often [`ShardReplica::trigger_snapshot`] asks again while waiting for its snapshot.
 const SNAPSHOT_RETRIGGER: Duration = Duration::from_millis(500);
 
-struct Inner {
+struct Inner<S: GroupState> {
     cfg: ShardConfig,
-    raft: ShardRaft,
-    sm: StateMachineStore,
-    log: LogStore,
+    raft: ShardRaft<S>,
+    sm: StateMachineStore<S>,
+    log: LogStore<S>,
     db: sled::Db,
     leadership: watch::Receiver<Leadership>,
     members: watch::Receiver<BTreeMap<u64, String>>,
     watcher: JoinHandle<()>,
     reads: parking_lot::Mutex<ReadBatch>,
     lease: ReadLease,
-    metrics: openraft::type_config::alias::WatchReceiverOf<TypeConfig, RaftMetrics<TypeConfig>>,
+    metrics: openraft::type_config::alias::WatchReceiverOf<Group<S>, RaftMetrics<Group<S>>>,
 }
 
 /// When a read may skip the leadership confirmation and read the leader's memory at once.
@@ -84,19 +85,31 @@ struct ReadBatch {
     waiting: Vec<oneshot::Sender<Result<(), ShardError>>>,
 }
 
-impl Drop for Inner {
+impl<S: GroupState> Drop for Inner<S> {
     fn drop(&mut self) {
         self.watcher.abort();
     }
 }
 
-/// A replica of one shard group on this node. Cheap to clone.
-#[derive(Clone)]
-pub struct ShardReplica {
-    inner: Arc<Inner>,
+/// A replica of one group on this node (a task shard unless `S` says otherwise). Cheap to
+/// clone.
+///
+/// The default state applies where the type is written, not where it is inferred: open a task
+/// shard's replica with `<ShardReplica>::open(..)`, the metadata group's with
+/// `MetaReplica::open(..)`.
+pub struct ShardReplica<S: GroupState = ShardState> {
+    inner: Arc<Inner<S>>,
 }
 
-fn leadership_of(m: &RaftMetrics<TypeConfig>) -> Leadership {
+impl<S: GroupState> Clone for ShardReplica<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+fn leadership_of<S: GroupState>(m: &RaftMetrics<Group<S>>) -> Leadership {
     Leadership {
         is_leader: m.state.is_leader(),
         term: m.current_term,
@@ -105,7 +118,7 @@ fn leadership_of(m: &RaftMetrics<TypeConfig>) -> Leadership {
 }
 
 /// The members of the effective membership with their addresses.
-fn members_of(m: &RaftMetrics<TypeConfig>) -> BTreeMap<u64, String> {
+fn members_of<S: GroupState>(m: &RaftMetrics<Group<S>>) -> BTreeMap<u64, String> {
     m.membership_config
         .nodes()
         .map(|(id, node)| (*id, node.addr.clone()))
@@ -121,7 +134,7 @@ fn wait_error(e: WaitError) -> ShardError {
     }
 }
 
-impl ShardReplica {
+impl<S: GroupState> ShardReplica<S> {
     /// Open (or create) the replica's storage in trees of `db` named after the shard id, and
     /// start its Raft, without a network to peers.
     pub async fn open(db: sled::Db, cfg: ShardConfig) -> Result<Self, ShardError> {
@@ -135,8 +148,8 @@ impl ShardReplica {
         network: N,
     ) -> Result<Self, ShardError>
     where
-        N: RaftNetworkFactory<TypeConfig>,
-        N::Network: NetSnapshot<TypeConfig, SnapshotData = SnapshotData>,
+        N: RaftNetworkFactory<Group<S>>,
+        N::Network: NetSnapshot<Group<S>, SnapshotData = SnapshotData>,
     {
         let raft_config = Arc::new(cfg.raft_config()?);
         let log = LogStore::open(&db, cfg.shard_id)?;
@@ -187,7 +200,7 @@ impl ShardReplica {
         tracing::debug!(
             shard = cfg.shard_id,
             node = cfg.node_id,
-            records = sm.read(|s| s.len()),
+            size = sm.read(|s| s.size()),
             "shard replica opened"
         );
         Ok(Self {
@@ -278,8 +291,8 @@ impl ShardReplica {
 
     /// Propose a command; returns once it is committed, durable and applied, with what applying
     /// returned. Not leader: [`ShardError::NotLeader`].
-    pub async fn propose(&self, cmd: Command) -> Result<Applied, ShardError> {
-        let resp = self.inner.raft.client_write(ShardRequest(cmd)).await?;
+    pub async fn propose(&self, cmd: S::Command) -> Result<S::Applied, ShardError> {
+        let resp = self.inner.raft.client_write(cmd).await?;
         Ok(resp.data)
     }
 
@@ -290,7 +303,7 @@ impl ShardReplica {
     /// Concurrent reads share confirmations: a read joins the next confirmation that starts
     /// after it arrived (never one already under way, whose read point may predate a write the
     /// reader has seen), so under load one confirmation answers a whole batch of reads.
-    pub async fn read<R>(&self, f: impl FnOnce(&ShardState) -> R) -> Result<R, ShardError> {
+    pub async fn read<R>(&self, f: impl FnOnce(&S) -> R) -> Result<R, ShardError> {
         if self.lease_holds() {
             return Ok(self.read_local(f));
         }
@@ -374,7 +387,7 @@ impl ShardReplica {
     }
 
     /// Read the local in-memory state without any leadership check.
-    pub fn read_local<R>(&self, f: impl FnOnce(&ShardState) -> R) -> R {
+    pub fn read_local<R>(&self, f: impl FnOnce(&S) -> R) -> R {
         self.inner.sm.read(f)
     }
 
@@ -393,8 +406,9 @@ impl ShardReplica {
         self.inner.leadership.clone()
     }
 
-    /// Receive a [`ShardEvent`] for every change applied from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<ShardEvent> {
+    /// Receive an event for every change applied from now on (a task shard's:
+    /// [`crate::ShardEvent`]).
+    pub fn subscribe(&self) -> broadcast::Receiver<S::Event> {
         self.inner.sm.subscribe()
     }
 
@@ -418,7 +432,7 @@ impl ShardReplica {
 
     /// The group's Raft handle, for a network server to deliver peer RPCs to, and for
     /// membership changes.
-    pub fn raft(&self) -> &ShardRaft {
+    pub fn raft(&self) -> &ShardRaft<S> {
         &self.inner.raft
     }
 
@@ -628,7 +642,7 @@ impl ShardReplica {
     /// A watch of the last log id of the latest snapshot this replica installed from a leader
     /// (a follower that fell behind the leader's purged log catches up that way).
     ///
-    /// An installed snapshot replaces the whole state and emits no [`ShardEvent`]s, so whoever
+    /// An installed snapshot replaces the whole state and emits no events, so whoever
     /// keeps state derived from the events (waiters, live-task actors) rebuilds it from
     /// [`ShardReplica::read_local`] when this changes.
     pub fn snapshot_installs(&self) -> watch::Receiver<Option<LogId>> {

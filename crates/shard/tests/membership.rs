@@ -23,7 +23,7 @@ async fn open(dir: &TempDir) -> ShardReplica {
         .path(dir.path().join("db"))
         .open()
         .unwrap();
-    ShardReplica::open(db, config()).await.unwrap()
+    <ShardReplica>::open(db, config()).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -91,7 +91,7 @@ async fn open_db(path: &Path) -> sled::Db {
 
 async fn start(path: &Path, cfg: ShardConfig) -> (sled::Db, ShardReplica) {
     let db = open_db(path).await;
-    let replica = ShardReplica::open(db.clone(), cfg).await.expect("open");
+    let replica = <ShardReplica>::open(db.clone(), cfg).await.expect("open");
     replica.bootstrap_single().await.expect("bootstrap");
     replica.wait_leader(WAIT).await.expect("leader");
     (db, replica)
@@ -187,7 +187,7 @@ async fn propose_and_read() {
 async fn uninitialised_replica_is_not_leader() {
     let dir = TempDir::new().expect("tempdir");
     let db = open_db(dir.path()).await;
-    let replica = ShardReplica::open(db, config()).await.expect("open");
+    let replica = <ShardReplica>::open(db, config()).await.expect("open");
     assert!(!replica.is_leader());
     match replica.propose(create("t1")).await {
         Err(ShardError::NotLeader { leader_hint: None }) => {}
@@ -237,7 +237,7 @@ async fn restart_keeps_every_record() {
     };
 
     let db = open_db(dir.path()).await;
-    let replica = ShardReplica::open(db.clone(), config())
+    let replica = <ShardReplica>::open(db.clone(), config())
         .await
         .expect("reopen");
     // The state is rebuilt when the replica opens, before any leadership.
@@ -321,7 +321,7 @@ async fn snapshot_purges_the_log_and_state_survives() {
     assert!(snapshot.meta.last_log_id.is_some_and(|l| l.index >= 100));
 
     let db = open_db(dir.path()).await;
-    let replica = ShardReplica::open(db.clone(), cfg).await.expect("reopen");
+    let replica = <ShardReplica>::open(db.clone(), cfg).await.expect("reopen");
     let (first, _) = replica.log_index_range().expect("log range");
     assert!(first.is_none_or(|f| f > 1), "log starts at {first:?}");
     assert_eq!(all_records(&replica), before);
@@ -338,7 +338,7 @@ async fn snapshot_purges_the_log_and_state_survives() {
     // The snapshot alone rebuilds the same state in an empty state machine.
     let other_dir = TempDir::new().expect("tempdir");
     let other_db = open_db(other_dir.path()).await;
-    let mut sm = StateMachineStore::open(&other_db, 3, 16).expect("open sm");
+    let mut sm = <StateMachineStore>::open(&other_db, 3, 16).expect("open sm");
     sm.install_snapshot(&snapshot.meta, snapshot.snapshot.clone())
         .await
         .expect("install");
@@ -360,7 +360,7 @@ async fn snapshot_purges_the_log_and_state_survives() {
         .collect();
     assert_eq!(installed, by_snapshot);
     drop(sm);
-    let reopened = StateMachineStore::open(&other_db, 3, 16).expect("reopen sm");
+    let reopened = <StateMachineStore>::open(&other_db, 3, 16).expect("reopen sm");
     assert_eq!(reopened.read(|s| s.len()), 50);
     assert_eq!(reopened.last_applied(), snapshot.meta.last_log_id);
 }
@@ -444,7 +444,7 @@ async fn acknowledged_proposal_is_on_disk() {
     copy_dir(dir.path(), crash_dir.path());
     {
         let db = open_db(crash_dir.path()).await;
-        let copy = ShardReplica::open(db, config()).await.expect("open copy");
+        let copy = <ShardReplica>::open(db, config()).await.expect("open copy");
         assert_eq!(
             copy.read_local(|s| s.get("t1").cloned()),
             Some(created.clone())
@@ -462,7 +462,7 @@ async fn acknowledged_proposal_is_on_disk() {
     drop(replica);
     drop(db);
     let db = open_db(dir.path()).await;
-    let replica = ShardReplica::open(db, config()).await.expect("reopen");
+    let replica = <ShardReplica>::open(db, config()).await.expect("reopen");
     assert_eq!(replica.read_local(|s| s.get("t1").cloned()), Some(created));
     replica.shutdown().await.expect("shutdown");
 }

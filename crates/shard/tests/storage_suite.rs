@@ -16,8 +16,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledBuil
         let fail = |e: std::io::Error| StorageError::write(TypeConfig::err_from_error(&e));
         let dir = TempDir::new().map_err(fail)?;
         let db = sled::open(dir.path()).map_err(|e| fail(e.into()))?;
-        let log = LogStore::open(&db, 7).map_err(fail)?;
-        let sm = StateMachineStore::open(&db, 7, 16).map_err(fail)?;
+        let log = <LogStore>::open(&db, 7).map_err(fail)?;
+        let sm = <StateMachineStore>::open(&db, 7, 16).map_err(fail)?;
         Ok((dir, log, sm))
     }
 }

@@ -2,7 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{ClusterMeta, MetaCommand, MetaRejection};
 use crate::{Outcome, TaskId, TaskRecord, TaskStatus};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,8 +42,6 @@ pub enum Command {
     },
     /// Delete the listed tasks whose TTL has run out at `now_ms`.
     Expire { task_ids: Vec<TaskId>, now_ms: u64 },
-    /// A change to the cluster metadata (carried only by the metadata group's log).
-    Cluster { change: MetaCommand },
 }
 
 impl Command {
@@ -56,7 +53,7 @@ impl Command {
             | Command::Finish { task_id, .. }
             | Command::Cancel { task_id, .. }
             | Command::Resume { task_id, .. } => Some(task_id),
-            Command::Expire { .. } | Command::Cluster { .. } => None,
+            Command::Expire { .. } => None,
         }
     }
 }
@@ -85,9 +82,24 @@ pub enum Applied {
     Rejected(Rejection),
     /// These ids were deleted.
     Expired { task_ids: Vec<TaskId> },
-    /// A metadata command: the metadata after it, or why it changed nothing.
-    Cluster {
-        result: Result<Box<ClusterMeta>, MetaRejection>,
-        changed: bool,
-    },
+}
+
+/// How a command appears in log lines: its operation and task id, never its payload.
+impl std::fmt::Display for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let op = match self {
+            Command::Create { .. } => "create",
+            Command::SetStatus { .. } => "set_status",
+            Command::Finish { .. } => "finish",
+            Command::Cancel { .. } => "cancel",
+            Command::Resume { .. } => "resume",
+            Command::Expire { task_ids, .. } => {
+                return write!(f, "expire({} tasks)", task_ids.len());
+            }
+        };
+        match self.task_id() {
+            Some(id) => write!(f, "{op}({id})"),
+            None => f.write_str(op),
+        }
+    }
 }

@@ -7,13 +7,11 @@
 //! execution term cannot change a record), a pure function of (state, command, log index). Time is always passed in, never read here, so that every replica
 //! applying the same log reaches the same state.
 
-pub mod cluster;
 pub mod command;
 pub mod record;
 pub mod state;
 pub mod status;
 
-pub use cluster::{ClusterMeta, MetaCommand, MetaRejection};
 pub use command::{Applied, Command, Rejection};
 pub use record::{ClientCaps, Outcome, TaskRecord, TaskView, ToolRequest};
 pub use state::ShardState;

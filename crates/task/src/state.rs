@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::{Applied, ClusterMeta, Command, Rejection, TaskId, TaskRecord, TaskStatus};
+use crate::{Applied, Command, Rejection, TaskId, TaskRecord, TaskStatus};
 
 #[derive(Debug, Default, Clone)]
 pub struct ShardState {
@@ -15,8 +15,6 @@ pub struct ShardState {
     /// The ids of the records that are not terminal: serves the leader's reconciler, which
     /// visits them every pass, without a scan of the terminal records (most of a shard).
     live: BTreeSet<TaskId>,
-    /// The cluster metadata; used by the metadata group only (empty in shard groups).
-    cluster: ClusterMeta,
 }
 
 impl ShardState {
@@ -31,16 +29,6 @@ impl ShardState {
             s.insert(r);
         }
         s
-    }
-
-    /// The cluster metadata this state holds (the metadata group's state).
-    pub fn cluster(&self) -> &ClusterMeta {
-        &self.cluster
-    }
-
-    /// Replace the cluster metadata (restart, snapshot install).
-    pub fn set_cluster(&mut self, meta: ClusterMeta) {
-        self.cluster = meta;
     }
 
     pub fn len(&self) -> usize {
@@ -227,16 +215,6 @@ impl ShardState {
                 }
                 Applied::Expired { task_ids: gone }
             }
-            Command::Cluster { change } => match self.cluster.apply(change) {
-                Ok(changed) => Applied::Cluster {
-                    result: Ok(Box::new(self.cluster.clone())),
-                    changed,
-                },
-                Err(e) => Applied::Cluster {
-                    result: Err(e),
-                    changed: false,
-                },
-            },
         }
     }
 
@@ -263,8 +241,14 @@ impl ShardState {
                 });
             }
         }
+        // Entries apply in log order, each once: a change always comes after the record's last.
+        assert!(
+            index > r.updated_index,
+            "task {task_id}: change at log index {index} after one at {}",
+            r.updated_index
+        );
         change(r);
-        r.updated_index = r.updated_index.max(index);
+        r.updated_index = index;
         if r.status.is_terminal() {
             self.live.remove(task_id);
         }

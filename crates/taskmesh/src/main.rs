@@ -90,7 +90,7 @@ fn cluster_command(cmd: ClusterCommand) -> anyhow::Result<()> {
                 taskmesh_node::cluster::fetch_metadata(&peer).await?
             }
             ClusterCommand::Remove { peer, node } => {
-                let change = taskmesh_task::MetaCommand::Remove { node_id: node };
+                let change = taskmesh_meta::MetaCommand::Remove { node_id: node };
                 taskmesh_node::cluster::propose_via(&peer, change).await?.0
             }
         };

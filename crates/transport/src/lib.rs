@@ -29,5 +29,5 @@ pub use channels::PeerChannels;
 pub use config::TransportConfig;
 pub use error::TransportError;
 pub use network::{open_replica, GrpcNetwork, GrpcPeer};
-pub use registry::ReplicaRegistry;
+pub use registry::{HostedGroup, ReplicaRegistry};
 pub use server::{serve, RaftService};

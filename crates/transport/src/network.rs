@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +33,7 @@ use serde::Serialize;
 use taskmesh_rpc::v1 as pb;
 use taskmesh_rpc::v1::raft_transport_client::RaftTransportClient;
 use taskmesh_shard::types::{Node, NodeId, Snapshot, SnapshotData, Vote};
-use taskmesh_shard::{ShardConfig, ShardError, ShardReplica, TypeConfig};
+use taskmesh_shard::{Group, GroupState, ShardConfig, ShardError, ShardReplica};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
@@ -94,20 +95,20 @@ impl GrpcNetwork {
 /// Open the replica of `cfg.shard_id` on `db` with a [`GrpcNetwork`] over `pool` that follows
 /// the replica's membership. The caller registers it in its
 /// [`ReplicaRegistry`](crate::ReplicaRegistry) to receive its peers' messages.
-pub async fn open_replica(
+pub async fn open_replica<S: GroupState>(
     db: sled::Db,
     cfg: ShardConfig,
     pool: &PeerChannels,
     transport: &TransportConfig,
-) -> Result<ShardReplica, ShardError> {
+) -> Result<ShardReplica<S>, ShardError> {
     let network = GrpcNetwork::new(cfg.node_id, pool.clone(), cfg.shard_id).with_config(transport);
-    let replica = ShardReplica::open_with_network(db, cfg, network.clone()).await?;
+    let replica = ShardReplica::<S>::open_with_network(db, cfg, network.clone()).await?;
     network.follow(replica.members_watch());
     Ok(replica)
 }
 
-impl RaftNetworkFactory<TypeConfig> for GrpcNetwork {
-    type Network = GrpcPeer;
+impl<S: GroupState> RaftNetworkFactory<Group<S>> for GrpcNetwork {
+    type Network = GrpcPeer<S>;
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> Self::Network {
         GrpcPeer {
@@ -118,12 +119,13 @@ impl RaftNetworkFactory<TypeConfig> for GrpcNetwork {
             members: self.members.clone(),
             pool: self.pool.clone(),
             snapshot_chunk_bytes: self.snapshot_chunk_bytes,
+            state: PhantomData,
         }
     }
 }
 
-/// The connection of one shard group to one member of the group.
-pub struct GrpcPeer {
+/// The connection of one group (whose state is `S`) to one member of the group.
+pub struct GrpcPeer<S> {
     from: NodeId,
     target: NodeId,
     shard: u32,
@@ -132,6 +134,7 @@ pub struct GrpcPeer {
     members: Members,
     pool: PeerChannels,
     snapshot_chunk_bytes: usize,
+    state: PhantomData<fn() -> S>,
 }
 
 /// How a snapshot transfer ended, short of a normal answer.
@@ -142,13 +145,13 @@ enum Transfer {
     Stalled,
 }
 
-fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, NetworkError<TypeConfig>> {
+fn encode<S: GroupState, T: Serialize>(value: &T) -> Result<Vec<u8>, NetworkError<Group<S>>> {
     serde_json::to_vec(value).map_err(|e| NetworkError::new(&e))
 }
 
-impl GrpcPeer {
+impl<S: GroupState> GrpcPeer<S> {
     /// A client over the pooled channel to the member's current address.
-    fn client(&self) -> Result<RaftTransportClient<Channel>, Unreachable<TypeConfig>> {
+    fn client(&self) -> Result<RaftTransportClient<Channel>, Unreachable<Group<S>>> {
         let current = self
             .members
             .read()
@@ -164,7 +167,7 @@ impl GrpcPeer {
         }
     }
 
-    fn timeout(&self, action: RPCTypes, after: Duration) -> Timeout<TypeConfig> {
+    fn timeout(&self, action: RPCTypes, after: Duration) -> Timeout<Group<S>> {
         Timeout {
             action,
             id: self.from,
@@ -180,7 +183,7 @@ impl GrpcPeer {
         action: RPCTypes,
         ttl: Duration,
         status: &tonic::Status,
-    ) -> RPCError<TypeConfig> {
+    ) -> RPCError<Group<S>> {
         if status.code() == tonic::Code::DeadlineExceeded {
             return RPCError::Timeout(self.timeout(action, ttl));
         }
@@ -197,7 +200,7 @@ impl GrpcPeer {
         &self,
         action: RPCTypes,
         payload: &[u8],
-    ) -> Result<T, Unreachable<TypeConfig>> {
+    ) -> Result<T, Unreachable<Group<S>>> {
         serde_json::from_slice(payload).map_err(|e| {
             Unreachable::from_string(format!(
                 "undecodable {action} answer from node {} of shard {}: {e}",
@@ -218,7 +221,7 @@ impl GrpcPeer {
         action: RPCTypes,
         ttl: Duration,
         call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    ) -> Result<T, RPCError<TypeConfig>> {
+    ) -> Result<T, RPCError<Group<S>>> {
         match tokio::time::timeout(ttl, call).await {
             Err(_) => Err(RPCError::Timeout(self.timeout(action, ttl))),
             Ok(Err(status)) => Err(self.status_error(action, ttl, &status)),
@@ -228,16 +231,16 @@ impl GrpcPeer {
 
     async fn send_vote(
         &mut self,
-        rpc: VoteRequest<TypeConfig>,
+        rpc: VoteRequest<Group<S>>,
         pre_vote: bool,
         option: RPCOption,
-    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+    ) -> Result<VoteResponse<Group<S>>, RPCError<Group<S>>> {
         let ttl = option.soft_ttl();
         let message = pb::VoteRequest {
             shard: self.shard,
             target: self.target,
             pre_vote,
-            payload: encode(&rpc)?,
+            payload: encode::<S, _>(&rpc)?,
         };
         let mut client = self.client()?;
         let request = self.request(message, ttl);
@@ -248,19 +251,19 @@ impl GrpcPeer {
     }
 }
 
-impl RaftNetworkV2<TypeConfig> for GrpcPeer {
+impl<S: GroupState> RaftNetworkV2<Group<S>> for GrpcPeer<S> {
     type SnapshotData = SnapshotData;
 
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        rpc: AppendEntriesRequest<Group<S>>,
         option: RPCOption,
-    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+    ) -> Result<AppendEntriesResponse<Group<S>>, RPCError<Group<S>>> {
         let ttl = option.soft_ttl();
         let message = pb::AppendEntriesRequest {
             shard: self.shard,
             target: self.target,
-            payload: encode(&rpc)?,
+            payload: encode::<S, _>(&rpc)?,
         };
         let mut client = self.client()?;
         let request = self.request(message, ttl);
@@ -272,9 +275,9 @@ impl RaftNetworkV2<TypeConfig> for GrpcPeer {
 
     async fn vote(
         &mut self,
-        rpc: VoteRequest<TypeConfig>,
+        rpc: VoteRequest<Group<S>>,
         option: RPCOption,
-    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+    ) -> Result<VoteResponse<Group<S>>, RPCError<Group<S>>> {
         self.send_vote(rpc, false, option).await
     }
 
@@ -283,9 +286,9 @@ impl RaftNetworkV2<TypeConfig> for GrpcPeer {
     /// depose a healthy leader.
     async fn pre_vote(
         &mut self,
-        rpc: VoteRequest<TypeConfig>,
+        rpc: VoteRequest<Group<S>>,
         option: RPCOption,
-    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+    ) -> Result<VoteResponse<Group<S>>, RPCError<Group<S>>> {
         self.send_vote(rpc, true, option).await
     }
 
@@ -299,14 +302,14 @@ impl RaftNetworkV2<TypeConfig> for GrpcPeer {
         snapshot: Snapshot,
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
-    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+    ) -> Result<SnapshotResponse<Group<S>>, StreamingError<Group<S>>> {
         let ttl = option.soft_ttl();
         let action = RPCTypes::InstallSnapshot;
         let mut client = self.client()?;
         let data = snapshot.snapshot;
         let header = pb::SnapshotHeader {
-            vote: encode(&vote)?,
-            meta: encode(&snapshot.meta)?,
+            vote: encode::<S, _>(&vote)?,
+            meta: encode::<S, _>(&snapshot.meta)?,
             size_bytes: data.len() as u64,
         };
         tracing::debug!(
@@ -389,14 +392,14 @@ impl RaftNetworkV2<TypeConfig> for GrpcPeer {
 
     async fn transfer_leader(
         &mut self,
-        req: TransferLeaderRequest<TypeConfig>,
+        req: TransferLeaderRequest<Group<S>>,
         option: RPCOption,
-    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+    ) -> Result<TransferLeaderResponse<Group<S>>, RPCError<Group<S>>> {
         let ttl = option.soft_ttl();
         let message = pb::TransferLeaderRequest {
             shard: self.shard,
             target: self.target,
-            payload: encode(&req)?,
+            payload: encode::<S, _>(&req)?,
         };
         let mut client = self.client()?;
         let request = self.request(message, ttl);

@@ -1,19 +1,122 @@
-//! The replicas a node hosts, by shard: where the server delivers the messages it receives.
+//! The groups a node hosts, by group id: where the server delivers the messages it receives.
+//!
+//! A node hosts groups of two kinds (task shards and the metadata group), whose Raft types
+//! differ. The registry holds each as a [`HostedGroup`]: the four Raft calls on serialised
+//! requests, so the server needs no knowledge of what a group replicates.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use parking_lot::RwLock;
-use taskmesh_shard::ShardReplica;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use taskmesh_shard::types::{Snapshot, Vote};
+use taskmesh_shard::{Group, GroupState, ShardReplica};
+use tonic::Status;
 
-/// The shard replicas this node hosts, keyed by shard id. Cheap to clone: clones share the map.
+/// A hosted group as the transport server sees it: each call takes openraft's request as JSON
+/// and answers openraft's response as JSON, or a status (see the proto file).
+pub trait HostedGroup: Send + Sync + 'static {
+    /// The group's id (a shard index, or the metadata group's id).
+    fn group_id(&self) -> u32;
+    /// Replicate entries (or a heartbeat).
+    fn append_entries(&self, payload: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, Status>>;
+    /// A vote, or a Pre-Vote.
+    fn vote(&self, payload: Vec<u8>, pre_vote: bool) -> BoxFuture<'_, Result<Vec<u8>, Status>>;
+    /// Install a whole snapshot sent by the leader of term `vote`.
+    fn install_snapshot(
+        &self,
+        vote: Vote,
+        snapshot: Snapshot,
+    ) -> BoxFuture<'_, Result<Vec<u8>, Status>>;
+    /// Take over leadership as the current leader asks.
+    fn transfer_leader(&self, payload: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, Status>>;
+}
+
+fn decode<T: DeserializeOwned>(what: &str, payload: &[u8]) -> Result<T, Status> {
+    serde_json::from_slice(payload)
+        .map_err(|e| Status::invalid_argument(format!("undecodable {what}: {e}")))
+}
+
+fn encode<T: Serialize>(what: &str, value: &T) -> Result<Vec<u8>, Status> {
+    serde_json::to_vec(value).map_err(|e| Status::internal(format!("cannot encode {what}: {e}")))
+}
+
+/// The group's Raft could not handle the call (it has stopped, or failed).
+fn stopped(group: u32, e: impl std::fmt::Display) -> Status {
+    Status::unavailable(format!("shard {group}: {e}"))
+}
+
+impl<S: GroupState> HostedGroup for ShardReplica<S> {
+    fn group_id(&self) -> u32 {
+        self.shard_id()
+    }
+
+    fn append_entries(&self, payload: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, Status>> {
+        Box::pin(async move {
+            let rpc: openraft::raft::AppendEntriesRequest<Group<S>> =
+                decode("AppendEntriesRequest", &payload)?;
+            let answer = self
+                .raft()
+                .append_entries(rpc)
+                .await
+                .map_err(|e| stopped(self.shard_id(), e))?;
+            encode("AppendEntriesResponse", &answer)
+        })
+    }
+
+    fn vote(&self, payload: Vec<u8>, pre_vote: bool) -> BoxFuture<'_, Result<Vec<u8>, Status>> {
+        Box::pin(async move {
+            let rpc: openraft::raft::VoteRequest<Group<S>> = decode("VoteRequest", &payload)?;
+            let raft = self.raft();
+            let answer = if pre_vote {
+                raft.pre_vote(rpc).await
+            } else {
+                raft.vote(rpc).await
+            }
+            .map_err(|e| stopped(self.shard_id(), e))?;
+            encode("VoteResponse", &answer)
+        })
+    }
+
+    fn install_snapshot(
+        &self,
+        vote: Vote,
+        snapshot: Snapshot,
+    ) -> BoxFuture<'_, Result<Vec<u8>, Status>> {
+        Box::pin(async move {
+            let answer = self
+                .raft()
+                .install_full_snapshot(vote, snapshot)
+                .await
+                .map_err(|e| stopped(self.shard_id(), e))?;
+            encode("SnapshotResponse", &answer)
+        })
+    }
+
+    fn transfer_leader(&self, payload: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, Status>> {
+        Box::pin(async move {
+            let rpc: openraft::raft::TransferLeaderRequest<Group<S>> =
+                decode("TransferLeaderRequest", &payload)?;
+            let answer = self
+                .raft()
+                .handle_transfer_leader(rpc)
+                .await
+                .map_err(|e| stopped(self.shard_id(), e))?;
+            encode("TransferLeaderResponse", &answer)
+        })
+    }
+}
+
+/// The groups this node hosts, keyed by group id. Cheap to clone: clones share the map.
 ///
-/// The node inserts a replica once it is open (a message for a shard that is not here yet is
+/// The node inserts a replica once it is open (a message for a group that is not here yet is
 /// answered `NOT_FOUND`, which the sender treats as an unreachable peer and retries later) and
 /// removes it before shutting it down.
 #[derive(Clone, Default)]
 pub struct ReplicaRegistry {
-    replicas: Arc<RwLock<HashMap<u32, ShardReplica>>>,
+    groups: Arc<RwLock<HashMap<u32, Arc<dyn HostedGroup>>>>,
 }
 
 impl ReplicaRegistry {
@@ -21,33 +124,34 @@ impl ReplicaRegistry {
         Self::default()
     }
 
-    /// Register `replica` under its shard id; returns the replica it replaces, if any.
-    pub fn insert(&self, replica: ShardReplica) -> Option<ShardReplica> {
-        self.replicas.write().insert(replica.shard_id(), replica)
+    /// Register `replica` under its group id; returns whether it replaced another.
+    pub fn insert<S: GroupState>(&self, replica: ShardReplica<S>) -> bool {
+        let id = replica.shard_id();
+        self.groups.write().insert(id, Arc::new(replica)).is_some()
     }
 
-    /// Unregister the replica of `shard` and return it.
-    pub fn remove(&self, shard: u32) -> Option<ShardReplica> {
-        self.replicas.write().remove(&shard)
+    /// Unregister the group `id`; returns whether it was registered.
+    pub fn remove(&self, id: u32) -> bool {
+        self.groups.write().remove(&id).is_some()
     }
 
-    /// The replica of `shard`, if this node hosts one.
-    pub fn get(&self, shard: u32) -> Option<ShardReplica> {
-        self.replicas.read().get(&shard).cloned()
+    /// The group `id`, if this node hosts it.
+    pub fn get(&self, id: u32) -> Option<Arc<dyn HostedGroup>> {
+        self.groups.read().get(&id).cloned()
     }
 
-    /// The shards this node hosts, in ascending order.
+    /// The groups this node hosts, in ascending order.
     pub fn shard_ids(&self) -> Vec<u32> {
-        let mut ids: Vec<u32> = self.replicas.read().keys().copied().collect();
+        let mut ids: Vec<u32> = self.groups.read().keys().copied().collect();
         ids.sort_unstable();
         ids
     }
 
     pub fn len(&self) -> usize {
-        self.replicas.read().len()
+        self.groups.read().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.replicas.read().is_empty()
+        self.groups.read().is_empty()
     }
 }

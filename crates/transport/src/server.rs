@@ -11,20 +11,19 @@
 use std::future::Future;
 use std::time::Duration;
 
-use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
+use std::sync::Arc;
+
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 use taskmesh_rpc::v1 as pb;
 use taskmesh_rpc::v1::raft_transport_server::{RaftTransport, RaftTransportServer};
 use taskmesh_shard::types::{Snapshot, SnapshotMeta, Vote};
-use taskmesh_shard::{ShardReplica, TypeConfig};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::config::TransportConfig;
 use crate::error::TransportError;
-use crate::registry::ReplicaRegistry;
+use crate::registry::{HostedGroup, ReplicaRegistry};
 
 /// The most memory reserved up front for an arriving snapshot; beyond that it grows as the
 /// chunks arrive, so a header announcing a huge size costs nothing until the data comes.
@@ -44,15 +43,6 @@ pub struct RaftService {
 fn decode<T: DeserializeOwned>(what: &str, payload: &[u8]) -> Result<T, Status> {
     serde_json::from_slice(payload)
         .map_err(|e| Status::invalid_argument(format!("undecodable {what}: {e}")))
-}
-
-fn encode<T: Serialize>(what: &str, value: &T) -> Result<Vec<u8>, Status> {
-    serde_json::to_vec(value).map_err(|e| Status::internal(format!("cannot encode {what}: {e}")))
-}
-
-/// The group's Raft could not handle the call (it has stopped, or failed).
-fn stopped(shard: u32, e: impl std::fmt::Display) -> Status {
-    Status::unavailable(format!("shard {shard}: {e}"))
 }
 
 impl RaftService {
@@ -83,7 +73,7 @@ impl RaftService {
     }
 
     /// The replica a call for (`shard`, `target`) goes to.
-    fn replica(&self, shard: u32, target: u64) -> Result<ShardReplica, Status> {
+    fn replica(&self, shard: u32, target: u64) -> Result<Arc<dyn HostedGroup>, Status> {
         if target != self.node_id {
             return Err(Status::failed_precondition(format!(
                 "this is node {}, not node {target}",
@@ -102,7 +92,7 @@ impl RaftService {
     async fn receive_snapshot(
         &self,
         stream: &mut Streaming<pb::InstallSnapshotChunk>,
-    ) -> Result<(ShardReplica, Vote, Snapshot), Status> {
+    ) -> Result<(Arc<dyn HostedGroup>, Vote, Snapshot), Status> {
         let Some(mut chunk) = stream.message().await? else {
             return Err(Status::invalid_argument("empty snapshot stream"));
         };
@@ -184,16 +174,9 @@ impl RaftTransport for RaftService {
         request: Request<pb::AppendEntriesRequest>,
     ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         let req = request.into_inner();
-        let replica = self.replica(req.shard, req.target)?;
-        let rpc: AppendEntriesRequest<TypeConfig> = decode("AppendEntriesRequest", &req.payload)?;
-        let answer = replica
-            .raft()
-            .append_entries(rpc)
-            .await
-            .map_err(|e| stopped(req.shard, e))?;
-        Ok(Response::new(pb::AppendEntriesResponse {
-            payload: encode("AppendEntriesResponse", &answer)?,
-        }))
+        let group = self.replica(req.shard, req.target)?;
+        let payload = group.append_entries(req.payload).await?;
+        Ok(Response::new(pb::AppendEntriesResponse { payload }))
     }
 
     async fn vote(
@@ -201,18 +184,9 @@ impl RaftTransport for RaftService {
         request: Request<pb::VoteRequest>,
     ) -> Result<Response<pb::VoteResponse>, Status> {
         let req = request.into_inner();
-        let replica = self.replica(req.shard, req.target)?;
-        let rpc: VoteRequest<TypeConfig> = decode("VoteRequest", &req.payload)?;
-        let raft = replica.raft();
-        let answer = if req.pre_vote {
-            raft.pre_vote(rpc).await
-        } else {
-            raft.vote(rpc).await
-        }
-        .map_err(|e| stopped(req.shard, e))?;
-        Ok(Response::new(pb::VoteResponse {
-            payload: encode("VoteResponse", &answer)?,
-        }))
+        let group = self.replica(req.shard, req.target)?;
+        let payload = group.vote(req.payload, req.pre_vote).await?;
+        Ok(Response::new(pb::VoteResponse { payload }))
     }
 
     async fn install_snapshot(
@@ -220,22 +194,15 @@ impl RaftTransport for RaftService {
         request: Request<Streaming<pb::InstallSnapshotChunk>>,
     ) -> Result<Response<pb::InstallSnapshotResponse>, Status> {
         let mut stream = request.into_inner();
-        let (replica, vote, snapshot) = self.receive_snapshot(&mut stream).await?;
-        let shard = replica.shard_id();
+        let (group, vote, snapshot) = self.receive_snapshot(&mut stream).await?;
         tracing::debug!(
-            shard,
+            shard = group.group_id(),
             bytes = snapshot.snapshot.len(),
             last_log_id = ?snapshot.meta.last_log_id,
             "received a snapshot; installing"
         );
-        let answer = replica
-            .raft()
-            .install_full_snapshot(vote, snapshot)
-            .await
-            .map_err(|e| stopped(shard, e))?;
-        Ok(Response::new(pb::InstallSnapshotResponse {
-            payload: encode("SnapshotResponse", &answer)?,
-        }))
+        let payload = group.install_snapshot(vote, snapshot).await?;
+        Ok(Response::new(pb::InstallSnapshotResponse { payload }))
     }
 
     async fn transfer_leader(
@@ -243,16 +210,9 @@ impl RaftTransport for RaftService {
         request: Request<pb::TransferLeaderRequest>,
     ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
         let req = request.into_inner();
-        let replica = self.replica(req.shard, req.target)?;
-        let rpc: TransferLeaderRequest<TypeConfig> = decode("TransferLeaderRequest", &req.payload)?;
-        let answer = replica
-            .raft()
-            .handle_transfer_leader(rpc)
-            .await
-            .map_err(|e| stopped(req.shard, e))?;
-        Ok(Response::new(pb::TransferLeaderResponse {
-            payload: encode("TransferLeaderResponse", &answer)?,
-        }))
+        let group = self.replica(req.shard, req.target)?;
+        let payload = group.transfer_leader(req.payload).await?;
+        Ok(Response::new(pb::TransferLeaderResponse { payload }))
     }
 }
 

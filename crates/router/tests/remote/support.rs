@@ -27,7 +27,7 @@ pub async fn host_with(dir: &std::path::Path, cfg: HostConfig) -> Host {
         node_id: 1,
         ..ShardConfig::default()
     };
-    let replica = ShardReplica::open(db, cfg).await.unwrap();
+    let replica = <ShardReplica>::open(db, cfg).await.unwrap();
     replica.bootstrap_single().await.unwrap();
     host.add_shard(replica.clone()).unwrap();
     replica.wait_leader(Duration::from_secs(30)).await.unwrap();

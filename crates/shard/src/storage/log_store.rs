@@ -8,7 +8,12 @@ use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 
 use super::{decode, encode, read_json, tree_name};
-use crate::types::{Entry, LogId, TypeConfig, Vote};
+use std::marker::PhantomData;
+
+use taskmesh_task::ShardState;
+
+use crate::group::{Group, GroupState};
+use crate::types::{Entry, LogId, Vote};
 
 const KEY_VOTE: &[u8] = b"vote";
 const KEY_COMMITTED: &[u8] = b"committed";
@@ -30,20 +35,32 @@ fn key_index(key: &[u8]) -> io::Result<u64> {
 
 /// The log store of one shard. Cheap to clone: the clones share the same trees, and a clone is
 /// also the log reader handed to replication.
-#[derive(Clone)]
-pub struct LogStore {
+pub struct LogStore<S: GroupState = ShardState> {
     db: sled::Db,
     log: sled::Tree,
     raft: sled::Tree,
+    state: PhantomData<fn() -> S>,
 }
 
-impl LogStore {
+impl<S: GroupState> Clone for LogStore<S> {
+    fn clone(&self) -> Self {
+        Self {
+            db: self.db.clone(),
+            log: self.log.clone(),
+            raft: self.raft.clone(),
+            state: PhantomData,
+        }
+    }
+}
+
+impl<S: GroupState> LogStore<S> {
     /// Open (or create) the log trees of `shard_id` in `db`.
     pub fn open(db: &sled::Db, shard_id: u32) -> io::Result<Self> {
         let store = Self {
             db: db.clone(),
             log: db.open_tree(tree_name(shard_id, "log"))?,
             raft: db.open_tree(tree_name(shard_id, "raft"))?,
+            state: PhantomData,
         };
         store.drop_purged_leftovers()?;
         Ok(store)
@@ -91,11 +108,11 @@ impl LogStore {
     }
 }
 
-impl RaftLogReader<TypeConfig> for LogStore {
+impl<S: GroupState> RaftLogReader<Group<S>> for LogStore<S> {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
-    ) -> Result<Vec<Entry>, io::Error> {
+    ) -> Result<Vec<Entry<S::Command>>, io::Error> {
         let start = match range.start_bound() {
             Bound::Included(s) => *s,
             Bound::Excluded(s) => match s.checked_add(1) {
@@ -114,10 +131,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Some(end) => self.log.range(index_key(start)..index_key(end)),
             None => self.log.range(index_key(start)..),
         };
-        let mut entries: Vec<Entry> = Vec::new();
+        let mut entries: Vec<Entry<S::Command>> = Vec::new();
         for item in iter {
             let (key, value) = item?;
-            let entry: Entry = decode(&value)?;
+            let entry: Entry<S::Command> = decode(&value)?;
             let index = key_index(&key)?;
             if entry.log_id.index != index {
                 return Err(io::Error::new(
@@ -143,13 +160,13 @@ impl RaftLogReader<TypeConfig> for LogStore {
     }
 }
 
-impl RaftLogStorage<TypeConfig> for LogStore {
-    type LogReader = LogStore;
+impl<S: GroupState> RaftLogStorage<Group<S>> for LogStore<S> {
+    type LogReader = LogStore<S>;
 
-    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+    async fn get_log_state(&mut self) -> Result<LogState<Group<S>>, io::Error> {
         let last_purged: Option<LogId> = read_json(&self.raft, KEY_LAST_PURGED)?;
         let last = match self.log.last()? {
-            Some((_, value)) => Some(decode::<Entry>(&value)?.log_id),
+            Some((_, value)) => Some(decode::<Entry<S::Command>>(&value)?.log_id),
             None => None,
         };
         let last_log_id = match (last, &last_purged) {
@@ -192,10 +209,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn append<I>(
         &mut self,
         entries: I,
-        callback: IOFlushed<TypeConfig>,
+        callback: IOFlushed<Group<S>>,
     ) -> Result<(), io::Error>
     where
-        I: IntoIterator<Item = Entry> + OptionalSend,
+        I: IntoIterator<Item = Entry<S::Command>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
         let mut batch = sled::Batch::default();

@@ -1,25 +1,30 @@
-//! Durable storage of a shard replica in the node's sled database.
+//! Durable storage of a group replica (a task shard or the metadata group) in the node's sled
+//! database.
 //!
-//! Each shard uses three trees of the one per-node `sled::Db`:
+//! Each group uses three trees of the one per-node `sled::Db`:
 //!
 //! - `shard/{id}/log`: the Raft log, keyed by the entry index as 8 big-endian bytes, each value
 //!   an entry as JSON;
 //! - `shard/{id}/raft`: the vote, the last committed log id and the last purged log id;
-//! - `shard/{id}/sm`: the state machine: one key per task record (`rec/{task id}`), the last
-//!   applied log id and the last membership (`meta/...`), and the current snapshot
-//!   (`snap/meta`, `snap/data`).
+//! - `shard/{id}/sm`: the state machine: the state's keys (a task shard: one per task record,
+//!   `rec/{task id}`, see [`tasks`]; the metadata group: `meta/cluster`, see [`meta`]), the last
+//!   applied log id and the last membership (`meta/applied`, `meta/membership`), and the
+//!   current snapshot (`snap/meta`, `snap/data`).
 //!
-//! A snapshot's bytes are the JSON of [`SnapshotPayload`].
+//! A snapshot's bytes are the JSON of the state's snapshot: the log position and the state
+//! side by side ([`tasks::TaskSnapshot`]: `records`; [`meta::MetaSnapshot`]: `cluster`).
 
 mod log_store;
+pub mod meta;
 mod state_machine;
+pub mod tasks;
 
 use std::io;
 
 use serde::{de::DeserializeOwned, Serialize};
 
 pub use log_store::LogStore;
-pub use state_machine::{ShardSnapshotBuilder, SnapshotPayload, StateMachineStore};
+pub use state_machine::{ShardSnapshotBuilder, StateMachineStore};
 
 /// The name of one of a shard's trees.
 pub(crate) fn tree_name(shard_id: u32, kind: &str) -> String {

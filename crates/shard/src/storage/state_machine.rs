@@ -1,5 +1,6 @@
-//! The state machine of one shard: the in-memory [`ShardState`] shared with readers, kept
-//! durable in a sled tree, and its snapshots.
+//! The state machine of one group: its in-memory [`GroupState`] shared with readers, kept
+//! durable in a sled tree (laid out by the state, see [`super::tasks`] and [`super::meta`]),
+//! and its snapshots.
 
 use std::io;
 use std::sync::Arc;
@@ -8,21 +9,17 @@ use futures::{Stream, StreamExt};
 use openraft::storage::{ApplyResponder, EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::OptionalSend;
 use parking_lot::{Mutex, RwLock};
-use serde::{Deserialize, Serialize};
-use taskmesh_task::{Applied, ClusterMeta, ShardState, TaskRecord};
+use taskmesh_task::ShardState;
 use tokio::sync::{broadcast, watch};
 
 use super::{decode, encode, read_json, tree_name};
-use crate::events::ShardEvent;
+use crate::group::{Group, GroupState};
 use crate::types::{
-    Entry, EntryPayload, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
+    Entry, EntryPayload, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
 };
 
-const REC_PREFIX: &[u8] = b"rec/";
 const KEY_APPLIED: &[u8] = b"meta/applied";
 const KEY_MEMBERSHIP: &[u8] = b"meta/membership";
-/// The cluster metadata (only the metadata group has any).
-const KEY_CLUSTER: &[u8] = b"meta/cluster";
 const KEY_SNAP_META: &[u8] = b"snap/meta";
 const KEY_SNAP_DATA: &[u8] = b"snap/data";
 
@@ -30,44 +27,33 @@ const KEY_SNAP_DATA: &[u8] = b"snap/data";
 /// carries the applied id of its last entry).
 const MAX_ENTRIES_PER_BATCH: usize = 1024;
 
-fn rec_key(task_id: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(REC_PREFIX.len() + task_id.len());
-    key.extend_from_slice(REC_PREFIX);
-    key.extend_from_slice(task_id.as_bytes());
-    key
-}
-
-/// What a snapshot holds; its JSON is the snapshot's bytes.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SnapshotPayload {
-    pub last_applied: Option<LogId>,
-    pub membership: StoredMembership,
-    /// Every record, in task id order.
-    pub records: Vec<TaskRecord>,
-    /// The cluster metadata (the metadata group's state; empty in shard groups).
-    #[serde(default)]
-    pub cluster: ClusterMeta,
+/// A consistent copy taken for a snapshot: the log position (which becomes the snapshot's
+/// [`SnapshotMeta`]) and what the snapshot's bytes will hold.
+struct Captured<S: GroupState> {
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    snapshot: S::Snapshot,
 }
 
 /// The in-memory state and the log position it reflects, changed together under one lock.
-struct SmData {
-    state: ShardState,
+struct SmData<S> {
+    state: S,
     applied: Option<LogId>,
     membership: StoredMembership,
 }
 
-struct Shared {
+struct Shared<S: GroupState> {
     db: sled::Db,
     tree: sled::Tree,
-    data: RwLock<SmData>,
-    events: broadcast::Sender<ShardEvent>,
+    data: RwLock<SmData<S>>,
+    events: broadcast::Sender<S::Event>,
     /// The last log id of the latest snapshot installed from a leader (`None`: none yet).
     installed: watch::Sender<Option<LogId>>,
     /// Serialises writes and reads of the current snapshot (meta and data are two keys).
     snapshot_io: Mutex<()>,
 }
 
-impl Shared {
+impl<S: GroupState> Shared<S> {
     fn current_snapshot(&self) -> io::Result<Option<Snapshot>> {
         let _guard = self.snapshot_io.lock();
         let meta: Option<SnapshotMeta> = read_json(&self.tree, KEY_SNAP_META)?;
@@ -97,43 +83,56 @@ impl Shared {
 }
 
 /// What one apply call has done in memory and not yet written.
-#[derive(Default)]
-struct Pending {
+struct Pending<S: GroupState> {
     batch: sled::Batch,
     entries: usize,
     applied: Option<LogId>,
     membership: Option<StoredMembership>,
-    responses: Vec<(ApplyResponder<TypeConfig>, Applied)>,
-    events: Vec<ShardEvent>,
+    responses: Vec<(ApplyResponder<Group<S>>, S::Applied)>,
+    events: Vec<S::Event>,
 }
 
-/// The response given for an entry that carries no command (blank or membership entries).
-/// Nobody waits for these through [`crate::ShardReplica`]; the value only has to exist.
-fn no_command_response() -> Applied {
-    Applied::Expired {
-        task_ids: Vec::new(),
+impl<S: GroupState> Default for Pending<S> {
+    fn default() -> Self {
+        Self {
+            batch: sled::Batch::default(),
+            entries: 0,
+            applied: None,
+            membership: None,
+            responses: Vec::new(),
+            events: Vec::new(),
+        }
     }
 }
 
-/// The state machine of one shard. Cheap to clone: clones share the state.
-#[derive(Clone)]
-pub struct StateMachineStore {
-    shared: Arc<Shared>,
+/// A stored or received state that breaks its invariants.
+fn corrupt(why: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, why)
 }
 
-impl StateMachineStore {
+/// The state machine of one group (a task shard by default). Cheap to clone: clones share the
+/// state.
+pub struct StateMachineStore<S: GroupState = ShardState> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S: GroupState> Clone for StateMachineStore<S> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: GroupState> StateMachineStore<S> {
     /// Open (or create) the state machine tree of `shard_id` in `db` and rebuild the in-memory
     /// state from it. `event_buffer` is the capacity of the event channel.
     pub fn open(db: &sled::Db, shard_id: u32, event_buffer: usize) -> io::Result<Self> {
         let tree = db.open_tree(tree_name(shard_id, "sm"))?;
         let applied: Option<LogId> = read_json(&tree, KEY_APPLIED)?;
         let membership: StoredMembership = read_json(&tree, KEY_MEMBERSHIP)?.unwrap_or_default();
-        let cluster: ClusterMeta = read_json(&tree, KEY_CLUSTER)?.unwrap_or_default();
-        let mut records = Vec::new();
-        for item in tree.scan_prefix(REC_PREFIX) {
-            let (_, value) = item?;
-            records.push(decode::<TaskRecord>(&value)?);
-        }
+        let state = S::load(&tree)?;
+        state.verify(applied).map_err(corrupt)?;
         let (events, _) = broadcast::channel(event_buffer.max(1));
         let (installed, _) = watch::channel(None);
         Ok(Self {
@@ -141,11 +140,7 @@ impl StateMachineStore {
                 db: db.clone(),
                 tree,
                 data: RwLock::new(SmData {
-                    state: {
-                        let mut state = ShardState::from_records(records);
-                        state.set_cluster(cluster);
-                        state
-                    },
+                    state,
                     applied,
                     membership,
                 }),
@@ -157,7 +152,7 @@ impl StateMachineStore {
     }
 
     /// Run `f` on the in-memory state (under a read lock held only for the call).
-    pub fn read<R>(&self, f: impl FnOnce(&ShardState) -> R) -> R {
+    pub fn read<R>(&self, f: impl FnOnce(&S) -> R) -> R {
         let data = self.shared.data.read();
         f(&data.state)
     }
@@ -167,14 +162,14 @@ impl StateMachineStore {
         self.shared.data.read().applied
     }
 
-    /// Receive a [`ShardEvent`] for every change applied from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<ShardEvent> {
+    /// Receive an event for every change applied from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<S::Event> {
         self.shared.events.subscribe()
     }
 
     /// A watch of the last log id of the latest snapshot installed from a leader in this
     /// process. It changes every time an installed snapshot replaces the whole state, which
-    /// emits no [`ShardEvent`]s.
+    /// emits no events.
     pub fn snapshot_installs(&self) -> watch::Receiver<Option<LogId>> {
         self.shared.installed.subscribe()
     }
@@ -182,9 +177,9 @@ impl StateMachineStore {
     /// Apply one entry in memory and queue its durable effects.
     fn apply_entry(
         &self,
-        entry: Entry,
-        responder: Option<ApplyResponder<TypeConfig>>,
-        pending: &mut Pending,
+        entry: Entry<S::Command>,
+        responder: Option<ApplyResponder<Group<S>>>,
+        pending: &mut Pending<S>,
     ) -> io::Result<()> {
         let log_id = entry.log_id;
         let index = log_id.index;
@@ -192,7 +187,7 @@ impl StateMachineStore {
             let mut data = self.shared.data.write();
             let applied = match entry.payload {
                 EntryPayload::Blank => None,
-                EntryPayload::Normal(req) => Some(data.state.apply(&req.0, index)),
+                EntryPayload::Normal(cmd) => Some(data.state.apply(&cmd, index)),
                 EntryPayload::Membership(m) => {
                     let stored = StoredMembership::new(Some(log_id), m);
                     data.membership = stored.clone();
@@ -203,50 +198,22 @@ impl StateMachineStore {
             data.applied = Some(log_id);
             applied
         };
-        match &applied {
-            Some(Applied::Created {
-                record,
-                fresh: true,
-            })
-            | Some(Applied::Updated { record }) => {
-                pending
-                    .batch
-                    .insert(rec_key(&record.task_id), encode(record)?);
-                pending.events.push(ShardEvent::Changed {
-                    index,
-                    record: record.clone(),
-                });
-            }
-            Some(Applied::Cluster {
-                result: Ok(meta),
-                changed: true,
-            }) => {
-                pending.batch.insert(KEY_CLUSTER, encode(meta.as_ref())?);
-            }
-            Some(Applied::Expired { task_ids }) if !task_ids.is_empty() => {
-                for id in task_ids {
-                    pending.batch.remove(rec_key(id));
-                }
-                pending.events.push(ShardEvent::Expired {
-                    index,
-                    task_ids: task_ids.clone(),
-                });
-            }
-            _ => {}
+        if let Some(applied) = &applied {
+            S::persist(applied, index, &mut pending.batch, &mut pending.events)?;
         }
         pending.applied = Some(log_id);
         pending.entries += 1;
         if let Some(responder) = responder {
             pending
                 .responses
-                .push((responder, applied.unwrap_or_else(no_command_response)));
+                .push((responder, applied.unwrap_or_else(S::no_command)));
         }
         Ok(())
     }
 
     /// Write what is pending in one atomic batch with its applied id, flush, then answer the
     /// proposers and emit the events.
-    async fn commit(&self, pending: &mut Pending) -> io::Result<()> {
+    async fn commit(&self, pending: &mut Pending<S>) -> io::Result<()> {
         let p = std::mem::take(pending);
         if p.entries == 0 {
             return Ok(());
@@ -271,20 +238,19 @@ impl StateMachineStore {
     }
 
     /// A consistent copy of the state, taken under the read lock.
-    fn capture(&self) -> SnapshotPayload {
+    fn capture(&self) -> Captured<S> {
         let data = self.shared.data.read();
-        SnapshotPayload {
+        Captured {
             last_applied: data.applied,
             membership: data.membership.clone(),
-            records: data.state.records().cloned().collect(),
-            cluster: data.state.cluster().clone(),
+            snapshot: data.state.capture(data.applied, data.membership.clone()),
         }
     }
 }
 
-impl RaftStateMachine<TypeConfig> for StateMachineStore {
+impl<S: GroupState> RaftStateMachine<Group<S>> for StateMachineStore<S> {
     type SnapshotData = SnapshotData;
-    type SnapshotBuilder = ShardSnapshotBuilder;
+    type SnapshotBuilder = ShardSnapshotBuilder<S>;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
         let data = self.shared.data.read();
@@ -293,7 +259,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
     where
-        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+        Strm: Stream<Item = Result<EntryResponder<Group<S>>, io::Error>> + Unpin + OptionalSend,
     {
         let mut pending = Pending::default();
         while let Some(item) = entries.next().await {
@@ -321,24 +287,19 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
         let (payload, snapshot) = tokio::task::spawn_blocking(move || {
-            decode::<SnapshotPayload>(&snapshot).map(|p| (p, snapshot))
+            decode::<S::Snapshot>(&snapshot).map(|p| (p, snapshot))
         })
         .await
         .map_err(io::Error::other)??;
 
         let mut batch = sled::Batch::default();
-        for key in self.shared.tree.scan_prefix(REC_PREFIX).keys() {
-            batch.remove(key?);
-        }
-        for record in &payload.records {
-            batch.insert(rec_key(&record.task_id), encode(record)?);
-        }
+        let state = S::restore(payload, &self.shared.tree, &mut batch)?;
+        state.verify(meta.last_log_id).map_err(corrupt)?;
         match &meta.last_log_id {
             Some(id) => batch.insert(KEY_APPLIED, encode(id)?),
             None => batch.remove(KEY_APPLIED),
         }
         batch.insert(KEY_MEMBERSHIP, encode(&meta.last_membership)?);
-        batch.insert(KEY_CLUSTER, encode(&payload.cluster)?);
         batch.insert(KEY_SNAP_META, encode(meta)?);
         batch.insert(KEY_SNAP_DATA, snapshot);
         {
@@ -347,8 +308,6 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         }
         super::flush(&self.shared.db).await?;
 
-        let mut state = ShardState::from_records(payload.records);
-        state.set_cluster(payload.cluster);
         {
             let mut data = self.shared.data.write();
             *data = SmData {
@@ -359,7 +318,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         }
         tracing::info!(
             last_log_id = ?meta.last_log_id,
-            records = self.read(|s| s.len()),
+            size = self.read(|s| s.size()),
             "installed a snapshot from the leader"
         );
         self.shared.installed.send_replace(meta.last_log_id);
@@ -373,12 +332,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
 /// Builds a snapshot from a copy of the state taken when the builder was made; serialising
 /// happens on a blocking thread, away from the state machine.
-pub struct ShardSnapshotBuilder {
-    store: StateMachineStore,
-    view: Option<SnapshotPayload>,
+pub struct ShardSnapshotBuilder<S: GroupState = ShardState> {
+    store: StateMachineStore<S>,
+    view: Option<Captured<S>>,
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for ShardSnapshotBuilder {
+impl<S: GroupState> RaftSnapshotBuilder<Group<S>> for ShardSnapshotBuilder<S> {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
@@ -391,9 +350,9 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardSnapshotBuilder {
             last_membership: view.membership.clone(),
         };
         let data = tokio::task::spawn_blocking(move || {
-            let mut view = view;
-            view.records.sort_by(|a, b| a.task_id.cmp(&b.task_id));
-            encode(&view)
+            let mut snapshot = view.snapshot;
+            S::seal(&mut snapshot);
+            encode(&snapshot)
         })
         .await
         .map_err(io::Error::other)??;

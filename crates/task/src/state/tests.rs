@@ -241,7 +241,12 @@ proptest! {
                         prop_assert!(by_expiry, "record vanished without expiry");
                     }
                     Some(new) => {
-                        prop_assert!(new.updated_index >= old.updated_index);
+                        // A changed record carries this entry's index; an unchanged one its own.
+                        if new != old {
+                            prop_assert_eq!(new.updated_index, i as u64 + 1);
+                        } else {
+                            prop_assert_eq!(new.updated_index, old.updated_index);
+                        }
                         prop_assert!(new.last_updated_at_ms >= old.last_updated_at_ms);
                         prop_assert_eq!(new.created_at_ms, old.created_at_ms);
                         if old.status.is_terminal() {

@@ -131,7 +131,9 @@ async fn a_snapshot_sent_in_chunks_is_installed_whole() {
 
     let mut network = GrpcNetwork::new(2, PeerChannels::new(Duration::from_secs(1)), SHARD)
         .with_snapshot_chunk_bytes(1024);
-    let mut peer = network.new_client(1, &BasicNode::new(&sink.addr)).await;
+    let mut peer =
+        RaftNetworkFactory::<TypeConfig>::new_client(&mut network, 1, &BasicNode::new(&sink.addr))
+            .await;
     let answer = peer
         .full_snapshot(
             vote,
