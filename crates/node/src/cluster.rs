@@ -30,7 +30,7 @@ use taskmesh_host::Host;
 use taskmesh_meta::{ClusterMeta, MetaApplied, MetaCommand, MetaRejection};
 use taskmesh_router::Router;
 use taskmesh_rpc::v1::{self, cluster_service_client::ClusterServiceClient};
-use taskmesh_shard::{GroupState, MetaReplica, ShardError, ShardReplica};
+use taskmesh_shard::{GroupState, MetaReplica, Retry, ShardError, ShardReplica};
 use tonic::transport::Endpoint;
 use tonic::{Request, Response, Status};
 
@@ -110,7 +110,7 @@ impl Membership {
     /// Propose `change` on the metadata leader (this node or another) and return the metadata
     /// after it, with whether it changed anything.
     pub async fn propose(&self, change: MetaCommand) -> Result<(ClusterMeta, bool), MetaError> {
-        let deadline = tokio::time::Instant::now() + self.retry_budget;
+        let mut retry = Retry::new(self.retry_budget, META_PAUSE_FIRST, META_PAUSE_MAX);
         let mut hint: Option<(u64, String)> = None;
         let mut turn = 0usize;
         let mut last = String::from("no metadata leader known");
@@ -145,17 +145,17 @@ impl Membership {
                     match sent {
                         Ok(done) => return Ok(done),
                         Err(RemoteError::Refused(m)) => return Err(MetaError::Refused(m)),
-                        Err(RemoteError::NotLeader(Some(h))) if h.0 != id => hint = Some(h),
+                        Err(RemoteError::NotLeader(Some(h))) if h.0 != id => {
+                            hint = Some(h);
+                            retry.reset();
+                        }
                         Err(RemoteError::NotLeader(_)) => last = format!("node {id} has no leader"),
                         Err(RemoteError::Failed(m)) => last = format!("node {id}: {m}"),
                     }
                 }
             }
-            if tokio::time::Instant::now() >= deadline {
+            if retry.expired() || (hint.is_none() && !retry.pause().await) {
                 return Err(MetaError::Unavailable(last));
-            }
-            if hint.is_none() {
-                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     }
@@ -166,6 +166,14 @@ enum RemoteError {
     NotLeader(Option<(u64, String)>),
     Failed(String),
 }
+
+/// The first pause before a metadata proposal asks again when no leader is known; pauses double
+/// up to [`META_PAUSE_MAX`] (see [`Retry`]).
+const META_PAUSE_FIRST: Duration = Duration::from_millis(100);
+/// The longest pause between two attempts of a metadata proposal.
+const META_PAUSE_MAX: Duration = Duration::from_secs(1);
+/// How long a `taskmesh cluster` command looks for the metadata leader.
+const PROPOSE_VIA_BUDGET: Duration = Duration::from_secs(10);
 
 /// How long one call to a peer's metadata service may take.
 const CLUSTER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -233,19 +241,23 @@ pub async fn fetch_metadata(addr: &str) -> anyhow::Result<ClusterMeta> {
 /// following `NotLeader` hints). For the `taskmesh cluster` commands.
 pub async fn propose_via(addr: &str, change: MetaCommand) -> anyhow::Result<(ClusterMeta, bool)> {
     let mut addr = addr.to_string();
-    for _ in 0..10 {
+    let mut retry = Retry::new(PROPOSE_VIA_BUDGET, META_PAUSE_FIRST, META_PAUSE_MAX);
+    while !retry.expired() {
         let client = cluster_client(&addr).map_err(anyhow::Error::msg)?;
         match propose_remote(client, &change).await {
             Ok(done) => return Ok(done),
             Err(RemoteError::Refused(m)) => anyhow::bail!("refused: {m}"),
-            Err(RemoteError::NotLeader(Some((_, a)))) => addr = a,
+            Err(RemoteError::NotLeader(Some((_, a)))) => {
+                addr = a;
+                retry.reset();
+            }
             Err(RemoteError::NotLeader(None)) => {
-                tokio::time::sleep(Duration::from_millis(300)).await
+                retry.pause().await;
             }
             Err(RemoteError::Failed(m)) => anyhow::bail!("{addr}: {m}"),
         }
     }
-    anyhow::bail!("no metadata leader found through {addr}")
+    anyhow::bail!("no metadata leader found through {addr} within {PROPOSE_VIA_BUDGET:?}")
 }
 
 /// The `taskmesh.v1.ClusterService` server.

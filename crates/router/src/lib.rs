@@ -45,6 +45,20 @@ pub type Placement = Arc<dyn Fn(u32) -> Vec<u64> + Send + Sync>;
 /// Longest task id the router looks up; anything longer cannot be one of ours.
 pub const MAX_TASK_ID_LEN: usize = 128;
 
+/// The first pause before asking again for a shard without a reachable leader; pauses double
+/// up to [`RETRY_PAUSE_MAX`] within the retry budget. Short: an election takes a few hundred
+/// milliseconds, and a request should see the new leader soon after.
+const RETRY_PAUSE_FIRST: Duration = Duration::from_millis(50);
+/// The longest pause between two attempts on one request.
+const RETRY_PAUSE_MAX: Duration = Duration::from_millis(400);
+/// Leader hints followed in a row before asking the placement instead: replicas that a
+/// membership change left behind may name each other as leader.
+const MAX_HINT_HOPS: usize = 3;
+/// Hint-less `NotLeader` answers tried in a row (each at another replica) before a pause.
+const MISSES_BEFORE_PAUSE: usize = 3;
+/// The least time one attempt at a remote leader gets.
+const MIN_ATTEMPT: Duration = Duration::from_millis(200);
+
 #[derive(Clone)]
 pub struct Router {
     host: Host,
@@ -238,10 +252,12 @@ impl Router {
         F: Fn(Target<'a>) -> Fut,
         Fut: std::future::Future<Output = Result<T, HostError>>,
     {
-        let deadline = tokio::time::Instant::now() + self.retry_budget;
+        let mut retry =
+            taskmesh_shard::Retry::new(self.retry_budget, RETRY_PAUSE_FIRST, RETRY_PAUSE_MAX);
         let mut hint = None;
         let misses = AtomicUsize::new(0);
         let mut hops = 0usize;
+        let mut unpaused = 0usize;
         loop {
             let route = self.route(shard, hint.take(), misses.load(Ordering::Relaxed));
             let remote_id = match route {
@@ -255,9 +271,7 @@ impl Router {
                     // noticed) must neither hold the request for the transport's full
                     // timeout nor spend the whole budget, so that a retry can still reach the
                     // leader elected meanwhile.
-                    let attempt = (deadline.saturating_duration_since(tokio::time::Instant::now())
-                        / 2)
-                    .max(Duration::from_millis(200));
+                    let attempt = (retry.left() / 2).max(MIN_ATTEMPT);
                     tokio::time::timeout(attempt, op(Target::Remote(RemoteNode { peers, id })))
                         .await
                         .unwrap_or_else(|_| {
@@ -271,27 +285,28 @@ impl Router {
                     "shard {shard} has no leader"
                 ))),
             };
-            let now = tokio::time::Instant::now();
             match result {
                 // Only errors that say "nothing changed, ask again" are retried: a peer's
                 // internal or configuration error is final, and reported as it is.
-                Err(e) if e.retryable() && now < deadline => match e {
+                Err(e) if e.retryable() && !retry.expired() => match e {
                     HostError::NotLeader { leader_hint, .. } => {
                         hint = leader_hint
                             .filter(|h| Some(*h) != Some(self.node_id) || self.host.leads(shard));
-                        // Replicas that a membership change left behind may name each other as
-                        // leader: after a few hops without an answer, ask the placement instead.
                         hops += 1;
-                        if hops > 3 {
+                        if hops > MAX_HINT_HOPS {
                             hops = 0;
                             hint = None;
                         }
                         if let Some(h) = hint {
                             self.remember_leader(shard, h);
+                            retry.reset();
                         } else {
                             self.remember_leader(shard, 0);
-                            if misses.fetch_add(1, Ordering::Relaxed) % 3 == 2 {
-                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            misses.fetch_add(1, Ordering::Relaxed);
+                            unpaused += 1;
+                            if unpaused == MISSES_BEFORE_PAUSE {
+                                unpaused = 0;
+                                retry.pause().await;
                             }
                         }
                     }
@@ -300,7 +315,7 @@ impl Router {
                     _ => {
                         self.remember_leader(shard, 0);
                         misses.fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        retry.pause().await;
                     }
                 },
                 other => {

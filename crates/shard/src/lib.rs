@@ -14,6 +14,7 @@ pub mod events;
 pub mod group;
 pub mod network;
 pub mod replica;
+pub mod retry;
 pub mod storage;
 pub mod types;
 
@@ -23,6 +24,7 @@ pub use events::{Leadership, ShardEvent};
 pub use group::{Group, GroupState};
 pub use network::UnreachableNetwork;
 pub use replica::ShardReplica;
+pub use retry::Retry;
 pub use storage::stored_groups;
 pub use types::{ShardRaft, TypeConfig};
 

@@ -485,9 +485,13 @@ impl<S: GroupState> ShardReplica<S> {
         change: openraft::ChangeMembers<u64, Node>,
         retain: bool,
     ) -> Result<(), ShardError> {
-        let deadline =
-            tokio::time::Instant::now() + Duration::from_millis(self.inner.cfg.wait_timeout_ms);
-        let retry = Duration::from_millis((self.inner.cfg.heartbeat_interval_ms / 2).max(10));
+        // Half a heartbeat between attempts: the commit the change waits for comes with one.
+        let pause = Duration::from_millis((self.inner.cfg.heartbeat_interval_ms / 2).max(10));
+        let mut retry = crate::Retry::new(
+            Duration::from_millis(self.inner.cfg.wait_timeout_ms),
+            pause,
+            pause,
+        );
         loop {
             match self
                 .inner
@@ -499,8 +503,8 @@ impl<S: GroupState> ShardReplica<S> {
                 Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
                     ChangeMembershipError::InProgress(_)
                     | ChangeMembershipError::UncommittedLeaderLog(_),
-                ))) if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(retry).await;
+                ))) if !retry.expired() => {
+                    retry.pause().await;
                 }
                 Err(e) => return Err(e.into()),
             }
