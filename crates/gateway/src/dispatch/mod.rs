@@ -20,7 +20,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{json, Value};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId, REQUEST_CANCELLED};
-use taskmesh_mcp::params;
+use taskmesh_mcp::{params, ServerRequestId};
 use tokio::sync::mpsc;
 
 use crate::session::SessionClaims;
@@ -145,24 +145,27 @@ pub fn response(
     outcome: Result<Value, ErrorObject>,
 ) -> Reply {
     if let RequestId::String(s) = id {
-        if s.starts_with("tm-p-") {
-            if let Some(tx) = gw.plain_pending.lock().remove(&s) {
-                let _ = tx.send(outcome);
-            }
-        } else if let Some((task_id, _seq)) = s.strip_prefix("tm-").and_then(|r| r.rsplit_once('-'))
-        {
-            let task_id = task_id.to_string();
-            let gw = gw.clone();
-            let owner = cx.principal.clone();
-            tokio::spawn(async move {
-                if !gw
-                    .router
-                    .deliver_response(&task_id, &owner, s.clone(), outcome)
-                    .await
-                {
-                    tracing::debug!(request_id = %s, "answer for no waiting task");
+        match s.parse::<ServerRequestId>() {
+            Ok(ServerRequestId::Plain { .. }) => {
+                if let Some(tx) = gw.plain_pending.lock().remove(&s) {
+                    let _ = tx.send(outcome);
                 }
-            });
+            }
+            Ok(ServerRequestId::Task { task_id, .. }) => {
+                let gw = gw.clone();
+                let owner = cx.principal.clone();
+                tokio::spawn(async move {
+                    if !gw
+                        .router
+                        .deliver_response(&task_id, &owner, s.clone(), outcome)
+                        .await
+                    {
+                        tracing::debug!(request_id = %s, "answer for no waiting task");
+                    }
+                });
+            }
+            // Not an id this server sends: nothing waits for the answer.
+            Err(_) => {}
         }
     }
     Reply::Accepted

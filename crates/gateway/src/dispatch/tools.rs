@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use taskmesh_host::NewTask;
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId, METHOD_NOT_FOUND};
-use taskmesh_mcp::{params, CreateTaskResult, TaskSupport};
+use taskmesh_mcp::{params, CreateTaskResult, ServerRequestId, TaskSupport};
 use taskmesh_router::mint_task_id;
 use taskmesh_task::ClientCaps;
 use taskmesh_tools::{Tool, ToolContext, ToolIo, ToolResult};
@@ -192,7 +192,11 @@ impl ToolIo for PlainIo {
 
     fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {
         let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let rid = format!("tm-p-{}-{n}", self.nonce);
+        let rid = ServerRequestId::Plain {
+            nonce: self.nonce.clone(),
+            seq: n,
+        }
+        .to_string();
         let (reply, rx) = oneshot::channel();
         let gw = self.gw.upgrade();
         let tx = self.tx.clone();
