@@ -3,14 +3,15 @@
 //! the others; a client's answer to an elicitation may reach any node; the loss of a node
 //! (kill -9) loses no acknowledged task and changes no terminal result.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{
+use taskmesh_testkit::{
     free_ports, get_eventually, status_of, wait_cluster_ready, Client, History, Server, V,
 };
+
+/// The server executable under test.
+const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
 
 const TOKEN: &str = "alice-token-1";
 
@@ -19,14 +20,14 @@ fn node_config(id: u64, grpc: &[u16]) -> String {
 }
 
 fn node_config_with(id: u64, grpc: &[u16], extra: &str) -> String {
-    support::node_config(id, grpc, 8, TOKEN, extra)
+    taskmesh_testkit::node_config(id, grpc, 8, TOKEN, extra)
 }
 
 fn start_cluster() -> Vec<Server> {
     let grpc = free_ports(3);
-    let n2 = Server::start_node(&node_config(2, &grpc), false);
-    let n3 = Server::start_node(&node_config(3, &grpc), false);
-    let n1 = Server::start_node(&node_config(1, &grpc), true);
+    let n2 = Server::start_node(TASKMESH, &node_config(2, &grpc), false);
+    let n3 = Server::start_node(TASKMESH, &node_config(3, &grpc), false);
+    let n1 = Server::start_node(TASKMESH, &node_config(1, &grpc), true);
     vec![n1, n2, n3]
 }
 
@@ -424,9 +425,9 @@ async fn a_restarted_node_catches_up_from_the_log_and_through_a_snapshot() {
     let mut history = History::default();
     let grpc = free_ports(3);
     let extra = "[raft]\nsnapshot_logs_since_last = 20\nmax_in_snapshot_log_to_keep = 0\n";
-    let n2 = Server::start_node(&node_config_with(2, &grpc, extra), false);
-    let n3 = Server::start_node(&node_config_with(3, &grpc, extra), false);
-    let n1 = Server::start_node(&node_config_with(1, &grpc, extra), true);
+    let n2 = Server::start_node(TASKMESH, &node_config_with(2, &grpc, extra), false);
+    let n3 = Server::start_node(TASKMESH, &node_config_with(3, &grpc, extra), false);
+    let n1 = Server::start_node(TASKMESH, &node_config_with(1, &grpc, extra), true);
     let mut nodes = [n1, n2, n3];
     wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
     let c2 = connect(&nodes[1]).await;
@@ -583,10 +584,10 @@ async fn nodes_join_and_leave_under_load_with_replicas_and_leaders_spread() {
     let grpc = free_ports(5);
     let extra = "[cluster]\nleader_settle_ms = 500\n";
     let extra = |id: u64| node_config_with(id, &grpc[..4], "").replace("[cluster]\n", extra);
-    let n2 = Server::start_node(&extra(2), false);
-    let n3 = Server::start_node(&extra(3), false);
-    let n4 = Server::start_node(&extra(4), false);
-    let n1 = Server::start_node(&extra(1), true);
+    let n2 = Server::start_node(TASKMESH, &extra(2), false);
+    let n3 = Server::start_node(TASKMESH, &extra(3), false);
+    let n4 = Server::start_node(TASKMESH, &extra(4), false);
+    let n1 = Server::start_node(TASKMESH, &extra(1), true);
     wait_cluster_ready(&[&n1, &n2, &n3, &n4], TOKEN, 8).await;
 
     let meta = cluster_cli(grpc[1], &["status"]);
@@ -647,7 +648,7 @@ async fn nodes_join_and_leave_under_load_with_replicas_and_leaders_spread() {
     }
 
     // Grow: node 5 joins, takes its share of replicas, and serves every task.
-    let n5 = Server::start_node(&node_config_with(5, &grpc, ""), false);
+    let n5 = Server::start_node(TASKMESH, &node_config_with(5, &grpc, ""), false);
     let five = [(1, &n1), (2, &n2), (3, &n3), (4, &n4), (5, &n5)];
     let deadline = Instant::now() + Duration::from_secs(60);
     while cluster_cli(grpc[0], &["status"])["nodes"]

@@ -2,13 +2,14 @@
 //! kill -9 and restart byte for byte, the TTL clock keeps counting from `createdAt`, and tasks
 //! that were live at the crash follow their tool's resume policy.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{Client, Server};
+use taskmesh_testkit::{Client, Server};
+
+/// The server executable under test.
+const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
 
 const AUTH: &str = r#"
 [auth.tokens]
@@ -38,11 +39,11 @@ async fn snapshot(c: &Client, ids: &[String]) -> BTreeMap<String, (Value, Option
 
 #[tokio::test]
 async fn kill_9_and_restart_keep_every_task_and_result() {
-    let mut s = Server::start(AUTH);
+    let mut s = Server::start(TASKMESH, AUTH);
     let c = Client::connect(
         &s.url,
         Some("alice-token-1"),
-        support::V,
+        taskmesh_testkit::V,
         json!({"elicitation":{}}),
     )
     .await;
@@ -103,7 +104,7 @@ async fn kill_9_and_restart_keep_every_task_and_result() {
     let c = Client::connect(
         &s.url,
         Some("alice-token-1"),
-        support::V,
+        taskmesh_testkit::V,
         json!({"elicitation":{}}),
     )
     .await;
@@ -163,14 +164,20 @@ async fn kill_9_and_restart_keep_every_task_and_result() {
     // A graceful restart keeps everything too.
     let before = snapshot(&c, &terminal).await;
     s.restart();
-    let c = Client::connect(&s.url, Some("alice-token-1"), support::V, json!({})).await;
+    let c = Client::connect(
+        &s.url,
+        Some("alice-token-1"),
+        taskmesh_testkit::V,
+        json!({}),
+    )
+    .await;
     assert_eq!(before, snapshot(&c, &terminal).await);
     assert!(s.log_text().contains("data flushed"));
 }
 
 #[tokio::test]
 async fn acknowledged_creates_survive_an_immediate_kill() {
-    let mut s = Server::start("");
+    let mut s = Server::start(TASKMESH, "");
     let c = Client::new_session(&s.url).await;
     let mut ids = vec![];
     for _ in 0..20 {
@@ -186,7 +193,7 @@ async fn acknowledged_creates_survive_an_immediate_kill() {
 
 #[tokio::test]
 async fn changing_the_shard_count_is_refused() {
-    let mut s = Server::start("");
+    let mut s = Server::start(TASKMESH, "");
     assert!(s.terminate());
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_taskmesh"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])

@@ -5,13 +5,16 @@
 //!
 //! The tests of this file run one at a time (each starts up to five nodes on two cores).
 
-mod support;
-
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{free_ports, get_eventually, status_of, wait_cluster_ready, Client, Server, V};
+use taskmesh_testkit::{
+    free_ports, get_eventually, status_of, wait_cluster_ready, Client, Server, V,
+};
+
+/// The server executable under test.
+const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
 
 const TOKEN: &str = "alice-token-1";
 
@@ -24,14 +27,19 @@ async fn start_cluster(n: usize, shards: u32, extra: &str) -> Vec<Server> {
     let mut nodes: Vec<Server> = (2..=n as u64)
         .map(|id| {
             Server::start_node(
-                &support::node_config(id, &grpc, shards, TOKEN, extra),
+                TASKMESH,
+                &taskmesh_testkit::node_config(id, &grpc, shards, TOKEN, extra),
                 false,
             )
         })
         .collect();
     nodes.insert(
         0,
-        Server::start_node(&support::node_config(1, &grpc, shards, TOKEN, extra), true),
+        Server::start_node(
+            TASKMESH,
+            &taskmesh_testkit::node_config(1, &grpc, shards, TOKEN, extra),
+            true,
+        ),
     );
     let refs: Vec<&Server> = nodes.iter().collect();
     wait_cluster_ready(&refs, TOKEN, shards).await;
@@ -82,7 +90,7 @@ async fn wait_terminal(c: &Client, id: &str, limit: Duration) -> Value {
     let deadline = Instant::now() + limit;
     loop {
         let t = get_eventually(c, id).await;
-        if support::is_terminal(&t) || Instant::now() > deadline {
+        if taskmesh_testkit::is_terminal(&t) || Instant::now() > deadline {
             return t;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -324,7 +332,7 @@ struct Shared {
     cancel_sent: std::collections::HashSet<String>,
     /// Cancels acknowledged with `cancelled`.
     cancelled: std::collections::HashSet<String>,
-    history: support::History,
+    history: taskmesh_testkit::History,
     /// Requests that got no JSON-RPC answer (a node died under them) or `-32603`.
     unavailable: usize,
     /// Answers that break a rule (an acknowledged task not found, an unexpected error).
@@ -636,7 +644,7 @@ async fn five_nodes_under_random_faults_lose_nothing_and_leave_no_task_behind() 
         open.clear();
         for (id, t0, t1, t) in round {
             s.history.observe(&id, t0, t1, &t);
-            if support::is_terminal(&t) {
+            if taskmesh_testkit::is_terminal(&t) {
                 finals.push((id, t));
                 last_done = healed.elapsed();
                 continue;

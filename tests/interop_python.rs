@@ -2,13 +2,11 @@
 //! experimental 2025-11-25 tasks client): a real `taskmesh serve` process is driven by
 //! `tests/interop/python_tasks_client.py` over Streamable HTTP, and every observation the
 //! script prints is asserted here. The tasks it created are then cross-checked on the wire
-//! with the raw client of `tests/support`, in the same MCP session.
+//! with the raw client of `taskmesh-testkit`, in the same MCP session.
 //!
 //! The test provisions its own virtualenv under `CARGO_TARGET_TMPDIR` (`python3 -m venv`, then
 //! `pip install mcp==1.30.0`) and reuses it on later runs. It needs `python3` with the `venv`
 //! module and access to PyPI the first time; when either is missing it fails, with the output.
-
-mod support;
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -18,7 +16,10 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{Client, Server};
+use taskmesh_testkit::{Client, Server};
+
+/// The server executable under test.
+const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
 
 const MCP_PACKAGE: &str = "mcp==1.30.0";
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -728,14 +729,14 @@ async fn python_sdk_tasks_client_interop() {
         .expect("provision the virtualenv");
 
     // Without authentication: tasks are scoped to the MCP session and tasks/list is not offered.
-    let server = Server::start("");
+    let server = Server::start(TASKMESH, "");
     let run = tokio::task::block_in_place(|| run_script(&python, &server, None));
     let ids = check_run(&run, false);
     cross_check(&run, &server, None, &ids).await;
     drop(server);
 
     // With a bearer token: tasks belong to the principal and tasks/list is offered.
-    let server = Server::start(AUTH_CONFIG);
+    let server = Server::start(TASKMESH, AUTH_CONFIG);
     let token = "py-interop-token";
     let run = tokio::task::block_in_place(|| run_script(&python, &server, Some(token)));
     let ids = check_run(&run, true);

@@ -15,8 +15,6 @@
 //!   `CancelTaskRequest`). This is still rmcp's own request path: its request ids, its transport,
 //!   its session and `MCP-Protocol-Version` headers, and its typed `ServerResult` decoding.
 
-mod support;
-
 use std::time::Duration;
 
 use rmcp::model::{
@@ -29,7 +27,10 @@ use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceError, ServiceExt};
 use serde_json::{json, Value};
-use support::Server;
+use taskmesh_testkit::Server;
+
+/// The server executable under test.
+const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
 
 /// Upper bound for every single wait in this file.
 const WAIT: Duration = Duration::from_secs(30);
@@ -208,7 +209,7 @@ fn assert_task_shape(t: &Task) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rmcp_client_drives_the_task_flow() {
-    let server = Server::start("");
+    let server = Server::start(TASKMESH, "");
 
     // 1. initialize through rmcp's Streamable HTTP client transport.
     let transport = StreamableHttpClientTransport::from_uri(server.url.as_str());
@@ -218,7 +219,7 @@ async fn rmcp_client_drives_the_task_flow() {
         .expect("rmcp initialize");
     let info = client.peer_info().expect("server info after initialize");
     assert_eq!(info.protocol_version, ProtocolVersion::V_2025_11_25);
-    assert_eq!(info.protocol_version.as_str(), support::V);
+    assert_eq!(info.protocol_version.as_str(), taskmesh_testkit::V);
     let tasks = info
         .capabilities
         .tasks

@@ -3,13 +3,14 @@
 //! stale, pre-vote keeps the rejoining node from deposing healthy leaders, and after healing
 //! every node gives the same answers.
 
-mod support;
-
 use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::json;
-use support::{status_of, wait_cluster_ready, Client, History, Server, V};
+use taskmesh_testkit::{status_of, wait_cluster_ready, Client, History, Server, V};
+
+/// The server executable under test.
+const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
 
 const TOKEN: &str = "alice-token-1";
 const SHARDS: u32 = 8;
@@ -109,6 +110,7 @@ async fn partition_majority_serves_minority_serves_nothing_stale_then_all_agree(
     let hosts = Hosts::up();
     let start = |i: u64| {
         Server::start_node_in(
+            TASKMESH,
             &hosts.ns(i),
             &format!("10.232.0.{i}:8080"),
             &config(i),

@@ -2,12 +2,13 @@
 //! the JSON-RPC error table, the task state machine, TTL, pagination, isolation, progress,
 //! input_required round trips and cancellation.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{Client, Server, V};
+use taskmesh_testkit::{Client, Server, V};
+
+/// The server executable under test.
+const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
 
 const AUTH: &str = r#"
 [auth.tokens]
@@ -23,7 +24,7 @@ fn init_body(version: &str) -> String {
 
 #[tokio::test]
 async fn initialize_negotiates_versions_and_capabilities() {
-    let s = Server::start("");
+    let s = Server::start(TASKMESH, "");
     let c = Client::new(&s.url);
     let r = c.post(&init_body(V), &[]).await;
     let v = r.json();
@@ -89,7 +90,7 @@ async fn initialize_negotiates_versions_and_capabilities() {
 
 #[tokio::test]
 async fn transport_rules() {
-    let s = Server::start("[http]\nmax_body_bytes = 2048\n");
+    let s = Server::start(TASKMESH, "[http]\nmax_body_bytes = 2048\n");
     let c = Client::new_session(&s.url).await;
     let ping = json!({"jsonrpc":"2.0","id":5,"method":"ping"}).to_string();
 
@@ -152,14 +153,14 @@ async fn transport_rules() {
     assert_eq!(resp.status, 202);
 
     // GET without a session: 400; DELETE ends the session; afterwards 404.
-    let g = support::http()
+    let g = taskmesh_testkit::http()
         .get(&s.url)
         .header("accept", "text/event-stream")
         .send()
         .await
         .unwrap();
     assert_eq!(g.status().as_u16(), 400);
-    let d = support::http()
+    let d = taskmesh_testkit::http()
         .delete(&s.url)
         .header("mcp-session-id", c.session.as_ref().unwrap())
         .header("mcp-protocol-version", V)
@@ -172,7 +173,7 @@ async fn transport_rules() {
 
 #[tokio::test]
 async fn jsonrpc_error_table_changes_nothing() {
-    let s = Server::start(AUTH);
+    let s = Server::start(TASKMESH, AUTH);
     let c = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
     let raw = |body: &'static str| {
         let c = c.clone();
@@ -276,7 +277,7 @@ async fn jsonrpc_error_table_changes_nothing() {
 
 #[tokio::test]
 async fn lifecycle_result_replay_and_failures() {
-    let s = Server::start("");
+    let s = Server::start(TASKMESH, "");
     let c = Client::new_session(&s.url).await;
     let created = c.ok("tools/call", json!({"name":"slow_compute","arguments":{"seconds":0.3,"label":"L"},"task":{"ttl":60000}})).await;
     let t = &created["task"];
@@ -344,7 +345,7 @@ async fn lifecycle_result_replay_and_failures() {
 
 #[tokio::test]
 async fn cancel_stops_the_execution_and_releases_result_readers() {
-    let s = Server::start("");
+    let s = Server::start(TASKMESH, "");
     let c = Client::new_session(&s.url).await;
     let created = c.ok("tools/call", json!({"name":"slow_compute","arguments":{"seconds":30},"task":{},"_meta":{"progressToken":"pc"}})).await;
     let id = created["task"]["taskId"].as_str().unwrap().to_string();
@@ -395,7 +396,7 @@ async fn cancel_stops_the_execution_and_releases_result_readers() {
 
 #[tokio::test]
 async fn cancel_racing_completion_is_consistent() {
-    let s = Server::start("");
+    let s = Server::start(TASKMESH, "");
     let c = Client::new_session(&s.url).await;
     let mut ids = vec![];
     for _ in 0..12 {
@@ -428,6 +429,7 @@ async fn cancel_racing_completion_is_consistent() {
 #[tokio::test]
 async fn ttl_default_cap_and_expiry() {
     let s = Server::start(
+        TASKMESH,
         "[tasks]\ndefault_ttl_ms = 30000\nmax_ttl_ms = 60000\nexpiry_sweep_interval_ms = 100\n",
     );
     let c = Client::new_session(&s.url).await;
@@ -477,7 +479,7 @@ async fn ttl_default_cap_and_expiry() {
 
 #[tokio::test]
 async fn list_pagination_and_cursor_forgery() {
-    let s = Server::start(&format!("{AUTH}\n[tasks]\nlist_page_size = 3\n"));
+    let s = Server::start(TASKMESH, &format!("{AUTH}\n[tasks]\nlist_page_size = 3\n"));
     let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
     let bob = Client::connect(&s.url, Some("bob-token-22"), V, json!({})).await;
     let init = alice.post(&init_body(V), &[]).await;
@@ -558,7 +560,7 @@ async fn list_pagination_and_cursor_forgery() {
 
 #[tokio::test]
 async fn principals_are_isolated() {
-    let s = Server::start(AUTH);
+    let s = Server::start(TASKMESH, AUTH);
     let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
     let bob = Client::connect(&s.url, Some("bob-token-22"), V, json!({})).await;
     let id = alice
@@ -617,7 +619,7 @@ async fn principals_are_isolated() {
 
 #[tokio::test]
 async fn progress_on_plain_calls_and_on_tasks() {
-    let s = Server::start("");
+    let s = Server::start(TASKMESH, "");
     let c = Client::new_session(&s.url).await;
     // Plain call with a progress token: progress on the response stream, then the result.
     let (resp, before) = c
@@ -695,7 +697,7 @@ async fn drive_interactive(c: &Client, id: &str, answers: Vec<Value>) -> (Vec<Va
 
 #[tokio::test]
 async fn input_required_round_trip_elicitation() {
-    let s = Server::start("");
+    let s = Server::start(TASKMESH, "");
     let c = Client::new_session(&s.url).await;
     let id = c
         .start_task("confirm_delete", json!({"filename": "report.pdf"}))
@@ -760,7 +762,7 @@ async fn input_required_round_trip_elicitation() {
 
 #[tokio::test]
 async fn input_required_round_trip_sampling() {
-    let s = Server::start("");
+    let s = Server::start(TASKMESH, "");
     let c = Client::new_session(&s.url).await;
     let id = c
         .start_task("ask_model", json!({"prompt": "What is 6 x 7?"}))
@@ -794,7 +796,7 @@ async fn input_required_round_trip_sampling() {
 
 #[tokio::test]
 async fn input_required_request_reaches_the_get_stream() {
-    let s = Server::start("");
+    let s = Server::start(TASKMESH, "");
     let c = Client::new_session(&s.url).await;
     let mut get = c.open_get().await;
     let id = c
@@ -824,7 +826,7 @@ async fn input_required_request_reaches_the_get_stream() {
 
 #[tokio::test]
 async fn live_task_cap_refuses_and_creates_nothing() {
-    let s = Server::start(&format!("{AUTH}\n[tasks]\nmax_live_tasks = 2\n"));
+    let s = Server::start(TASKMESH, &format!("{AUTH}\n[tasks]\nmax_live_tasks = 2\n"));
     let c = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
     let a = c.start_task("slow_compute", json!({"seconds": 30})).await;
     c.start_task("slow_compute", json!({"seconds": 30})).await;
@@ -867,7 +869,7 @@ async fn live_task_cap_refuses_and_creates_nothing() {
 
 #[tokio::test]
 async fn older_protocol_versions_are_plain_tools_servers() {
-    let s = Server::start("");
+    let s = Server::start(TASKMESH, "");
     let c = Client::connect(&s.url, None, "2025-06-18", json!({"elicitation":{}})).await;
     // `task` is ignored: the tool result comes back directly.
     let r = c
@@ -906,7 +908,7 @@ async fn older_protocol_versions_are_plain_tools_servers() {
 
 #[tokio::test]
 async fn tools_list_pagination_no_logging_and_plain_cancellation() {
-    let s = Server::start("[tools]\npage_size = 3\n");
+    let s = Server::start(TASKMESH, "[tools]\npage_size = 3\n");
     let c = Client::new_session(&s.url).await;
     let mut names = vec![];
     let mut cursor: Option<String> = None;
@@ -951,9 +953,12 @@ async fn tools_list_pagination_no_logging_and_plain_cancellation() {
 
 #[tokio::test]
 async fn rate_limit_per_principal_and_failed_lookup_watch() {
-    let s = Server::start(&format!(
+    let s = Server::start(
+        TASKMESH,
+        &format!(
         "{AUTH}\n[limits]\nrequests_per_second = 1\nburst = 3\nfailed_lookup_alert_per_minute = 3\n"
-    ));
+    ),
+    );
     let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
     let ping = json!({"jsonrpc":"2.0","id":1,"method":"ping"}).to_string();
     let mut limited = None;
@@ -997,7 +1002,7 @@ async fn rate_limit_per_principal_and_failed_lookup_watch() {
 
 #[tokio::test]
 async fn a_result_over_the_size_limit_fails_the_task_and_names_the_limit() {
-    let s = Server::start("[tasks]\nmax_result_bytes = 1024\n");
+    let s = Server::start(TASKMESH, "[tasks]\nmax_result_bytes = 1024\n");
     let c = Client::new_session(&s.url).await;
     let small = c
         .start_task("slow_compute", json!({"seconds": 0, "label": "fits"}))

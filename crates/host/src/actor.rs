@@ -26,7 +26,7 @@ use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::{json, Map, Value};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
-use taskmesh_mcp::META_RELATED_TASK;
+use taskmesh_mcp::{ServerRequestId, META_RELATED_TASK};
 use taskmesh_task::{Applied, Command, Outcome, TaskRecord, TaskStatus};
 use taskmesh_tools::{first_text, Tool, ToolContext, ToolIo, ToolResult};
 use tokio::sync::{mpsc, oneshot};
@@ -321,7 +321,11 @@ async fn handle_msg(
             if st.outcome.is_some() {
                 return Ok(()); // the tool finished: `reply` drops, the request fails
             }
-            let id = format!("tm-{}-{}", st.task_id, st.next_request);
+            let id = ServerRequestId::Task {
+                task_id: st.task_id.clone(),
+                seq: st.next_request,
+            }
+            .to_string();
             st.next_request += 1;
             let mut params = match params {
                 Value::Object(m) => m,

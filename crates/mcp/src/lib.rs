@@ -8,12 +8,15 @@
 //! system works with domain types, with two exceptions that build JSON-RPC with this crate: a
 //! task actor's requests to the client (`elicitation/create`, `sampling/createMessage`) and
 //! progress notifications, which travel to the gateway as ready JSON, and a client's answer to
-//! such a request, which crosses between nodes as the JSON-RPC response it was.
+//! such a request, which crosses between nodes as the JSON-RPC response it was. The id of such
+//! a request ([`ServerRequestId`]) says where its answer goes.
 
 pub mod jsonrpc;
 pub mod params;
+pub mod server_request;
 pub mod time;
 pub mod types;
 
 pub use jsonrpc::{ErrorObject, Message, RequestId};
+pub use server_request::{ParseServerRequestIdError, ServerRequestId};
 pub use types::*;

@@ -1,0 +1,177 @@
+//! JSON-RPC dispatch: one classified message in, one [`Reply`] out.
+//!
+//! A message reaches dispatch from [`crate::http`], which has checked the Origin, the bearer
+//! token, the body limit and the session, and parsed the body into a request, a notification
+//! or a response. [`request`] is the method table: it hands each method to its family,
+//! `session` (`initialize`), `tools` (`tools/list`, `tools/call` and the side channel of a
+//! plain call) or `tasks` (`tasks/get`, `tasks/cancel`, `tasks/list`, `tasks/result`).
+//! [`notification`] and [`response`] take what the client sends that needs no answer.
+//!
+//! Version rules live here: with 2025-11-25 the server declares `tasks` and enforces each
+//! tool's `execution.taskSupport`; with 2025-06-18 and 2025-03-26 it is a plain tools server
+//! (the `task` field is ignored and `tasks/*` methods do not exist).
+
+mod session;
+mod tasks;
+mod tools;
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId, REQUEST_CANCELLED};
+use taskmesh_mcp::{params, ServerRequestId};
+use tokio::sync::mpsc;
+
+use crate::session::SessionClaims;
+use crate::Gateway;
+
+/// Who is asking, in which session.
+pub struct Cx {
+    pub principal: String,
+    /// (session id, its claims); `None` only for `initialize`.
+    pub session: Option<(String, SessionClaims)>,
+}
+
+impl Cx {
+    fn version(&self) -> &str {
+        self.session
+            .as_ref()
+            .map(|(_, c)| c.version.as_str())
+            .unwrap_or(taskmesh_mcp::V2025_11_25)
+    }
+    fn tasks_enabled(&self) -> bool {
+        taskmesh_mcp::version_has_tasks(self.version())
+    }
+    fn session_id(&self) -> Option<&str> {
+        self.session.as_ref().map(|(id, _)| id.as_str())
+    }
+    fn nonce(&self) -> &str {
+        self.session
+            .as_ref()
+            .map(|(_, c)| c.nonce.as_str())
+            .unwrap_or("")
+    }
+}
+
+/// What the transport sends back.
+pub enum Reply {
+    /// One JSON-RPC response, as `application/json`.
+    Json(Vec<u8>),
+    /// A JSON-RPC response to `initialize`, with the new session id for the header.
+    Initialized { body: Vec<u8>, session_id: String },
+    /// JSON-RPC messages as `text/event-stream`; the last one is the response. With
+    /// `json_if_alone`, the transport waits for the first message and answers
+    /// `application/json` when that first message is already the response.
+    Stream {
+        rx: mpsc::Receiver<Arc<Vec<u8>>>,
+        json_if_alone: bool,
+    },
+    /// HTTP 202, no body (notifications and client responses).
+    Accepted,
+}
+
+fn ok(id: &RequestId, v: &impl Serialize) -> Reply {
+    Reply::Json(jsonrpc::response(id, v))
+}
+
+fn err(id: &RequestId, e: &ErrorObject) -> Reply {
+    Reply::Json(jsonrpc::error_response(Some(id), e))
+}
+
+fn typed(id: &RequestId, r: Result<impl Serialize, ErrorObject>) -> Reply {
+    match r {
+        Ok(v) => ok(id, &v),
+        Err(e) => err(id, &e),
+    }
+}
+
+fn answer(id: &RequestId, r: Result<Value, ErrorObject>) -> Vec<u8> {
+    match r {
+        Ok(v) => jsonrpc::response(id, &v),
+        Err(e) => jsonrpc::error_response(Some(id), &e),
+    }
+}
+
+pub async fn request(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    id: RequestId,
+    method: &str,
+    params: Option<Value>,
+) -> Reply {
+    let p = match params::object(params.as_ref()) {
+        Ok(p) => p,
+        Err(e) => return err(&id, &e),
+    };
+    let tasks = cx.tasks_enabled();
+    let result = match method {
+        "initialize" => return session::initialize(gw, cx, &id, p),
+        "ping" => Ok(json!({})),
+        "tools/list" => tools::tools_list(gw, cx, p),
+        "tools/call" => return tools::tools_call(gw, cx, id, p).await,
+        // The task answers are serialised straight from their view (the hot path of polls).
+        "tasks/get" if tasks => return typed(&id, tasks::tasks_get(gw, cx, p).await),
+        "tasks/cancel" if tasks => return typed(&id, tasks::tasks_cancel(gw, cx, p).await),
+        "tasks/list" if tasks && gw.has_auth() => tasks::tasks_list(gw, cx, p).await,
+        "tasks/result" if tasks => return tasks::tasks_result(gw, cx, id, p).await,
+        _ => Err(ErrorObject::method_not_found(method)),
+    };
+    typed(&id, result)
+}
+
+pub fn notification(gw: &Arc<Gateway>, cx: &Cx, method: &str, params: Option<Value>) -> Reply {
+    if method == "notifications/cancelled" {
+        // Cancels a plain request or a pending tasks/result read; never a task.
+        if let Some(rid) = params
+            .as_ref()
+            .and_then(|p| p.get("requestId"))
+            .and_then(|v| serde_json::from_value::<RequestId>(v.clone()).ok())
+        {
+            if let Some(tok) = gw.inflight.lock().remove(&(cx.nonce().to_string(), rid)) {
+                tok.cancel();
+            }
+        }
+    }
+    Reply::Accepted
+}
+
+/// A client's answer to a request the server sent: to a plain call waiting on this node, or
+/// to the task (on whichever node leads it) whose id the request id carries.
+pub fn response(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    id: RequestId,
+    outcome: Result<Value, ErrorObject>,
+) -> Reply {
+    if let RequestId::String(s) = id {
+        match s.parse::<ServerRequestId>() {
+            Ok(ServerRequestId::Plain { .. }) => {
+                if let Some(tx) = gw.plain_pending.lock().remove(&s) {
+                    let _ = tx.send(outcome);
+                }
+            }
+            Ok(ServerRequestId::Task { task_id, .. }) => {
+                let gw = gw.clone();
+                let owner = cx.principal.clone();
+                tokio::spawn(async move {
+                    if !gw
+                        .router
+                        .deliver_response(&task_id, &owner, s.clone(), outcome)
+                        .await
+                    {
+                        tracing::debug!(request_id = %s, "answer for no waiting task");
+                    }
+                });
+            }
+            // Not an id this server sends: nothing waits for the answer.
+            Err(_) => {}
+        }
+    }
+    Reply::Accepted
+}
+
+/// A cancelled plain request's answer when the transport must still say something.
+pub fn cancelled_error() -> ErrorObject {
+    ErrorObject::new(REQUEST_CANCELLED, "Request cancelled")
+}

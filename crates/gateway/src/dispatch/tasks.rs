@@ -1,0 +1,200 @@
+//! `tasks/get`, `tasks/cancel`, `tasks/list` and `tasks/result` (2025-11-25 only).
+//!
+//! [`super::request`] hands these methods here when the session's version has tasks
+//! (`tasks/list` only with authentication). Each one goes to the router, which finds the
+//! shard's leader; a `tasks/result` of a running task is held open as an SSE stream that
+//! carries the task's messages until its terminal answer.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use taskmesh_host::{now_ms, Attachment, HostError};
+use taskmesh_mcp::jsonrpc::{ErrorObject, RequestId};
+use taskmesh_mcp::{params, ListTasksResult};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{answer, err, Cx, Reply};
+use crate::{wire, Gateway};
+
+fn task_id_param(p: &Map<String, Value>) -> Result<&str, ErrorObject> {
+    params::req_str(p, "taskId")
+}
+
+/// The client-facing error of a failed task operation; unknown ids are counted for the
+/// enumeration watch.
+fn task_error(gw: &Gateway, cx: &Cx, task_id: &str, e: &HostError) -> ErrorObject {
+    if matches!(e, HostError::NotFound) {
+        gw.limits.failed_lookup(&cx.principal, task_id);
+    }
+    wire::host_error(e)
+}
+
+/// A task operation's answer: the flat Task object, or the client-facing error.
+fn flat_task(
+    gw: &Gateway,
+    cx: &Cx,
+    task_id: &str,
+    r: Result<taskmesh_task::TaskView, HostError>,
+) -> Result<taskmesh_mcp::Task, ErrorObject> {
+    let r = r.map_err(|e| task_error(gw, cx, task_id, &e))?;
+    Ok(wire::task(&r))
+}
+
+pub(super) async fn tasks_get(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    p: &Map<String, Value>,
+) -> Result<taskmesh_mcp::Task, ErrorObject> {
+    let task_id = task_id_param(p)?;
+    flat_task(gw, cx, task_id, gw.router.get(task_id, &cx.principal).await)
+}
+
+pub(super) async fn tasks_cancel(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    p: &Map<String, Value>,
+) -> Result<taskmesh_mcp::Task, ErrorObject> {
+    let task_id = task_id_param(p)?;
+    flat_task(
+        gw,
+        cx,
+        task_id,
+        gw.router.cancel(task_id, &cx.principal).await,
+    )
+}
+
+/// A signed `tasks/list` cursor (one-letter JSON keys: it travels in every next-page request).
+#[derive(Serialize, Deserialize)]
+struct ListCursor {
+    /// Principal the cursor was issued to.
+    #[serde(rename = "o")]
+    owner: String,
+    /// Last task id of the previous page.
+    #[serde(rename = "a")]
+    after: String,
+    /// Issued at (ms).
+    #[serde(rename = "t")]
+    issued_at_ms: u64,
+}
+
+pub(super) async fn tasks_list(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    p: &Map<String, Value>,
+) -> Result<Value, ErrorObject> {
+    let after = match params::opt_str(p, "cursor")? {
+        None => None,
+        Some(c) => {
+            let now = now_ms();
+            let cur = gw
+                .signer
+                .verify::<ListCursor>("tasks-cursor", c)
+                .filter(|c| {
+                    c.owner == cx.principal
+                        && now <= c.issued_at_ms.saturating_add(gw.cfg.cursor_ttl_ms)
+                })
+                .ok_or_else(|| {
+                    ErrorObject::invalid_params("Invalid params: invalid or expired cursor")
+                })?;
+            Some(cur.after)
+        }
+    };
+    let (records, more) = gw
+        .router
+        .list(&cx.principal, after.as_deref(), gw.cfg.tasks_page_size)
+        .await
+        .map_err(|e| wire::host_error(&e))?;
+    let next_cursor = match (more, records.last()) {
+        (true, Some(last)) => Some(gw.signer.sign(
+            "tasks-cursor",
+            &ListCursor {
+                owner: cx.principal.clone(),
+                after: last.task_id.clone(),
+                issued_at_ms: now_ms(),
+            },
+        )),
+        _ => None,
+    };
+    let out = ListTasksResult {
+        tasks: records.iter().map(wire::task).collect(),
+        next_cursor,
+    };
+    serde_json::to_value(out).map_err(|e| ErrorObject::internal(e.to_string()))
+}
+
+fn audit_result(principal: &str, task_id: &str) {
+    tracing::info!(target: "audit", event = "task_result_retrieved", task_id = %task_id, principal = %principal, "task result retrieved");
+}
+
+pub(super) async fn tasks_result(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    id: RequestId,
+    p: &Map<String, Value>,
+) -> Reply {
+    let task_id = match task_id_param(p) {
+        Ok(t) => t.to_string(),
+        Err(e) => return err(&id, &e),
+    };
+    let attachment = match gw.router.attach(&task_id, &cx.principal).await {
+        Ok(a) => a,
+        Err(e) => return err(&id, &task_error(gw, cx, &task_id, &e)),
+    };
+    let (mut messages, mut done) = match attachment {
+        Attachment::Terminal(r) => {
+            audit_result(&cx.principal, &task_id);
+            return Reply::Json(answer(&id, wire::terminal_answer(&r)));
+        }
+        Attachment::Live { messages, done, .. } => (messages, done),
+    };
+    // Running: hold the request open as an SSE stream that carries the task's messages.
+    let (tx, rx) = mpsc::channel(gw.cfg.stream_buffer.max(2));
+    let cancel = CancellationToken::new();
+    let key = (cx.nonce().to_string(), id.clone());
+    gw.inflight.lock().insert(key.clone(), cancel.clone());
+    let gw = gw.clone();
+    let principal = cx.principal.clone();
+    tokio::spawn(async move {
+        let mut messages_open = true;
+        let final_answer = loop {
+            tokio::select! {
+                m = messages.recv(), if messages_open => match m {
+                    Some(m) => {
+                        if tx.send(m).await.is_err() {
+                            break None;
+                        }
+                    }
+                    None => messages_open = false,
+                },
+                r = &mut done => match r {
+                    Ok(record) => break Some(wire::terminal_answer(&record)),
+                    Err(_) => {
+                        // The waiter was dropped: expired, or the shard moved. Look again.
+                        match gw.router.attach(&task_id, &principal).await {
+                            Ok(Attachment::Terminal(record)) => break Some(wire::terminal_answer(&record)),
+                            Ok(Attachment::Live { messages: m, done: d, .. }) => {
+                                messages = m;
+                                messages_open = true;
+                                done = d;
+                            }
+                            Err(e) => break Some(Err(wire::host_error(&e))),
+                        }
+                    }
+                },
+                _ = cancel.cancelled() => break None,
+                _ = tx.closed() => break None,
+            }
+        };
+        gw.inflight.lock().remove(&key);
+        if let Some(a) = final_answer {
+            audit_result(&principal, &task_id);
+            let _ = tx.send(Arc::new(answer(&id, a))).await;
+        }
+    });
+    Reply::Stream {
+        rx,
+        json_if_alone: false,
+    }
+}

@@ -1,0 +1,264 @@
+//! `tools/list` and `tools/call`.
+//!
+//! [`super::request`] hands both methods here. A task-augmented call (2025-11-25, with `task`)
+//! mints a task id and creates the task through the router; a plain call runs the tool on this
+//! node, its progress and its requests to the client travel on the POST's SSE stream
+//! ([`PlainIo`]), and a client's answer to such a request comes back through
+//! [`super::response`].
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use taskmesh_host::NewTask;
+use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId, METHOD_NOT_FOUND};
+use taskmesh_mcp::{params, CreateTaskResult, ServerRequestId, TaskSupport};
+use taskmesh_router::mint_task_id;
+use taskmesh_task::ClientCaps;
+use taskmesh_tools::{Tool, ToolContext, ToolIo, ToolResult};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::{answer, err, ok, Cx, Reply};
+use crate::{wire, Gateway};
+
+#[derive(Serialize, Deserialize)]
+struct ToolsCursor {
+    offset: usize,
+}
+
+pub(super) fn tools_list(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    p: &Map<String, Value>,
+) -> Result<Value, ErrorObject> {
+    let offset = match params::opt_str(p, "cursor")? {
+        None => 0,
+        Some(c) => {
+            gw.signer
+                .verify::<ToolsCursor>("tools-cursor", c)
+                .filter(|c| c.offset < gw.tools.len())
+                .ok_or_else(|| ErrorObject::invalid_params("Invalid params: invalid cursor"))?
+                .offset
+        }
+    };
+    let page = gw.cfg.tools_page_size.max(1);
+    let tasks = cx.tasks_enabled();
+    let tools: Vec<Value> = gw
+        .tools
+        .all()
+        .iter()
+        .skip(offset)
+        .take(page)
+        .map(|t| t.spec().to_wire(tasks))
+        .collect();
+    let mut out = json!({ "tools": tools });
+    if offset + page < gw.tools.len() {
+        out["nextCursor"] = json!(gw.signer.sign(
+            "tools-cursor",
+            &ToolsCursor {
+                offset: offset + page
+            }
+        ));
+    }
+    Ok(out)
+}
+
+pub(super) async fn tools_call(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    id: RequestId,
+    p: &Map<String, Value>,
+) -> Reply {
+    let name = match params::req_str(p, "name") {
+        Ok(n) => n,
+        Err(e) => return err(&id, &e),
+    };
+    let args = match params::opt_obj(p, "arguments") {
+        Ok(a) => a.cloned().unwrap_or_default(),
+        Err(e) => return err(&id, &e),
+    };
+    let task = match params::opt_obj(p, "task") {
+        Ok(t) => t,
+        Err(e) => return err(&id, &e),
+    };
+    let meta = match params::opt_obj(p, "_meta") {
+        Ok(m) => m,
+        Err(e) => return err(&id, &e),
+    };
+    let progress_token = match meta.and_then(|m| m.get("progressToken")) {
+        None | Some(Value::Null) => None,
+        Some(t @ (Value::String(_) | Value::Number(_))) => Some(t.clone()),
+        Some(_) => {
+            return err(
+                &id,
+                &ErrorObject::invalid_params(
+                    "Invalid params: '_meta.progressToken' must be a string or an integer",
+                ),
+            )
+        }
+    };
+    let Some(tool) = gw.tools.get(name).cloned() else {
+        return err(
+            &id,
+            &ErrorObject::invalid_params(format!("Invalid params: unknown tool '{name}'")),
+        );
+    };
+    if let Err(e) = tool.validate(&args) {
+        return err(&id, &e);
+    }
+    let claims = cx.session.as_ref().map(|(_, c)| c);
+    let client = ClientCaps {
+        elicitation: claims.is_some_and(|c| c.elicitation),
+        sampling: claims.is_some_and(|c| c.sampling),
+    };
+    if !cx.tasks_enabled() {
+        // Older protocol versions: a plain tools server; `task` is ignored.
+        return call_plain(gw, cx, id, tool, args, progress_token, client);
+    }
+    let support = tool.spec().task_support;
+    match (task, support) {
+        (Some(_), TaskSupport::Forbidden) => err(
+            &id,
+            &ErrorObject::new(
+                METHOD_NOT_FOUND,
+                format!("Tool '{name}' does not support task-augmented calls (execution.taskSupport is 'forbidden')"),
+            ),
+        ),
+        (None, TaskSupport::Required) => err(
+            &id,
+            &ErrorObject::new(
+                METHOD_NOT_FOUND,
+                format!("Tool '{name}' must be called as a task (execution.taskSupport is 'required'): add a 'task' parameter"),
+            ),
+        ),
+        (None, _) => call_plain(gw, cx, id, tool, args, progress_token, client),
+        (Some(task), _) => {
+            let ttl_ms = match params::opt_u64(task, "ttl") {
+                Ok(t) => t,
+                Err(e) => {
+                    return err(&id, &ErrorObject::invalid_params(e.message.replace("'ttl'", "'task.ttl'")))
+                }
+            };
+            let task_id = match mint_task_id() {
+                Ok(t) => t,
+                Err(e) => return err(&id, &wire::host_error(&e)),
+            };
+            let new = NewTask {
+                task_id,
+                owner: cx.principal.clone(),
+                session: cx.session_id().map(str::to_string),
+                tool: name.to_string(),
+                arguments_json: Value::Object(args).to_string(),
+                progress_token,
+                ttl_ms,
+                client,
+            };
+            match gw.router.create(new).await {
+                Ok(created) => ok(&id, &CreateTaskResult { task: wire::task(&created.task) }),
+                Err(e) => err(&id, &wire::host_error(&e)),
+            }
+        }
+    }
+}
+
+/// Side channel of a plain (non-task) call: messages go on the POST's SSE stream.
+struct PlainIo {
+    gw: std::sync::Weak<Gateway>,
+    tx: mpsc::Sender<Arc<Vec<u8>>>,
+    progress_token: Option<Value>,
+    nonce: String,
+    seq: std::sync::atomic::AtomicU64,
+}
+
+impl ToolIo for PlainIo {
+    fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        if let Some(token) = &self.progress_token {
+            let mut p = json!({ "progressToken": token, "progress": progress });
+            if let Some(t) = total {
+                p["total"] = json!(t);
+            }
+            if let Some(m) = message {
+                p["message"] = json!(m);
+            }
+            let _ = self.tx.try_send(Arc::new(jsonrpc::notification(
+                "notifications/progress",
+                &p,
+            )));
+        }
+    }
+
+    fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {
+        let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let rid = ServerRequestId::Plain {
+            nonce: self.nonce.clone(),
+            seq: n,
+        }
+        .to_string();
+        let (reply, rx) = oneshot::channel();
+        let gw = self.gw.upgrade();
+        let tx = self.tx.clone();
+        async move {
+            let Some(gw) = gw else {
+                return Err(ErrorObject::internal("server stopping"));
+            };
+            gw.plain_pending.lock().insert(rid.clone(), reply);
+            let msg = jsonrpc::request(&RequestId::String(rid.clone()), method, &params);
+            if tx.send(Arc::new(msg)).await.is_err() {
+                gw.plain_pending.lock().remove(&rid);
+                return Err(ErrorObject::internal("the client went away"));
+            }
+            rx.await
+                .unwrap_or_else(|_| Err(ErrorObject::internal("no answer")))
+        }
+        .boxed()
+    }
+}
+
+fn call_plain(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    id: RequestId,
+    tool: Arc<dyn Tool>,
+    args: Map<String, Value>,
+    progress_token: Option<Value>,
+    client: ClientCaps,
+) -> Reply {
+    let (tx, rx) = mpsc::channel(gw.cfg.stream_buffer.max(2));
+    let cancel = CancellationToken::new();
+    let key = (cx.nonce().to_string(), id.clone());
+    gw.inflight.lock().insert(key.clone(), cancel.clone());
+    let ctx = ToolContext {
+        cancel: cancel.clone(),
+        io: Arc::new(PlainIo {
+            gw: Arc::downgrade(gw),
+            tx: tx.clone(),
+            progress_token: progress_token.clone(),
+            nonce: cx.nonce().to_string(),
+            seq: std::sync::atomic::AtomicU64::new(1),
+        }),
+        has_progress_token: progress_token.is_some(),
+        client_elicitation: client.elicitation,
+        client_sampling: client.sampling,
+    };
+    // Tools that ask the client something are the task-required ones; a call that has no
+    // progress token and cannot ask anything is answered as plain JSON.
+    let json_if_alone =
+        progress_token.is_none() && tool.spec().task_support != TaskSupport::Required;
+    let run = tool.call(args, ctx);
+    let gw2 = gw.clone();
+    tokio::spawn(async move {
+        let result = tokio::select! {
+            r = run => Some(r),
+            _ = cancel.cancelled() => None,
+            _ = tx.closed() => None,
+        };
+        gw2.inflight.lock().remove(&key);
+        if let Some(r) = result {
+            let _ = tx.send(Arc::new(answer(&id, r))).await;
+        }
+    });
+    Reply::Stream { rx, json_if_alone }
+}

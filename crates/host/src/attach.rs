@@ -1,0 +1,106 @@
+//! A live task's two ways to the client: a `tasks/result` reader attaching to it, and a
+//! client's answer to a request the task sent reaching its actor.
+//!
+//! The router calls [`Host::attach`] and [`Host::deliver_response`] for a shard this node
+//! leads (directly, or forwarded by another node through the task service).
+
+use serde_json::Value;
+use taskmesh_mcp::ErrorObject;
+use taskmesh_task::{TaskRecord, TaskView};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{Attachment, Host, HostError, TaskMsg};
+
+impl Host {
+    /// Attach a `tasks/result` reader to a task.
+    pub async fn attach(
+        &self,
+        shard_id: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Attachment, HostError> {
+        // Register the waiter before reading, so a completion between the two is not missed.
+        let (done_tx, done_rx) = oneshot::channel();
+        self.inner
+            .waiters
+            .lock()
+            .entry(task_id.to_string())
+            .or_default()
+            .push(done_tx);
+        // Only a terminal record is copied whole (its outcome is the answer).
+        enum Seen {
+            Live(TaskView),
+            Terminal(Box<TaskRecord>),
+        }
+        let read = self
+            .read_task(shard_id, task_id, owner, |r| {
+                if r.status.is_terminal() {
+                    Seen::Terminal(Box::new(r.clone()))
+                } else {
+                    Seen::Live(TaskView::from(r))
+                }
+            })
+            .await;
+        let task = match read {
+            Ok(Seen::Live(task)) => task,
+            Ok(Seen::Terminal(terminal)) => {
+                drop(done_rx);
+                self.drop_closed_waiters(task_id);
+                return Ok(Attachment::Terminal(*terminal));
+            }
+            Err(e) => {
+                drop(done_rx);
+                self.drop_closed_waiters(task_id);
+                return Err(e);
+            }
+        };
+        // Readers that went away earlier leave closed waiters behind: sweep them.
+        self.drop_closed_waiters(task_id);
+        let (tx, messages) = mpsc::channel(self.inner.cfg.attach_buffer.max(1));
+        if let Some(actor) = self.actor(task_id) {
+            let _ = actor.cast(TaskMsg::Attach(tx));
+        }
+        Ok(Attachment::Live {
+            task,
+            messages,
+            done: done_rx,
+        })
+    }
+
+    /// Route a client's answer to an elicitation or sampling request to the task waiting on it.
+    /// Only the task's owner may answer. Returns whether a live task took it.
+    pub fn deliver_response(
+        &self,
+        shard_id: u32,
+        task_id: &str,
+        owner: &str,
+        request_id: String,
+        outcome: Result<Value, ErrorObject>,
+    ) -> bool {
+        let owned = self
+            .shard(shard_id)
+            .map(|s| s.read_local(|st| st.get(task_id).is_some_and(|r| r.owner == owner)))
+            .unwrap_or(false);
+        if !owned {
+            return false;
+        }
+        match self.actor(task_id) {
+            Some(actor) => actor
+                .cast(TaskMsg::Response {
+                    request_id,
+                    outcome,
+                })
+                .is_ok(),
+            None => false,
+        }
+    }
+    fn drop_closed_waiters(&self, task_id: &str) {
+        let mut w = self.inner.waiters.lock();
+        if let Some(list) = w.get_mut(task_id) {
+            list.retain(|s| !s.is_closed());
+            if list.is_empty() {
+                w.remove(task_id);
+            }
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Creating a task: admission (leadership, the tool, a live-task slot), the `Create`
+//! proposal through the shard's Raft log, and the actor spawned once it commits.
+//!
+//! The router calls [`Host::create`] for a shard this node leads (directly, or for a create
+//! forwarded by another node through the task service).
+
+use std::sync::atomic::Ordering;
+
+use taskmesh_task::{Applied, Command, TaskRecord, TaskStatus, TaskView, ToolRequest};
+
+use crate::{actor, now_ms, Created, Host, HostError, NewTask};
+
+impl Host {
+    /// Create a task: durable (committed and flushed) before this returns, then its actor
+    /// runs. A repeated create with the same id returns the existing record.
+    pub async fn create(&self, shard_id: u32, new: NewTask) -> Result<Created, HostError> {
+        let shard = self.shard(shard_id)?;
+        if !shard.is_leader() {
+            return Err(HostError::NotLeader {
+                shard: shard_id,
+                leader_hint: shard.leadership().borrow().leader,
+            });
+        }
+        let tool = self
+            .inner
+            .tools
+            .get(&new.tool)
+            .ok_or_else(|| {
+                HostError::Misconfigured(format!("tool '{}' is not served by this node", new.tool))
+            })?
+            .clone();
+        // Reserve a live-task slot before anything is written.
+        let limit = self.inner.cfg.max_live_tasks;
+        if self
+            .inner
+            .live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_err()
+        {
+            return Err(HostError::Capacity { limit });
+        }
+        // From here until its actor runs the task is this create's: the reconciler leaves it
+        // alone. Whatever ends this future (an error, or the caller dropping it), the guard
+        // gives the slot back unless an actor took it, and a committed task without an actor
+        // is then the reconciler's to run.
+        let starting = Starting::new(self, &new.task_id);
+        let now = now_ms();
+        let term = shard.current_term();
+        let record = TaskRecord {
+            task_id: new.task_id.clone(),
+            owner: new.owner,
+            session: new.session,
+            status: TaskStatus::Working,
+            status_message: Some("The task is in progress.".into()),
+            created_at_ms: now,
+            last_updated_at_ms: now,
+            ttl_ms: self.inner.cfg.grant_ttl(new.ttl_ms),
+            poll_interval_ms: self.inner.cfg.poll_interval_ms,
+            request: ToolRequest {
+                tool: new.tool,
+                arguments_json: new.arguments_json,
+                progress_token_json: new.progress_token.map(|t| t.to_string()),
+                client: new.client,
+            },
+            outcome: None,
+            exec_term: term,
+            updated_index: 0,
+        };
+        let applied = shard.propose(Command::Create { record }).await;
+        match applied {
+            Ok(Applied::Created {
+                record,
+                fresh: true,
+            }) => {
+                tracing::info!(
+                    target: "audit",
+                    event = "task_created",
+                    task_id = %record.task_id,
+                    principal = %record.owner,
+                    tool = %record.request.tool,
+                    shard = shard_id,
+                    "task created"
+                );
+                let task = TaskView::from(&record);
+                actor::spawn(self.clone(), shard_id, record, term, tool, true).await;
+                starting.slot_taken();
+                Ok(Created { task, fresh: true })
+            }
+            Ok(Applied::Created {
+                record,
+                fresh: false,
+            }) => Ok(Created {
+                task: TaskView::from(&record),
+                fresh: false,
+            }),
+            Ok(other) => Err(HostError::Internal(format!(
+                "unexpected create result {other:?}"
+            ))),
+            Err(e) => Err(HostError::from_shard(shard_id, e)),
+        }
+    }
+}
+
+/// A task being created on this node, from its proposal until its actor runs (see
+/// [`Inner::starting`](crate::Inner::starting)); holds the live-task slot reserved for it
+/// until an actor takes it.
+struct Starting<'a> {
+    host: &'a Host,
+    task_id: String,
+    holds_slot: bool,
+}
+
+impl<'a> Starting<'a> {
+    fn new(host: &'a Host, task_id: &str) -> Self {
+        host.inner.starting.lock().insert(task_id.to_string());
+        Self {
+            host,
+            task_id: task_id.to_string(),
+            holds_slot: true,
+        }
+    }
+
+    /// The task's actor was spawned with the slot (or gave it back when it could not start).
+    fn slot_taken(mut self) {
+        self.holds_slot = false;
+    }
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.host.inner.starting.lock().remove(&self.task_id);
+        if self.holds_slot {
+            self.host.inner.live.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}

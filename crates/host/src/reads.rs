@@ -1,0 +1,68 @@
+//! Reading tasks: `get` and `list` answered from the in-memory state of a shard this node
+//! leads, after the replica's leadership check (its read lease, or a shared confirmation).
+//!
+//! The router calls [`Host::get`] and [`Host::list`] (directly, or for reads forwarded by
+//! another node through the task service); `cancel` and `attach` use the same owner-scoped
+//! read first.
+
+use taskmesh_task::{TaskRecord, TaskView};
+
+use crate::{now_ms, Host, HostError};
+
+impl Host {
+    /// A linearizable read of one of `owner`'s tasks. Another owner's task, an expired one and
+    /// an unknown id all answer [`HostError::NotFound`].
+    pub async fn get(
+        &self,
+        shard_id: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<TaskView, HostError> {
+        self.read_task(shard_id, task_id, owner, |r| TaskView::from(r))
+            .await
+    }
+
+    /// A linearizable read of one of `owner`'s tasks through `f` (which sees the whole record
+    /// and keeps what it needs).
+    pub(crate) async fn read_task<R>(
+        &self,
+        shard_id: u32,
+        task_id: &str,
+        owner: &str,
+        f: impl FnOnce(&TaskRecord) -> R,
+    ) -> Result<R, HostError> {
+        let shard = self.shard(shard_id)?;
+        let now = now_ms();
+        shard
+            .read(|s| visible(s.get(task_id), owner, now).map(f))
+            .await
+            .map_err(|e| HostError::from_shard(shard_id, e))?
+            .ok_or(HostError::NotFound)
+    }
+
+    /// Up to `limit` of `owner`'s tasks on one shard with ids after `after`, in id order.
+    pub async fn list(
+        &self,
+        shard_id: u32,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<TaskView>, HostError> {
+        let shard = self.shard(shard_id)?;
+        let now = now_ms();
+        shard
+            .read(|s| {
+                s.list(owner, after, limit, now)
+                    .into_iter()
+                    .map(TaskView::from)
+                    .collect()
+            })
+            .await
+            .map_err(|e| HostError::from_shard(shard_id, e))
+    }
+}
+
+/// The record as `owner` may see it at `now`.
+fn visible<'a>(r: Option<&'a TaskRecord>, owner: &str, now: u64) -> Option<&'a TaskRecord> {
+    r.filter(|r| r.owner == owner && !r.is_expired(now))
+}

@@ -1,0 +1,289 @@
+//! An MCP client over Streamable HTTP, as the tests use it: [`Client`] opens a session
+//! (`initialize` + `notifications/initialized`), POSTs JSON-RPC requests with the session,
+//! version and bearer headers, and reads the answer whether it comes as `application/json` or
+//! as an SSE stream ([`Sse`]); [`Raw`] is a whole HTTP answer for the transport tests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::{Sse, V};
+
+/// A raw HTTP answer.
+pub struct Raw {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+}
+
+impl Raw {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+/// An MCP client over Streamable HTTP.
+#[derive(Clone)]
+pub struct Client {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub session: Option<String>,
+    pub version: String,
+    pub token: Option<String>,
+    next_id: Arc<std::sync::atomic::AtomicI64>,
+}
+
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+impl Client {
+    pub fn new(url: &str) -> Client {
+        Client {
+            http: http(),
+            url: url.to_string(),
+            session: None,
+            version: V.to_string(),
+            token: None,
+            next_id: Arc::new(std::sync::atomic::AtomicI64::new(1)),
+        }
+    }
+
+    pub fn with_token(mut self, token: &str) -> Client {
+        self.token = Some(token.to_string());
+        self
+    }
+
+    /// initialize + notifications/initialized.
+    pub async fn connect(url: &str, token: Option<&str>, version: &str, caps: Value) -> Client {
+        let mut c = Client::new(url);
+        c.token = token.map(str::to_string);
+        c.version = version.to_string();
+        let r = c
+            .post(
+                &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+                    "protocolVersion": version, "capabilities": caps,
+                    "clientInfo": {"name":"test","version":"1"}}})
+                .to_string(),
+                &[],
+            )
+            .await;
+        assert_eq!(r.status, 200, "initialize: {}", r.body);
+        let sid = r
+            .headers
+            .get("mcp-session-id")
+            .expect("session id")
+            .to_str()
+            .unwrap()
+            .to_string();
+        c.session = Some(sid);
+        let n = c
+            .post(
+                &json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string(),
+                &[],
+            )
+            .await;
+        assert_eq!(n.status, 202);
+        c
+    }
+
+    pub async fn new_session(url: &str) -> Client {
+        Client::connect(url, None, V, json!({"elicitation":{},"sampling":{}})).await
+    }
+
+    fn request(&self, body: String, extra: &[(&str, &str)]) -> reqwest::RequestBuilder {
+        let mut rb = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        if let Some(s) = &self.session {
+            rb = rb
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", &self.version);
+        }
+        if let Some(t) = &self.token {
+            rb = rb.header("authorization", format!("Bearer {t}"));
+        }
+        for (k, v) in extra {
+            rb = rb.header(*k, *v);
+        }
+        rb
+    }
+
+    /// Call a method and return the JSON-RPC response, or why no response came (the node is
+    /// down, the connection broke, the answer was no JSON-RPC response).
+    pub async fn try_call(&self, method: &str, params: Value) -> Result<Value, String> {
+        let id = self.id();
+        let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
+        let r = self
+            .request(body, &[])
+            .send()
+            .await
+            .map_err(|e| format!("send: {e}"))?;
+        let status = r.status().as_u16();
+        let ct = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        if status != 200 {
+            return Err(format!("HTTP {status}"));
+        }
+        if ct.starts_with("application/json") {
+            return r.json().await.map_err(|e| format!("body: {e}"));
+        }
+        let mut sse = Sse::new(r);
+        while let Some(msg) = sse.try_next().await? {
+            if msg.get("id") == Some(&json!(id))
+                && (msg.get("result").is_some() || msg.get("error").is_some())
+            {
+                return Ok(msg);
+            }
+        }
+        Err("the stream ended without a response".into())
+    }
+
+    /// POST a raw body; reads the whole answer.
+    pub async fn post(&self, body: &str, extra: &[(&str, &str)]) -> Raw {
+        let r = self
+            .request(body.to_string(), extra)
+            .send()
+            .await
+            .expect("send");
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        let body = r.text().await.unwrap_or_default();
+        Raw {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub fn id(&self) -> i64 {
+        self.next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Call a method; returns the JSON-RPC response object (with `result` or `error`), and every
+    /// message that came before it on an SSE stream.
+    pub async fn call_full(&self, method: &str, params: Value) -> (Value, Vec<Value>) {
+        let id = self.id();
+        let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
+        let r = self.request(body, &[]).send().await.expect("send");
+        assert_eq!(r.status().as_u16(), 200, "{method}: HTTP {}", r.status());
+        let ct = r
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        if ct.starts_with("application/json") {
+            return (r.json().await.unwrap(), vec![]);
+        }
+        assert!(ct.starts_with("text/event-stream"), "content-type {ct}");
+        let mut sse = Sse::new(r);
+        let mut before = vec![];
+        while let Some(msg) = sse.next().await {
+            if msg.get("id") == Some(&json!(id))
+                && (msg.get("result").is_some() || msg.get("error").is_some())
+            {
+                return (msg, before);
+            }
+            before.push(msg);
+        }
+        panic!("{method}: stream ended without a response; got {before:?}");
+    }
+
+    pub async fn call(&self, method: &str, params: Value) -> Value {
+        self.call_full(method, params).await.0
+    }
+
+    /// `result` of a successful call (panics on a JSON-RPC error).
+    pub async fn ok(&self, method: &str, params: Value) -> Value {
+        let r = self.call(method, params).await;
+        match r.get("result") {
+            Some(v) => v.clone(),
+            None => panic!("{method} failed: {r}"),
+        }
+    }
+
+    /// `error.code` of a failed call (panics on success).
+    pub async fn err_code(&self, method: &str, params: Value) -> i64 {
+        let r = self.call(method, params).await;
+        r["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{method} did not fail: {r}"))
+    }
+
+    /// Start a task-augmented tools/call; returns the task id.
+    pub async fn start_task(&self, tool: &str, args: Value) -> String {
+        let r = self
+            .ok(
+                "tools/call",
+                json!({"name": tool, "arguments": args, "task": {}}),
+            )
+            .await;
+        r["task"]["taskId"].as_str().unwrap().to_string()
+    }
+
+    pub async fn status(&self, task_id: &str) -> String {
+        self.ok("tasks/get", json!({"taskId": task_id})).await["status"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// Poll until the task has `status` (bounded: 30 s).
+    pub async fn wait_status(&self, task_id: &str, want: &str) -> Value {
+        for _ in 0..600 {
+            let t = self.ok("tasks/get", json!({"taskId": task_id})).await;
+            if t["status"] == want {
+                return t;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("task {task_id} never reached {want}");
+    }
+
+    /// Open a streaming request (e.g. tasks/result) and return the raw SSE reader with its id.
+    pub async fn open_stream(&self, method: &str, params: Value) -> (i64, Sse) {
+        let id = self.id();
+        let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
+        let r = self.request(body, &[]).send().await.expect("send");
+        assert_eq!(r.status().as_u16(), 200);
+        (id, Sse::new(r))
+    }
+
+    /// Open the session's GET stream.
+    pub async fn open_get(&self) -> Sse {
+        let mut rb = self
+            .http
+            .get(&self.url)
+            .header("accept", "text/event-stream");
+        if let Some(s) = &self.session {
+            rb = rb
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", &self.version);
+        }
+        if let Some(t) = &self.token {
+            rb = rb.header("authorization", format!("Bearer {t}"));
+        }
+        let r = rb.send().await.expect("get");
+        assert_eq!(r.status().as_u16(), 200);
+        Sse::new(r)
+    }
+
+    /// Answer a server request.
+    pub async fn answer(&self, id: &Value, result: Value) {
+        let body = json!({"jsonrpc":"2.0","id":id,"result":result}).to_string();
+        let r = self.post(&body, &[]).await;
+        assert_eq!(r.status, 202, "{}", r.body);
+    }
+}

@@ -1,0 +1,108 @@
+//! Cluster helpers: node configurations on free loopback ports, reads retried while shards
+//! elect, a node's `GET /status`, and the wait until every shard of a new cluster has a leader
+//! all nodes agree on.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::{http, Client, Server};
+
+/// The configuration of node `id` of a test cluster whose nodes' gRPC ports are `grpc` (node
+/// `i` at index `i - 1`), with `shards` shards, the test token, and `extra` appended.
+pub fn node_config(id: u64, grpc: &[u16], shards: u32, token: &str, extra: &str) -> String {
+    let peers: Vec<String> = grpc
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{{ id = {}, grpc = \"127.0.0.1:{p}\" }}", i + 1))
+        .collect();
+    format!(
+        r#"node_id = {id}
+shards = {shards}
+[session]
+secret = "a-shared-cluster-secret-for-tests"
+[tasks]
+list_page_size = 5000
+[auth.tokens]
+"{token}" = "alice"
+[cluster]
+grpc_listen = "127.0.0.1:{}"
+peers = [{}]
+{extra}
+"#,
+        grpc[id as usize - 1],
+        peers.join(", ")
+    )
+}
+
+/// `n` free loopback ports (bound once and released: good enough on a test machine).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("addr").port())
+        .collect()
+}
+/// `tasks/get` through `c`, retried while the cluster answers with an internal error (no
+/// leader yet, or a leader just died); bounded.
+pub async fn get_eventually(c: &Client, id: &str) -> Value {
+    for _ in 0..300 {
+        let r = c.call("tasks/get", json!({"taskId": id})).await;
+        if let Some(res) = r.get("result") {
+            return res.clone();
+        }
+        assert_eq!(r["error"]["code"], -32603, "unexpected error: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("task {id} never became readable");
+}
+
+/// `GET /status` of a node.
+pub async fn status_of(s: &Server, token: &str) -> Value {
+    let url = s.url.replace("/mcp", "/status");
+    http()
+        .get(url)
+        .header("authorization", format!("Bearer {token}"))
+        .send()
+        .await
+        .expect("status")
+        .json()
+        .await
+        .expect("status JSON")
+}
+
+/// Wait (bounded: 60 s) until every one of `shards` shards has a leader that some node's
+/// `GET /status` names, and every node's view agrees on it: the cluster was created and its
+/// groups elected.
+pub async fn wait_cluster_ready(nodes: &[&Server], token: &str, shards: u32) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut leaders: Vec<Option<u64>> = vec![None; shards as usize];
+        let mut agree = true;
+        for n in nodes {
+            let st = status_of(n, token).await;
+            for s in st["shards"].as_array().cloned().unwrap_or_default() {
+                let (Some(shard), Some(leader)) = (s["shard"].as_u64(), s["leader"].as_u64())
+                else {
+                    agree = false;
+                    continue;
+                };
+                let slot = &mut leaders[shard as usize];
+                if slot.is_some_and(|l| l != leader) {
+                    agree = false;
+                }
+                *slot = Some(leader);
+            }
+        }
+        if agree && leaders.iter().all(Option::is_some) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cluster never became ready: {leaders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

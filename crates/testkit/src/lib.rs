@@ -1,0 +1,31 @@
+//! Test support for the integration tests of the `taskmesh` package (`tests/*.rs` at the
+//! workspace root): run a real `taskmesh serve` process, or the nodes of a cluster, on free
+//! loopback ports with their data in temporary directories, and talk to them over real HTTP
+//! like an MCP client.
+//!
+//! - [`Server`] (`server`): spawning, signalling, restarting and killing node processes; the
+//!   tail of a process's log is printed when a test panics.
+//! - [`Client`] and [`Raw`] (`client`): the MCP client over Streamable HTTP.
+//! - [`Sse`] (`sse`): the reader of SSE answers.
+//! - `cluster`: node configurations, free ports, retried reads, `GET /status`, the wait for a
+//!   ready cluster.
+//! - [`History`] (`history`): what clients observed, checked against the invariants.
+//!
+//! The crate cannot name the `taskmesh` executable itself (`CARGO_BIN_EXE_taskmesh` is set only
+//! for the test targets of the package that builds it): each test passes
+//! `env!("CARGO_BIN_EXE_taskmesh")` to [`Server`]'s constructors.
+
+mod client;
+mod cluster;
+mod history;
+mod server;
+mod sse;
+
+pub use client::{http, Client, Raw};
+pub use cluster::{free_ports, get_eventually, node_config, status_of, wait_cluster_ready};
+pub use history::{is_terminal, History};
+pub use server::Server;
+pub use sse::Sse;
+
+/// The protocol version a [`Client`] speaks unless told otherwise.
+pub const V: &str = "2025-11-25";

@@ -1,0 +1,78 @@
+//! Server-sent events: [`Sse`] reads the JSON-RPC messages of a `text/event-stream` answer
+//! (a POST's stream, `tasks/result`, the session's GET stream) one at a time, skipping
+//! keep-alive comments; an `application/json` answer read through it is one message.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::Value;
+
+/// A reader of JSON messages on an SSE response.
+pub struct Sse {
+    stream: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buf: String,
+    pub content_type: String,
+}
+
+impl Sse {
+    pub fn new(r: reqwest::Response) -> Sse {
+        let content_type = r
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        Sse {
+            stream: r.bytes_stream().boxed(),
+            buf: String::new(),
+            content_type,
+        }
+    }
+
+    /// The next JSON message, `Ok(None)` when the stream ends, or why it broke (bounded by
+    /// 60 s of silence). An `application/json` answer is one message: the whole body.
+    pub async fn try_next(&mut self) -> Result<Option<Value>, String> {
+        loop {
+            if let Some(i) = self.buf.find("\n\n") {
+                let event: String = self.buf.drain(..i + 2).collect();
+                let data: Vec<&str> = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:").map(|d| d.trim_start()))
+                    .collect();
+                if data.is_empty() {
+                    continue; // keep-alive comment
+                }
+                return serde_json::from_str(&data.join("\n"))
+                    .map(Some)
+                    .map_err(|e| format!("SSE data is not JSON: {e}"));
+            }
+            match tokio::time::timeout(Duration::from_secs(60), self.stream.next()).await {
+                Ok(Some(Ok(chunk))) => self.buf.push_str(&String::from_utf8_lossy(&chunk)),
+                Ok(end) => {
+                    if self.content_type.starts_with("application/json")
+                        && !self.buf.trim().is_empty()
+                    {
+                        let body = std::mem::take(&mut self.buf);
+                        return serde_json::from_str(&body)
+                            .map(Some)
+                            .map_err(|e| format!("body is not JSON: {e}"));
+                    }
+                    return match end {
+                        Some(Err(e)) => Err(format!("stream: {e}")),
+                        _ => Ok(None),
+                    };
+                }
+                Err(_) => return Err("SSE stream idle for 60 s".into()),
+            }
+        }
+    }
+
+    /// The next JSON message, or `None` when the stream ends or breaks. Panics after 60 s of
+    /// silence.
+    pub async fn next(&mut self) -> Option<Value> {
+        match self.try_next().await {
+            Ok(m) => m,
+            Err(e) if e.starts_with("stream: ") => None,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
