@@ -17,8 +17,10 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures::StreamExt;
+use serde_json::Value;
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, RequestId};
 use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
 
 use crate::dispatch::{self, Cx, Reply};
 use crate::session::SessionClaims;
@@ -211,18 +213,75 @@ async fn handle_post(
             Err(r) => return r,
         }
     };
+    let span = request_span(&msg, &principal);
+    // A trace id only when someone follows requests (the span is enabled): it then travels to
+    // every peer the request reaches (see `taskmesh_rpc::trace`).
+    let trace = (!span.is_disabled()).then(taskmesh_rpc::trace::new_id);
+    if let Some(t) = trace {
+        span.record("trace_id", taskmesh_rpc::trace::format(t).as_str());
+    }
     let cx = Cx { principal, session };
+    let answered = async move {
+        let response = dispatch_message(&gw, &cx, msg).await;
+        tracing::debug!(status = response.status().as_u16(), "answered");
+        response
+    };
+    taskmesh_rpc::trace::scope(trace, answered.instrument(span)).await
+}
+
+/// The span of one MCP message: its method, JSON-RPC id, principal, the task it is about (a
+/// task id in its parameters, or the task a `tools/call` creates, recorded then) and its trace
+/// id. At debug level: following requests is asked for with the log filter (see
+/// docs/operations.md).
+fn request_span(msg: &Message, principal: &str) -> tracing::Span {
+    let task_of = |params: &Option<Value>| {
+        params
+            .as_ref()
+            .and_then(|p| p.get("taskId"))
+            .and_then(Value::as_str)
+            .map(|t| {
+                t.chars()
+                    .take(taskmesh_router::MAX_TASK_ID_LEN)
+                    .collect::<String>()
+            })
+    };
+    let (method, id, task) = match msg {
+        Message::Request { id, method, params } => {
+            (method.as_str(), Some(id.to_string()), task_of(params))
+        }
+        Message::Notification { method, params } => (method.as_str(), None, task_of(params)),
+        Message::Response { id, .. } => ("(response)", Some(id.to_string()), None),
+    };
+    let span = tracing::debug_span!(
+        "mcp",
+        method,
+        id = tracing::field::Empty,
+        principal,
+        task_id = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+    );
+    if let Some(id) = id {
+        span.record("id", id.as_str());
+    }
+    if let Some(task) = task {
+        span.record("task_id", task.as_str());
+    }
+    span
+}
+
+/// Dispatch one classified message and turn its reply into the HTTP response.
+async fn dispatch_message(gw: &Arc<Gateway>, cx: &Cx, msg: Message) -> Response {
     let (reply, id) = match msg {
         Message::Request { id, method, params } => (
-            dispatch::request(&gw, &cx, id.clone(), &method, params).await,
+            dispatch::request(gw, cx, id.clone(), &method, params).await,
             Some(id),
         ),
         Message::Notification { method, params } => {
-            (dispatch::notification(&gw, &cx, &method, params), None)
+            (dispatch::notification(gw, cx, &method, params), None)
         }
-        Message::Response { id, outcome } => (dispatch::response(&gw, &cx, id, outcome), None),
+        Message::Response { id, outcome } => (dispatch::response(gw, cx, id, outcome), None),
     };
-    respond(&gw, reply, id.as_ref()).await
+    respond(gw, reply, id.as_ref()).await
 }
 
 fn json_response(body: Vec<u8>) -> Response {

@@ -268,6 +268,7 @@ async fn start_cluster(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Resu
     let (grpc_stop_tx, grpc_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let grpc_server = tokio::spawn(async move {
         tonic::transport::Server::builder()
+            .layer(taskmesh_router::TraceLayer)
             .add_service(raft_svc)
             .add_service(task_svc)
             .add_service(cluster_svc)

@@ -12,6 +12,7 @@ pub mod convert;
 pub mod leader;
 pub mod remote;
 pub mod service;
+pub mod traced;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -28,6 +29,7 @@ use tokio::sync::broadcast;
 
 pub use leader::{RemoteNode, ShardLeader, Target};
 pub use remote::{GetBatching, PeerAddressError, Peers};
+pub use traced::TraceLayer;
 
 /// Why a peer could not be added.
 #[derive(Debug, thiserror::Error)]
@@ -266,6 +268,7 @@ impl Router {
             };
             let result = match (route, self.peers.as_deref()) {
                 (Route::Remote(id), Some(peers)) => {
+                    tracing::debug!(shard, node = id, "forwarding to the shard's leader");
                     // One attempt gets at most half of what is left of the retry budget: a
                     // leader that stopped answering (cut off, or dead before its connection
                     // noticed) must neither hold the request for the transport's full
@@ -280,7 +283,10 @@ impl Router {
                             )))
                         })
                 }
-                (Route::Local, _) | (Route::Remote(_), None) => op(Target::Local(&self.host)).await,
+                (Route::Local, _) | (Route::Remote(_), None) => {
+                    tracing::debug!(shard, "this node leads the shard");
+                    op(Target::Local(&self.host)).await
+                }
                 (Route::Unknown, _) => Err(HostError::Unavailable(format!(
                     "shard {shard} has no leader"
                 ))),

@@ -57,7 +57,17 @@ async fn answer_reads(
     book: &AddressBook,
     gets: &[v1::GetTaskRequest],
 ) -> Vec<v1::GetTaskResult> {
-    let reads = gets.iter().map(|g| host.get(g.shard, &g.task_id, &g.owner));
+    let reads = gets.iter().map(|g| {
+        if g.trace_id != 0 {
+            tracing::debug!(
+                trace_id = %taskmesh_rpc::trace::format(g.trace_id),
+                shard = g.shard,
+                task_id = %g.task_id,
+                "forwarded read"
+            );
+        }
+        host.get(g.shard, &g.task_id, &g.owner)
+    });
     futures::future::join_all(reads)
         .await
         .into_iter()
@@ -85,6 +95,7 @@ impl TaskService for TaskGrpc {
         request: Request<v1::CreateTaskRequest>,
     ) -> Result<Response<v1::CreateTaskResponse>, Status> {
         let r = request.into_inner();
+        tracing::debug!(shard = r.shard, task_id = %r.task_id, "create task");
         let Some(tool) = r.request.map(request_from_pb) else {
             return Err(Status::invalid_argument("request is required"));
         };
@@ -190,6 +201,7 @@ impl TaskService for TaskGrpc {
         request: Request<v1::CancelTaskRequest>,
     ) -> Result<Response<v1::CancelTaskResponse>, Status> {
         let r = request.into_inner();
+        tracing::debug!(shard = r.shard, task_id = %r.task_id, "cancel task");
         let task = self
             .host
             .cancel(r.shard, &r.task_id, &r.owner)
@@ -208,6 +220,7 @@ impl TaskService for TaskGrpc {
     ) -> Result<Response<Self::AttachResultStream>, Status> {
         use v1::attach_result_event::Event;
         let r = request.into_inner();
+        tracing::debug!(shard = r.shard, task_id = %r.task_id, "attach result");
         let attachment = self
             .host
             .attach(r.shard, &r.task_id, &r.owner)
@@ -323,6 +336,7 @@ impl TaskService for TaskGrpc {
         request: Request<v1::DeliverResponseRequest>,
     ) -> Result<Response<v1::DeliverResponseResponse>, Status> {
         let r = request.into_inner();
+        tracing::debug!(shard = r.shard, task_id = %r.task_id, "deliver response");
         let Ok(Message::Response { id, outcome }) = jsonrpc::parse_message(&r.response_json) else {
             return Err(Status::invalid_argument(
                 "response_json is not a JSON-RPC response",

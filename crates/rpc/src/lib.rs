@@ -18,6 +18,8 @@
 
 use prost::Message;
 
+pub mod trace;
+
 /// The messages, clients and servers of package `taskmesh.v1`.
 #[allow(
     missing_docs,

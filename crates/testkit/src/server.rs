@@ -123,13 +123,18 @@ impl Server {
                 cmd.env("TASKMESH_DATA_DIR", self.dir.join("data"));
             }
         }
+        // The log filter: the configuration's `[log] level` when it has one, else ours.
+        if self.config.contains("[log]") {
+            cmd.env_remove("RUST_LOG");
+        } else {
+            cmd.env("RUST_LOG", "info,openraft=warn");
+        }
         let mut child = cmd
             .arg("--listen")
             .arg(&listen)
             .arg("--config")
             .arg(&cfg_path)
             .env("NO_COLOR", "1")
-            .env("RUST_LOG", "info,openraft=warn")
             .env_remove("TASKMESH_CONFIG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -146,6 +146,7 @@ pub(super) async fn tools_call(
                 Ok(t) => t,
                 Err(e) => return err(&id, &wire::host_error(&e)),
             };
+            tracing::Span::current().record("task_id", task_id.as_str());
             let new = NewTask {
                 task_id,
                 owner: cx.principal.clone(),

@@ -13,6 +13,7 @@ use parking_lot::RwLock;
 use serde_json::Value;
 use taskmesh_host::{Attachment, Created, HostError, NewTask};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
+use taskmesh_rpc::trace;
 use taskmesh_rpc::v1::{self, task_service_client::TaskServiceClient};
 use taskmesh_task::TaskView;
 use tokio::sync::{mpsc, oneshot};
@@ -131,7 +132,7 @@ impl Peers {
         };
         let r = self
             .client(id)?
-            .create_task(req)
+            .create_task(trace::request(req))
             .await
             .map_err(|s| error_from_status(shard, &s))?
             .into_inner();
@@ -170,6 +171,7 @@ impl Peers {
             shard,
             owner: owner.into(),
             task_id: task_id.into(),
+            trace_id: trace::current().unwrap_or(0),
         };
         let (tx, rx) = oneshot::channel();
         let start = {
@@ -207,7 +209,7 @@ impl Peers {
         };
         let r = self
             .client(id)?
-            .cancel_task(req)
+            .cancel_task(trace::request(req))
             .await
             .map_err(|s| error_from_status(shard, &s))?;
         view_of(r.into_inner().task)
@@ -229,7 +231,7 @@ impl Peers {
         };
         let r = self
             .client(id)?
-            .list_tasks(req)
+            .list_tasks(trace::request(req))
             .await
             .map_err(|s| error_from_status(shard, &s))?;
         r.into_inner()
@@ -257,7 +259,7 @@ impl Peers {
         };
         let mut stream = self
             .client(id)?
-            .attach_result(req)
+            .attach_result(trace::request(req))
             .await
             .map_err(|s| error_from_status(shard, &s))?
             .into_inner();
@@ -324,7 +326,7 @@ impl Peers {
         };
         let r = self
             .client(id)?
-            .deliver_response(req)
+            .deliver_response(trace::request(req))
             .await
             .map_err(|s| error_from_status(shard, &s))?;
         Ok(r.into_inner().delivered)
@@ -336,7 +338,7 @@ impl Peers {
     pub async fn members(&self, id: u64, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
         let r = self
             .client(id)?
-            .shard_members(v1::ShardMembersRequest { shard })
+            .shard_members(trace::request(v1::ShardMembersRequest { shard }))
             .await
             .map_err(|s| error_from_status(shard, &s))?
             .into_inner();

@@ -20,6 +20,7 @@ fn get(owner: &str, task_id: &str) -> v1::GetTaskRequest {
         shard: 0,
         owner: owner.into(),
         task_id: task_id.into(),
+        trace_id: 0,
     }
 }
 

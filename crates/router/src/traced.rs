@@ -1,0 +1,59 @@
+//! The span of every internal gRPC call a node serves, named after the call and carrying the
+//! trace id of the MCP request it serves (`taskmesh-trace-id` metadata, see
+//! [`taskmesh_rpc::trace`]), so a forwarded request can be followed from the gateway node's
+//! log to the leader's. A debug span: it costs nothing unless the log filter asks for it.
+
+use std::task::{Context, Poll};
+
+use tonic::codegen::http;
+use tracing::instrument::Instrumented;
+use tracing::Instrument;
+
+/// Wraps a gRPC server's services (see [`Traced`]); add it with `Server::builder().layer(..)`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TraceLayer;
+
+impl<S> tower::Layer<S> for TraceLayer {
+    type Service = Traced<S>;
+
+    fn layer(&self, inner: S) -> Traced<S> {
+        Traced { inner }
+    }
+}
+
+/// A service whose calls run inside a `peer` span (`rpc`: the gRPC path, `trace_id`).
+#[derive(Debug, Clone)]
+pub struct Traced<S> {
+    inner: S,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Traced<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Instrumented<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let span = tracing::debug_span!(
+            "peer",
+            rpc = request.uri().path(),
+            trace_id = tracing::field::Empty
+        );
+        if !span.is_disabled() {
+            if let Some(id) = request
+                .headers()
+                .get(taskmesh_rpc::trace::METADATA_KEY)
+                .and_then(|v| v.to_str().ok())
+            {
+                span.record("trace_id", id);
+            }
+        }
+        self.inner.call(request).instrument(span)
+    }
+}
