@@ -1030,3 +1030,79 @@ async fn a_result_over_the_size_limit_fails_the_task_and_names_the_limit() {
         .as_str()
         .is_some_and(|m| m.contains("1024")));
 }
+
+/// A session holds at most `http.max_streams_per_session` GET streams and
+/// `limits.max_inflight_per_session` cancellable requests; past either it is refused (HTTP 429,
+/// JSON-RPC -32001 naming the setting), and a closed stream or an ended request frees its place.
+#[tokio::test]
+async fn per_session_streams_and_requests_in_flight_are_bounded() {
+    let s = Server::start(
+        TASKMESH,
+        "[http]\nmax_streams_per_session = 2\n[limits]\nmax_inflight_per_session = 1\n",
+    );
+    let c = Client::new_session(&s.url).await;
+
+    let first = c.open_get().await;
+    let _second = c.open_get().await;
+    assert_eq!(c.try_open_get().await.err(), Some(429));
+    // Another session has its own streams.
+    let other = Client::new_session(&s.url).await;
+    let _theirs = other.open_get().await;
+    drop(first);
+    let mut reopened = None;
+    for _ in 0..100 {
+        if let Ok(sse) = c.try_open_get().await {
+            reopened = Some(sse);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(reopened.is_some(), "a closed stream never freed its place");
+
+    // One plain call held open; a second one is refused until the first ends.
+    let id = c.id();
+    let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"slow_compute","arguments":{"seconds":60}}}).to_string();
+    let c2 = c.clone();
+    let held = tokio::spawn(async move { c2.post(&body, &[]).await });
+    let mut refused = None;
+    for _ in 0..100 {
+        let r = c
+            .call(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 0.01}}),
+            )
+            .await;
+        if r.get("error").is_some() {
+            refused = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let refused = refused.expect("the second plain call was never refused");
+    assert_eq!(refused["error"]["code"], -32001, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("limits.max_inflight_per_session"),
+        "{refused}"
+    );
+    // Task-augmented calls return at once and are not bounded by it.
+    let t = c.start_task("slow_compute", json!({"seconds": 0.01})).await;
+    assert_eq!(c.wait_status(&t, "completed").await["status"], "completed");
+    // Cancelling the held call frees its place.
+    let n = c
+        .post(
+            &json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId": id}})
+                .to_string(),
+            &[],
+        )
+        .await;
+    assert_eq!(n.status, 202);
+    assert_eq!(held.await.unwrap().json()["error"]["code"], -32800);
+    let r = c
+        .ok(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0.01}}),
+        )
+        .await;
+    assert!(r["content"].is_array(), "{r}");
+}

@@ -367,8 +367,18 @@ async fn handle_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Respo
         Ok(s) => s,
         Err(r) => return r,
     };
-    let rx = gw.sessions.open_stream(&id);
-    sse(&gw, None, rx)
+    match gw.sessions.open_stream(&id) {
+        Some(rx) => sse(&gw, None, rx),
+        None => {
+            let mut r = plain(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too Many Requests: this session holds http.max_streams_per_session open GET streams",
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            r
+        }
+    }
 }
 
 async fn handle_delete(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {

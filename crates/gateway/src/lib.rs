@@ -9,6 +9,7 @@
 
 pub mod dispatch;
 pub mod http;
+mod inflight;
 mod limits;
 pub mod session;
 pub mod sign;
@@ -19,11 +20,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use taskmesh_host::HostEvent;
-use taskmesh_mcp::RequestId;
 use taskmesh_router::Router;
 use taskmesh_tools::{ToolRegistry, ToolResult};
 use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
 
 pub use http::router as http_router;
 use session::Sessions;
@@ -61,6 +60,11 @@ pub struct GatewayConfig {
     pub failed_lookup_alert_per_minute: u32,
     /// Verified session ids remembered (their signature is checked once); 0 = none.
     pub verified_session_cache: usize,
+    /// Cancellable requests (plain `tools/call`, `tasks/result` held open) one session may
+    /// have in flight at once; more are refused with `-32001`.
+    pub max_inflight_per_session: usize,
+    /// GET streams one session may hold open at once; one more is refused with HTTP 429.
+    pub max_streams_per_session: usize,
 }
 
 impl Default for GatewayConfig {
@@ -86,6 +90,8 @@ impl Default for GatewayConfig {
             rate_limit_burst: 0,
             failed_lookup_alert_per_minute: 60,
             verified_session_cache: 65_536,
+            max_inflight_per_session: 256,
+            max_streams_per_session: 8,
         }
     }
 }
@@ -97,7 +103,7 @@ pub struct Gateway {
     pub(crate) sessions: Sessions,
     pub(crate) signer: Signer,
     /// In-flight requests that `notifications/cancelled` may cancel: (session nonce, id).
-    pub(crate) inflight: Mutex<HashMap<(String, RequestId), CancellationToken>>,
+    pub(crate) inflight: inflight::Inflight,
     /// Requests sent to clients by plain (non-task) tool calls, by id.
     pub(crate) plain_pending: Mutex<HashMap<String, oneshot::Sender<ToolResult>>>,
     pub(crate) limits: limits::Limits,
@@ -115,12 +121,13 @@ impl Gateway {
                 ended_sessions,
                 cfg.stream_buffer,
                 cfg.verified_session_cache,
+                cfg.max_streams_per_session,
             ),
             signer,
             cfg,
             router,
             tools,
-            inflight: Mutex::new(HashMap::new()),
+            inflight: inflight::Inflight::new(cfg_limits.max_inflight_per_session),
             plain_pending: Mutex::new(HashMap::new()),
             limits: limits::Limits::new(&cfg_limits),
         });

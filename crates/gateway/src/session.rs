@@ -56,6 +56,8 @@ pub struct Sessions {
     ended: sled::Tree,
     streams: Mutex<HashMap<String, Vec<StreamSender>>>,
     stream_buffer: usize,
+    /// Open GET streams per session, at most.
+    max_streams: usize,
 }
 
 impl Sessions {
@@ -64,6 +66,7 @@ impl Sessions {
         ended: sled::Tree,
         stream_buffer: usize,
         verified_cap: usize,
+        max_streams: usize,
     ) -> Self {
         Self {
             signer,
@@ -72,6 +75,7 @@ impl Sessions {
             ended,
             streams: Mutex::new(HashMap::new()),
             stream_buffer: stream_buffer.max(1),
+            max_streams: max_streams.max(1),
         }
     }
 
@@ -114,15 +118,23 @@ impl Sessions {
         Ok(())
     }
 
-    /// Open a GET stream for the session.
-    pub fn open_stream(&self, id: &str) -> mpsc::Receiver<Arc<Vec<u8>>> {
+    /// Open a GET stream for the session; `None` when it already holds its limit of open
+    /// streams (closed ones do not count).
+    pub fn open_stream(&self, id: &str) -> Option<mpsc::Receiver<Arc<Vec<u8>>>> {
+        let mut streams = self.streams.lock();
+        let list = streams.entry(id.to_string()).or_default();
+        list.retain(|s| !s.is_closed());
+        if list.len() >= self.max_streams {
+            return None;
+        }
         let (tx, rx) = mpsc::channel(self.stream_buffer);
-        self.streams
-            .lock()
-            .entry(id.to_string())
-            .or_default()
-            .push(tx);
-        rx
+        list.push(tx);
+        Some(rx)
+    }
+
+    /// The most GET streams a session may hold open.
+    pub fn max_streams(&self) -> usize {
+        self.max_streams
     }
 
     /// Send a message to every open GET stream of the session. Returns whether one took it.
@@ -179,6 +191,7 @@ mod tests {
             db.open_tree("ended").unwrap(),
             4,
             cap,
+            8,
         )
     }
 

@@ -69,6 +69,9 @@ pub(crate) struct Inner {
     pub(crate) events: broadcast::Sender<HostEvent>,
 }
 
+/// How often `stop_all` checks whether every stopped actor has finished.
+const STOP_CHECK_INTERVAL: Duration = Duration::from_millis(10);
+
 /// The task runtime of one node. Cheap to clone.
 #[derive(Clone)]
 pub struct Host {
@@ -198,7 +201,7 @@ impl Host {
         }
         let deadline = tokio::time::Instant::now() + wait;
         while self.live_tasks() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(STOP_CHECK_INTERVAL).await;
         }
     }
 }

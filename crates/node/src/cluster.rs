@@ -175,6 +175,10 @@ const META_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// How long a `taskmesh cluster` command looks for the metadata leader.
 const PROPOSE_VIA_BUDGET: Duration = Duration::from_secs(10);
 
+/// How long the reconciler waits for a shard's member list before it deletes a replica that
+/// was placed elsewhere (no answer: it asks again on a later pass).
+const MEMBERS_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How long one call to a peer's metadata service may take.
 const CLUSTER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -565,7 +569,7 @@ impl Reconciler {
         self.leading_since.remove(&shard);
         if !here && meta.is_complete() && self.ticks.is_multiple_of(4) {
             // Placed elsewhere: delete this replica once the group no longer lists this node.
-            let asked = tokio::time::timeout(Duration::from_secs(2), self.router.members(shard));
+            let asked = tokio::time::timeout(MEMBERS_CALL_TIMEOUT, self.router.members(shard));
             if let Ok(Ok((voters, learners))) = asked.await {
                 if !voters.contains(&me) && !learners.contains(&me) {
                     self.host.remove_shard(shard);

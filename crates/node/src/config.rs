@@ -17,6 +17,10 @@ use serde::Deserialize;
 /// The most runtime threads a node may be given.
 pub const MAX_WORKER_THREADS: usize = 1024;
 
+/// The most logical shards a cluster may have: every node keeps per-shard state (a Raft group
+/// per replica it holds, its trees, its reconciler), and the shard count never changes.
+pub const MAX_SHARDS: u32 = 4096;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -85,6 +89,7 @@ pub struct PeerConfig {
 
 impl Default for ClusterConfig {
     fn default() -> Self {
+        let batching = taskmesh_router::GetBatching::default();
         Self {
             grpc_listen: None,
             advertise: None,
@@ -94,10 +99,10 @@ impl Default for ClusterConfig {
             reconcile_interval_ms: 500,
             catch_up_entries: 100,
             leader_settle_ms: 3_000,
-            request_retry_ms: 5_000,
+            request_retry_ms: taskmesh_router::DEFAULT_RETRY_BUDGET.as_millis() as u64,
             leader_transfer_ms: 3_000,
-            get_batch_max: 128,
-            get_batches_in_flight: 2,
+            get_batch_max: batching.max_items,
+            get_batches_in_flight: batching.in_flight,
         }
     }
 }
@@ -111,6 +116,9 @@ pub struct LimitsConfig {
     pub burst: u32,
     /// Unknown-task lookups per minute per principal before an audit warning; 0 = never.
     pub failed_lookup_alert_per_minute: u32,
+    /// Cancellable requests (plain `tools/call`, held `tasks/result`) one session may have in
+    /// flight at once; more are refused with `-32001`. At least 1.
+    pub max_inflight_per_session: usize,
 }
 
 impl Default for LimitsConfig {
@@ -120,6 +128,7 @@ impl Default for LimitsConfig {
             requests_per_second: g.rate_limit_per_second,
             burst: g.rate_limit_burst,
             failed_lookup_alert_per_minute: g.failed_lookup_alert_per_minute,
+            max_inflight_per_session: g.max_inflight_per_session,
         }
     }
 }
@@ -130,6 +139,8 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     pub allowed_origins: Vec<String>,
     pub sse_keepalive_ms: u64,
+    /// GET streams one session may hold open at once; one more gets HTTP 429. At least 1.
+    pub max_streams_per_session: usize,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -154,7 +165,7 @@ impl Default for SessionConfig {
     fn default() -> Self {
         Self {
             secret: None,
-            verified_cache: 65_536,
+            verified_cache: taskmesh_gateway::GatewayConfig::default().verified_session_cache,
         }
     }
 }
@@ -243,6 +254,7 @@ impl Default for HttpConfig {
             max_body_bytes: g.max_body_bytes,
             allowed_origins: g.allowed_origins,
             sse_keepalive_ms: g.sse_keepalive_ms,
+            max_streams_per_session: g.max_streams_per_session,
         }
     }
 }
@@ -250,14 +262,15 @@ impl Default for HttpConfig {
 impl Default for TasksConfig {
     fn default() -> Self {
         let h = taskmesh_host::HostConfig::default();
+        let g = taskmesh_gateway::GatewayConfig::default();
         Self {
             default_ttl_ms: h.default_ttl_ms.unwrap_or(0),
             max_ttl_ms: h.max_ttl_ms.unwrap_or(0),
             poll_interval_ms: h.poll_interval_ms,
             max_live_tasks: h.max_live_tasks,
             expiry_sweep_interval_ms: h.expiry_sweep_interval_ms,
-            list_page_size: 50,
-            cursor_ttl_ms: 3_600_000,
+            list_page_size: g.tasks_page_size,
+            cursor_ttl_ms: g.cursor_ttl_ms,
             reconcile_interval_ms: h.reconcile_interval_ms,
             write_retry_min_ms: h.write_retry_min_ms,
             write_retry_max_ms: h.write_retry_max_ms,
@@ -270,7 +283,7 @@ impl Default for ToolsConfig {
     fn default() -> Self {
         Self {
             builtin: true,
-            page_size: 50,
+            page_size: taskmesh_gateway::GatewayConfig::default().tools_page_size,
         }
     }
 }
@@ -369,9 +382,9 @@ impl Config {
 
     /// Reject settings that cannot work, with a message naming the setting.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if self.shards == 0 || !self.shards.is_power_of_two() || self.shards > 4096 {
+        if self.shards == 0 || !self.shards.is_power_of_two() || self.shards > MAX_SHARDS {
             bail!(
-                "shards must be a power of two between 1 and 4096 (got {})",
+                "shards must be a power of two between 1 and {MAX_SHARDS} (got {})",
                 self.shards
             );
         }
@@ -384,12 +397,19 @@ impl Config {
                 self.worker_threads
             );
         }
+        if self.limits.max_inflight_per_session == 0 {
+            bail!("limits.max_inflight_per_session must be at least 1");
+        }
+        if self.http.max_streams_per_session == 0 {
+            bail!("http.max_streams_per_session must be at least 1");
+        }
         if self.tasks.max_live_tasks == 0 {
             bail!("tasks.max_live_tasks must be at least 1");
         }
-        if !(1..=4096).contains(&self.cluster.get_batch_max) {
+        if !(1..=taskmesh_router::MAX_GET_BATCH).contains(&self.cluster.get_batch_max) {
             bail!(
-                "cluster.get_batch_max must be between 1 and 4096 (got {})",
+                "cluster.get_batch_max must be between 1 and {} (got {})",
+                taskmesh_router::MAX_GET_BATCH,
                 self.cluster.get_batch_max
             );
         }

@@ -28,6 +28,16 @@ pub use config::Config;
 /// Name of the stable hash recorded in the cluster identity.
 pub const HASH_NAME: &str = "fnv1a64";
 
+/// How long a single node waits at start for each of its one-voter shards to elect itself.
+const SINGLE_ELECTION_WAIT: Duration = Duration::from_secs(30);
+/// How long one call to a peer's task service may take (a result attachment is a stream and
+/// is not bound by it).
+const PEER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// At shutdown: how long task actors get to stop after they were told to.
+const ACTOR_STOP_WAIT: Duration = Duration::from_secs(2);
+/// At shutdown: how long the internal gRPC server gets to close its connections.
+const GRPC_STOP_WAIT: Duration = Duration::from_secs(2);
+
 /// Record the cluster identity on first start; refuse to start with a different one.
 fn check_identity(db: &sled::Db, shards: u32) -> anyhow::Result<()> {
     let meta = db.open_tree("cluster/meta")?;
@@ -142,7 +152,7 @@ async fn start_single(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Resul
             .map_err(|e| anyhow::anyhow!("shard {shard_id}: {e}"))?;
     }
     for s in host.replicas() {
-        s.wait_leader(Duration::from_secs(30))
+        s.wait_leader(SINGLE_ELECTION_WAIT)
             .await
             .map_err(|e| anyhow::anyhow!("shard {} has no leader: {e}", s.shard_id()))?;
     }
@@ -158,7 +168,7 @@ async fn start_single(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Resul
 /// and the reconciler that creates or joins the cluster and follows its placement.
 async fn start_cluster(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Result<Running> {
     let registry = taskmesh_transport::ReplicaRegistry::new();
-    let pool = taskmesh_transport::PeerChannels::new(Duration::from_secs(1));
+    let pool = taskmesh_transport::PeerChannels::new(taskmesh_rpc::dial::CONNECT_TIMEOUT);
     let transport = transport_config(cfg);
     transport
         .validate()
@@ -241,7 +251,7 @@ async fn start_cluster(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Resu
         .map(|(id, a)| (*id, a.clone()))
         .collect();
     let peers = Arc::new(
-        taskmesh_router::Peers::new(others, Duration::from_secs(30))
+        taskmesh_router::Peers::new(others, PEER_REQUEST_TIMEOUT)
             .context("cluster.peers")?
             .with_get_batching(taskmesh_router::GetBatching {
                 max_items: cfg.cluster.get_batch_max,
@@ -403,7 +413,7 @@ pub async fn serve(
             cfg.shutdown_drain_ms
         );
     }
-    host.stop_all(Duration::from_secs(2)).await;
+    host.stop_all(ACTOR_STOP_WAIT).await;
     for s in host.replicas() {
         if let Err(e) = s.shutdown().await {
             tracing::warn!(shard = s.shard_id(), error = %e, "shard shutdown");
@@ -416,7 +426,7 @@ pub async fn serve(
     }
     if let Some((stop, server)) = running.grpc.take() {
         let _ = stop.send(());
-        let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+        let _ = tokio::time::timeout(GRPC_STOP_WAIT, server).await;
     }
     let flushing = db.clone();
     tokio::task::spawn_blocking(move || flushing.flush())
@@ -485,6 +495,8 @@ impl Config {
             rate_limit_burst: self.limits.burst,
             failed_lookup_alert_per_minute: self.limits.failed_lookup_alert_per_minute,
             verified_session_cache: self.session.verified_cache,
+            max_inflight_per_session: self.limits.max_inflight_per_session,
+            max_streams_per_session: self.http.max_streams_per_session,
             ..GatewayConfig::default()
         }
     }

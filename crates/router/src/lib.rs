@@ -28,7 +28,7 @@ use taskmesh_task::{shard_of, TaskView};
 use tokio::sync::broadcast;
 
 pub use leader::{RemoteNode, ShardLeader, Target};
-pub use remote::{GetBatching, PeerAddressError, Peers};
+pub use remote::{GetBatching, PeerAddressError, Peers, MAX_GET_BATCH};
 pub use traced::TraceLayer;
 
 /// Why a peer could not be added.
@@ -58,6 +58,11 @@ const RETRY_PAUSE_MAX: Duration = Duration::from_millis(400);
 const MAX_HINT_HOPS: usize = 3;
 /// Hint-less `NotLeader` answers tried in a row (each at another replica) before a pause.
 const MISSES_BEFORE_PAUSE: usize = 3;
+/// The retry budget of a single-node router (`cluster.request_retry_ms` sets a cluster's).
+pub const DEFAULT_RETRY_BUDGET: Duration = Duration::from_secs(5);
+/// Status changes and session messages waiting for the slowest subscriber of the merged
+/// event stream; one that falls further behind skips the events it missed.
+const EVENT_BUFFER: usize = 8192;
 /// The least time one attempt at a remote leader gets.
 const MIN_ATTEMPT: Duration = Duration::from_millis(200);
 
@@ -97,7 +102,7 @@ enum Route {
 impl Router {
     /// A single-node router: every shard is local.
     pub fn new(host: Host) -> Self {
-        Self::with_peers(host, 0, None, Duration::from_secs(5))
+        Self::with_peers(host, 0, None, DEFAULT_RETRY_BUDGET)
     }
 
     /// A cluster router: shards this node does not lead are reached through `peers`.
@@ -108,7 +113,7 @@ impl Router {
         retry_budget: Duration,
     ) -> Self {
         let shards = host.shard_count();
-        let (events, _) = broadcast::channel(8192);
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
         let router = Self {
             host,
             shards,

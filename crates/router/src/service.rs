@@ -40,6 +40,15 @@ impl TaskGrpc {
 /// Answers of a ReadTasks stream that may wait to be sent while the caller reads slowly.
 const READ_STREAM_BUFFER: usize = 64;
 
+/// The most tasks one ListTasks call answers (a caller asking for more gets this many and a
+/// cursor): bounds the answer's size whatever the caller's page size.
+pub const MAX_LIST_PAGE: usize = 10_000;
+/// Messages of an attachment (elicitations, progress) waiting for the calling node to read.
+const ATTACH_STREAM_BUFFER: usize = 64;
+/// Status changes waiting for a watching node to read; a watcher further behind misses the
+/// changes it could not take (its sessions learn the status at their next poll).
+const WATCH_STREAM_BUFFER: usize = 1024;
+
 /// Refuse a batch of more reads than a call may carry.
 fn check_batch(n: usize) -> Result<(), Status> {
     if n > crate::remote::MAX_GET_BATCH {
@@ -182,7 +191,7 @@ impl TaskService for TaskGrpc {
         request: Request<v1::ListTasksRequest>,
     ) -> Result<Response<v1::ListTasksResponse>, Status> {
         let r = request.into_inner();
-        let limit = (r.limit as usize).clamp(1, 10_000);
+        let limit = (r.limit as usize).clamp(1, MAX_LIST_PAGE);
         let mut tasks = self
             .host
             .list(r.shard, &r.owner, r.after_task_id.as_deref(), limit + 1)
@@ -226,7 +235,7 @@ impl TaskService for TaskGrpc {
             .attach(r.shard, &r.task_id, &r.owner)
             .await
             .map_err(|e| self.err(&e))?;
-        let (tx, rx) = mpsc::channel(64);
+        let (tx, rx) = mpsc::channel(ATTACH_STREAM_BUFFER);
         match attachment {
             Attachment::Terminal(record) => {
                 let _ = tx
@@ -295,7 +304,7 @@ impl TaskService for TaskGrpc {
         let sessions: std::collections::HashSet<String> = r.sessions.into_iter().collect();
         let wanted = move |s: &str| r.all_sessions || sessions.contains(s);
         let mut events = self.host.subscribe();
-        let (tx, rx) = mpsc::channel(1024);
+        let (tx, rx) = mpsc::channel(WATCH_STREAM_BUFFER);
         tokio::spawn(async move {
             loop {
                 let ev = match events.recv().await {

@@ -263,6 +263,14 @@ impl Client {
 
     /// Open the session's GET stream.
     pub async fn open_get(&self) -> Sse {
+        match self.try_open_get().await {
+            Ok(sse) => sse,
+            Err(status) => panic!("GET /mcp answered {status}"),
+        }
+    }
+
+    /// Open the session's GET stream, or the HTTP status it was refused with.
+    pub async fn try_open_get(&self) -> Result<Sse, u16> {
         let mut rb = self
             .http
             .get(&self.url)
@@ -276,8 +284,10 @@ impl Client {
             rb = rb.header("authorization", format!("Bearer {t}"));
         }
         let r = rb.send().await.expect("get");
-        assert_eq!(r.status().as_u16(), 200);
-        Sse::new(r)
+        match r.status().as_u16() {
+            200 => Ok(Sse::new(r)),
+            status => Err(status),
+        }
     }
 
     /// Answer a server request.

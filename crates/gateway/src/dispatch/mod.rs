@@ -128,9 +128,7 @@ pub fn notification(gw: &Arc<Gateway>, cx: &Cx, method: &str, params: Option<Val
             .and_then(|p| p.get("requestId"))
             .and_then(|v| serde_json::from_value::<RequestId>(v.clone()).ok())
         {
-            if let Some(tok) = gw.inflight.lock().remove(&(cx.nonce().to_string(), rid)) {
-                tok.cancel();
-            }
+            gw.inflight.cancel(cx.nonce(), &rid);
         }
     }
     Reply::Accepted

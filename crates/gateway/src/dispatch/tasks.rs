@@ -152,8 +152,20 @@ pub(super) async fn tasks_result(
     // Running: hold the request open as an SSE stream that carries the task's messages.
     let (tx, rx) = mpsc::channel(gw.cfg.stream_buffer.max(2));
     let cancel = CancellationToken::new();
-    let key = (cx.nonce().to_string(), id.clone());
-    gw.inflight.lock().insert(key.clone(), cancel.clone());
+    if !gw.inflight.begin(cx.nonce(), &id, cancel.clone()) {
+        return err(
+            &id,
+            &ErrorObject::new(
+                taskmesh_mcp::jsonrpc::CAPACITY_EXCEEDED,
+                format!(
+                    "this session already has {} requests in flight \
+                     (limits.max_inflight_per_session)",
+                    gw.inflight.per_session()
+                ),
+            ),
+        );
+    }
+    let nonce = cx.nonce().to_string();
     let gw = gw.clone();
     let principal = cx.principal.clone();
     tokio::spawn(async move {
@@ -187,7 +199,7 @@ pub(super) async fn tasks_result(
                 _ = tx.closed() => break None,
             }
         };
-        gw.inflight.lock().remove(&key);
+        gw.inflight.end(&nonce, &id);
         if let Some(a) = final_answer {
             audit_result(&principal, &task_id);
             let _ = tx.send(Arc::new(answer(&id, a))).await;

@@ -229,8 +229,20 @@ fn call_plain(
 ) -> Reply {
     let (tx, rx) = mpsc::channel(gw.cfg.stream_buffer.max(2));
     let cancel = CancellationToken::new();
-    let key = (cx.nonce().to_string(), id.clone());
-    gw.inflight.lock().insert(key.clone(), cancel.clone());
+    if !gw.inflight.begin(cx.nonce(), &id, cancel.clone()) {
+        return err(
+            &id,
+            &ErrorObject::new(
+                taskmesh_mcp::jsonrpc::CAPACITY_EXCEEDED,
+                format!(
+                    "this session already has {} requests in flight \
+                     (limits.max_inflight_per_session)",
+                    gw.inflight.per_session()
+                ),
+            ),
+        );
+    }
+    let nonce = cx.nonce().to_string();
     let ctx = ToolContext {
         cancel: cancel.clone(),
         io: Arc::new(PlainIo {
@@ -256,7 +268,7 @@ fn call_plain(
             _ = cancel.cancelled() => None,
             _ = tx.closed() => None,
         };
-        gw2.inflight.lock().remove(&key);
+        gw2.inflight.end(&nonce, &id);
         if let Some(r) = result {
             let _ = tx.send(Arc::new(answer(&id, r))).await;
         }

@@ -23,6 +23,10 @@ use super::reads::{send_gets, GetBatching, PeerReads, MAX_GET_BATCH};
 use super::{record_of, view_of};
 use crate::convert::{error_from_status, record_from_pb};
 
+/// Messages of a remote result attachment (elicitations, progress) that may wait for the
+/// local session to take them, as the host's own `attach_buffer` does for a local one.
+const ATTACH_BUFFER: usize = 64;
+
 /// A peer's gRPC address that is not one (`host:port`).
 #[derive(Debug, thiserror::Error)]
 #[error("the gRPC address {addr:?} of node {id} is not usable")]
@@ -277,7 +281,7 @@ impl Peers {
                 ))
             }
         };
-        let (msg_tx, messages) = mpsc::channel(64);
+        let (msg_tx, messages) = mpsc::channel(ATTACH_BUFFER);
         let (done_tx, done) = oneshot::channel();
         tokio::spawn(async move {
             while let Some(item) = stream.next().await {

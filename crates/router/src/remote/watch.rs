@@ -16,6 +16,10 @@ use tokio::sync::broadcast;
 use super::Peers;
 use crate::convert::view_from_pb;
 
+/// How long the watch of a peer waits before it opens the peer's stream again after it ended
+/// or could not be opened (the peer restarting, or cut off).
+const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
 /// Follow one peer's stream of status changes and session messages (reconnecting while the
 /// process runs) and publish them on `out`.
 /// Ends when the peer is forgotten ([`Peers::remove`]).
@@ -50,7 +54,7 @@ pub(crate) async fn watch(peers: Arc<Peers>, id: u64, out: broadcast::Sender<Hos
                     let _ = out.send(ev);
                 }
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(WATCH_RETRY_PAUSE).await;
         }
     }
 }
