@@ -6,30 +6,18 @@
 
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
 use taskmesh_mcp::jsonrpc::{self, RequestId};
-use taskmesh_task::{shard_of, Command, ShardState, TaskRecord, TaskStatus, ToolRequest};
+use taskmesh_task::{shard_of, Command, ShardState, TaskRecord, TaskStatus};
 
 const ID: &str = "3f9a1c0e7b2d4a6f8e1c3b5d7f9a0c2e";
 
 fn record(id: &str) -> TaskRecord {
     TaskRecord {
-        task_id: id.to_string(),
-        owner: "alice".into(),
         session: Some("0123456789abcdef0123456789abcdef".into()),
-        status: TaskStatus::Working,
-        status_message: None,
         created_at_ms: 1_764_000_000_000,
         last_updated_at_ms: 1_764_000_000_500,
-        ttl_ms: Some(3_600_000),
         poll_interval_ms: 1_000,
-        request: ToolRequest {
-            tool: "slow_compute".into(),
-            arguments_json: r#"{"seconds":5}"#.into(),
-            progress_token_json: None,
-            client: Default::default(),
-        },
-        outcome: None,
-        exec_term: 1,
         updated_index: 7,
+        ..TaskRecord::sample(id)
     }
 }
 

@@ -14,28 +14,20 @@ use taskmesh_shard::{ShardConfig, ShardReplica};
 use taskmesh_task::{Command, Outcome, TaskRecord, TaskStatus, ToolRequest};
 
 fn record(i: usize) -> TaskRecord {
+    let id = format!(
+        "{:032x}",
+        (i as u128).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
+    );
     TaskRecord {
-        task_id: format!(
-            "{:032x}",
-            (i as u128).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
-        ),
-        owner: "alice".into(),
         session: Some("0123456789abcdef0123456789abcdef".into()),
-        status: TaskStatus::Working,
-        status_message: None,
         created_at_ms: 1_764_000_000_000,
         last_updated_at_ms: 1_764_000_000_000,
-        ttl_ms: Some(3_600_000),
         poll_interval_ms: 1_000,
         request: ToolRequest {
-            tool: "slow_compute".into(),
             arguments_json: r#"{"seconds":5,"label":"a typical label"}"#.into(),
-            progress_token_json: None,
-            client: Default::default(),
+            ..TaskRecord::sample(&id).request
         },
-        outcome: None,
-        exec_term: 1,
-        updated_index: 0,
+        ..TaskRecord::sample(&id)
     }
 }
 

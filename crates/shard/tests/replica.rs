@@ -7,31 +7,16 @@ use std::time::Duration;
 use openraft::storage::RaftStateMachine;
 use taskmesh_shard::storage::StateMachineStore;
 use taskmesh_shard::{ShardConfig, ShardError, ShardEvent, ShardReplica};
-use taskmesh_task::{Applied, Command, Outcome, TaskRecord, TaskStatus, ToolRequest};
+use taskmesh_task::{Applied, Command, Outcome, TaskRecord, TaskStatus};
 use tempfile::TempDir;
 
 const WAIT: Duration = Duration::from_secs(10);
 
 fn record(id: &str) -> TaskRecord {
     TaskRecord {
-        task_id: id.to_string(),
-        owner: "alice".to_string(),
         session: Some("s-1".to_string()),
-        status: TaskStatus::Working,
-        status_message: None,
-        created_at_ms: 1_000,
-        last_updated_at_ms: 1_000,
         ttl_ms: Some(60_000),
-        poll_interval_ms: 500,
-        request: ToolRequest {
-            tool: "echo".to_string(),
-            arguments_json: r#"{"x":1}"#.to_string(),
-            progress_token_json: None,
-            client: Default::default(),
-        },
-        outcome: None,
-        exec_term: 1,
-        updated_index: 0,
+        ..TaskRecord::sample(id)
     }
 }
 

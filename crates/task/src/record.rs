@@ -115,3 +115,33 @@ impl From<&TaskRecord> for TaskView {
         }
     }
 }
+
+#[cfg(any(test, feature = "fixtures"))]
+impl TaskRecord {
+    /// A fixture for tests, benches and examples: a fresh `working` task of `alice`, created at
+    /// 1 000 ms with a one-hour TTL, running `slow_compute` for 5 s in execution term 1. Change
+    /// what a test needs with struct update syntax (`TaskRecord { ttl_ms: None,
+    /// ..TaskRecord::sample(id) }`).
+    pub fn sample(task_id: &str) -> Self {
+        TaskRecord {
+            task_id: task_id.to_string(),
+            owner: "alice".to_string(),
+            session: None,
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at_ms: 1_000,
+            last_updated_at_ms: 1_000,
+            ttl_ms: Some(3_600_000),
+            poll_interval_ms: 500,
+            request: ToolRequest {
+                tool: "slow_compute".to_string(),
+                arguments_json: r#"{"seconds":5}"#.to_string(),
+                progress_token_json: None,
+                client: ClientCaps::default(),
+            },
+            outcome: None,
+            exec_term: 1,
+            updated_index: 0,
+        }
+    }
+}

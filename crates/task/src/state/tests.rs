@@ -1,28 +1,13 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::{Outcome, ToolRequest};
+use crate::Outcome;
 
 fn record(id: &str, owner: &str, ttl_ms: Option<u64>) -> TaskRecord {
     TaskRecord {
-        task_id: id.into(),
         owner: owner.into(),
-        session: None,
-        status: TaskStatus::Working,
-        status_message: None,
-        created_at_ms: 1_000,
-        last_updated_at_ms: 1_000,
         ttl_ms,
-        poll_interval_ms: 500,
-        request: ToolRequest {
-            tool: "slow_compute".into(),
-            arguments_json: "{}".into(),
-            progress_token_json: None,
-            client: Default::default(),
-        },
-        outcome: None,
-        exec_term: 1,
-        updated_index: 0,
+        ..TaskRecord::sample(id)
     }
 }
 

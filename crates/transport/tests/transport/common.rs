@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use taskmesh_shard::{ShardConfig, ShardError, ShardReplica};
-use taskmesh_task::{Applied, Command, TaskRecord, TaskStatus, ToolRequest};
+use taskmesh_task::{Applied, Command, TaskRecord};
 use taskmesh_transport::{
     open_replica, serve, PeerChannels, RaftService, ReplicaRegistry, TransportConfig,
     TransportError,
@@ -28,26 +28,7 @@ pub const POLL: Duration = Duration::from_millis(50);
 pub const DRAIN: Duration = Duration::from_secs(2);
 
 pub fn record(id: &str) -> TaskRecord {
-    TaskRecord {
-        task_id: id.to_string(),
-        owner: "alice".to_string(),
-        session: None,
-        status: TaskStatus::Working,
-        status_message: None,
-        created_at_ms: 1_000,
-        last_updated_at_ms: 1_000,
-        ttl_ms: Some(3_600_000),
-        poll_interval_ms: 500,
-        request: ToolRequest {
-            tool: "echo".to_string(),
-            arguments_json: r#"{"text":"hello"}"#.to_string(),
-            progress_token_json: None,
-            client: Default::default(),
-        },
-        outcome: None,
-        exec_term: 1,
-        updated_index: 0,
-    }
+    TaskRecord::sample(id)
 }
 
 pub fn create(id: &str) -> Command {
