@@ -234,23 +234,9 @@ async fn handle_post(
 /// id. At debug level: following requests is asked for with the log filter (see
 /// docs/operations.md).
 fn request_span(msg: &Message, principal: &str) -> tracing::Span {
-    let task_of = |params: &Option<Value>| {
-        params
-            .as_ref()
-            .and_then(|p| p.get("taskId"))
-            .and_then(Value::as_str)
-            .map(|t| {
-                t.chars()
-                    .take(taskmesh_router::MAX_TASK_ID_LEN)
-                    .collect::<String>()
-            })
-    };
-    let (method, id, task) = match msg {
-        Message::Request { id, method, params } => {
-            (method.as_str(), Some(id.to_string()), task_of(params))
-        }
-        Message::Notification { method, params } => (method.as_str(), None, task_of(params)),
-        Message::Response { id, .. } => ("(response)", Some(id.to_string()), None),
+    let method = match msg {
+        Message::Request { method, .. } | Message::Notification { method, .. } => method.as_str(),
+        Message::Response { .. } => "(response)",
     };
     let span = tracing::debug_span!(
         "mcp",
@@ -260,10 +246,23 @@ fn request_span(msg: &Message, principal: &str) -> tracing::Span {
         task_id = tracing::field::Empty,
         trace_id = tracing::field::Empty,
     );
-    if let Some(id) = id {
-        span.record("id", id.as_str());
+    // The other fields cost a copy each: only for a span that is on.
+    if span.is_disabled() {
+        return span;
     }
-    if let Some(task) = task {
+    let (id, params) = match msg {
+        Message::Request { id, params, .. } => (Some(id), params.as_ref()),
+        Message::Notification { params, .. } => (None, params.as_ref()),
+        Message::Response { id, .. } => (Some(id), None),
+    };
+    if let Some(id) = id {
+        span.record("id", id.to_string().as_str());
+    }
+    if let Some(task) = params
+        .and_then(|p| p.get("taskId"))
+        .and_then(Value::as_str)
+    {
+        let task: String = task.chars().take(taskmesh_router::MAX_TASK_ID_LEN).collect();
         span.record("task_id", task.as_str());
     }
     span
