@@ -258,11 +258,11 @@ fn request_span(msg: &Message, principal: &str) -> tracing::Span {
     if let Some(id) = id {
         span.record("id", id.to_string().as_str());
     }
-    if let Some(task) = params
-        .and_then(|p| p.get("taskId"))
-        .and_then(Value::as_str)
-    {
-        let task: String = task.chars().take(taskmesh_router::MAX_TASK_ID_LEN).collect();
+    if let Some(task) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) {
+        let task: String = task
+            .chars()
+            .take(taskmesh_router::MAX_TASK_ID_LEN)
+            .collect();
         span.record("task_id", task.as_str());
     }
     span
