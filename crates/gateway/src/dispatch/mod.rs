@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId, REQUEST_CANCELLED};
 use taskmesh_mcp::{params, ServerRequestId};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::session::SessionClaims;
 use crate::Gateway;
@@ -172,4 +173,25 @@ pub fn response(
 /// A cancelled plain request's answer when the transport must still say something.
 pub fn cancelled_error() -> ErrorObject {
     ErrorObject::new(REQUEST_CANCELLED, "Request cancelled")
+}
+
+/// Register request `id` as cancellable by `notifications/cancelled` and return its token, or
+/// the answer refusing it when the session already has `limits.max_inflight_per_session`
+/// requests in flight.
+fn begin_cancellable(gw: &Gateway, cx: &Cx, id: &RequestId) -> Result<CancellationToken, Reply> {
+    let cancel = CancellationToken::new();
+    if gw.inflight.begin(cx.nonce(), id, cancel.clone()) {
+        return Ok(cancel);
+    }
+    Err(err(
+        id,
+        &ErrorObject::new(
+            taskmesh_mcp::jsonrpc::CAPACITY_EXCEEDED,
+            format!(
+                "this session already has {} requests in flight \
+                 (limits.max_inflight_per_session)",
+                gw.inflight.per_session()
+            ),
+        ),
+    ))
 }

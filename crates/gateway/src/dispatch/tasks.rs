@@ -13,9 +13,8 @@ use taskmesh_host::{now_ms, Attachment, HostError};
 use taskmesh_mcp::jsonrpc::{ErrorObject, RequestId};
 use taskmesh_mcp::{params, ListTasksResult};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use super::{answer, err, Cx, Reply};
+use super::{answer, begin_cancellable, err, Cx, Reply};
 use crate::{wire, Gateway};
 
 fn task_id_param(p: &Map<String, Value>) -> Result<&str, ErrorObject> {
@@ -151,20 +150,10 @@ pub(super) async fn tasks_result(
     };
     // Running: hold the request open as an SSE stream that carries the task's messages.
     let (tx, rx) = mpsc::channel(gw.cfg.stream_buffer.max(2));
-    let cancel = CancellationToken::new();
-    if !gw.inflight.begin(cx.nonce(), &id, cancel.clone()) {
-        return err(
-            &id,
-            &ErrorObject::new(
-                taskmesh_mcp::jsonrpc::CAPACITY_EXCEEDED,
-                format!(
-                    "this session already has {} requests in flight \
-                     (limits.max_inflight_per_session)",
-                    gw.inflight.per_session()
-                ),
-            ),
-        );
-    }
+    let cancel = match begin_cancellable(gw, cx, &id) {
+        Ok(cancel) => cancel,
+        Err(refused) => return refused,
+    };
     let nonce = cx.nonce().to_string();
     let gw = gw.clone();
     let principal = cx.principal.clone();

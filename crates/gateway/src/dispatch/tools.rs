@@ -19,9 +19,8 @@ use taskmesh_router::mint_task_id;
 use taskmesh_task::ClientCaps;
 use taskmesh_tools::{Tool, ToolContext, ToolIo, ToolResult};
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
 
-use super::{answer, err, ok, Cx, Reply};
+use super::{answer, begin_cancellable, err, ok, Cx, Reply};
 use crate::{wire, Gateway};
 
 #[derive(Serialize, Deserialize)]
@@ -228,20 +227,10 @@ fn call_plain(
     client: ClientCaps,
 ) -> Reply {
     let (tx, rx) = mpsc::channel(gw.cfg.stream_buffer.max(2));
-    let cancel = CancellationToken::new();
-    if !gw.inflight.begin(cx.nonce(), &id, cancel.clone()) {
-        return err(
-            &id,
-            &ErrorObject::new(
-                taskmesh_mcp::jsonrpc::CAPACITY_EXCEEDED,
-                format!(
-                    "this session already has {} requests in flight \
-                     (limits.max_inflight_per_session)",
-                    gw.inflight.per_session()
-                ),
-            ),
-        );
-    }
+    let cancel = match begin_cancellable(gw, cx, &id) {
+        Ok(cancel) => cancel,
+        Err(refused) => return refused,
+    };
     let nonce = cx.nonce().to_string();
     let ctx = ToolContext {
         cancel: cancel.clone(),
