@@ -1,0 +1,338 @@
+//! The reconciler: the loop that moves this node towards the cluster metadata (see the
+//! parent module's docs for what one pass does).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use taskmesh_host::Host;
+use taskmesh_meta::{ClusterMeta, MetaCommand};
+use taskmesh_router::Router;
+use taskmesh_shard::{GroupState, ShardError, ShardReplica};
+
+use super::{Membership, MetaError};
+
+/// How long the reconciler waits for a shard's member list before it deletes a replica that
+/// was placed elsewhere (no answer: it asks again on a later pass).
+const MEMBERS_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Opens this node's replica of a shard group (over the node's Raft transport) and registers
+/// it where peers' Raft messages find it.
+pub type OpenGroup = Arc<
+    dyn Fn(u32) -> futures::future::BoxFuture<'static, Result<ShardReplica, ShardError>>
+        + Send
+        + Sync,
+>;
+
+/// Settings of the reconciler.
+#[derive(Debug, Clone)]
+pub struct ReconcileConfig {
+    /// This node's id in the cluster (`node.id`).
+    pub node_id: u64,
+    /// The address peers reach this node's gRPC at; joining records it in the metadata.
+    pub grpc_addr: String,
+    /// Create the cluster with this identity (`--bootstrap`): shards, hash, replication and
+    /// the configured nodes.
+    pub create: Option<MetaCommand>,
+    /// The shard count this node was configured with.
+    pub shards: u32,
+    /// The pause between two passes (`cluster.reconcile_interval_ms`).
+    pub interval: Duration,
+    /// A learner becomes a voter once it is at most this many entries behind the leader.
+    pub catch_up_entries: u64,
+    /// A leader hands a shard to its preferred leader only after leading it this long.
+    pub leader_settle: Duration,
+}
+
+/// The loop that moves this node towards the cluster metadata (see the module docs).
+pub struct Reconciler {
+    cfg: ReconcileConfig,
+    membership: Arc<Membership>,
+    host: Host,
+    router: Router,
+    registry: taskmesh_transport::ReplicaRegistry,
+    open: OpenGroup,
+    /// The metadata the router's placement reads.
+    view: Arc<RwLock<ClusterMeta>>,
+    /// Per shard: since when this node leads it.
+    leading_since: HashMap<u32, tokio::time::Instant>,
+    ticks: u64,
+}
+
+impl Reconciler {
+    /// A reconciler for this node: its metadata handle, host and router, the registry that
+    /// peers' Raft messages find replicas in, how to open a shard's replica, and the metadata
+    /// view the router's placement reads.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cfg: ReconcileConfig,
+        membership: Arc<Membership>,
+        host: Host,
+        router: Router,
+        registry: taskmesh_transport::ReplicaRegistry,
+        open: OpenGroup,
+        view: Arc<RwLock<ClusterMeta>>,
+    ) -> Self {
+        Self {
+            cfg,
+            membership,
+            host,
+            router,
+            registry,
+            open,
+            view,
+            leading_since: HashMap::new(),
+            ticks: 0,
+        }
+    }
+
+    /// Run until the task is aborted; returns an error only for a condition the node must not
+    /// run with (a cluster of another shard count).
+    pub async fn run(mut self) -> anyhow::Result<()> {
+        let mut tick = tokio::time::interval(self.cfg.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.ticks += 1;
+            self.step().await?;
+        }
+    }
+
+    async fn step(&mut self) -> anyhow::Result<()> {
+        let me = self.cfg.node_id;
+        let mut meta = self.membership.current();
+        if !meta.is_created() {
+            if let Some(create) = self.cfg.create.clone() {
+                match self.membership.propose(create).await {
+                    Ok((m, _)) => meta = m,
+                    Err(MetaError::Refused(m)) => anyhow::bail!("creating the cluster: {m}"),
+                    Err(e) => {
+                        tracing::info!(error = %e, "cluster not created yet");
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        if meta.is_created() {
+            self.check_shards(meta.shards)?;
+        }
+        if meta.nodes.get(&me) != Some(&self.cfg.grpc_addr) {
+            // Not a member (as far as this node has seen), or at another address: ask to join.
+            // A member whose copy of the metadata lags gets "no change" back.
+            let join = MetaCommand::Join {
+                node_id: me,
+                addr: self.cfg.grpc_addr.clone(),
+            };
+            match self.membership.propose(join).await {
+                Ok((m, changed)) => {
+                    if changed {
+                        tracing::info!(node = me, "joined the cluster");
+                    }
+                    self.check_shards(m.shards)?;
+                    if !meta.is_created() {
+                        // Wait for the local copy to catch up before acting on it.
+                        return Ok(());
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "joining the cluster");
+                    if !meta.is_created() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        self.publish(&meta);
+        if self.membership.meta.is_leader() {
+            let voters = meta.meta_voters(&self.membership.meta.voters());
+            let everyone: BTreeSet<u64> = meta.nodes.keys().copied().collect();
+            if let Err(e) = self
+                .converge(&self.membership.meta.clone(), &meta, &voters, &everyone)
+                .await
+            {
+                tracing::debug!(error = %e, "metadata group membership");
+            }
+        }
+        for shard in 0..meta.shards {
+            if let Err(e) = self.shard_step(&meta, shard).await {
+                tracing::debug!(shard, error = %e, "placement step");
+            }
+        }
+        Ok(())
+    }
+
+    /// Hand the metadata to the router (peers and placement).
+    fn publish(&self, meta: &ClusterMeta) {
+        let old = std::mem::replace(&mut *self.view.write(), meta.clone());
+        if old.version == meta.version && old.is_created() {
+            return;
+        }
+        for (id, addr) in &meta.nodes {
+            if *id != self.cfg.node_id {
+                if let Err(e) = self.router.add_peer(*id, addr.clone()) {
+                    tracing::warn!(node = id, error = %e, "peer address");
+                }
+            }
+        }
+        for id in old.nodes.keys().filter(|id| !meta.nodes.contains_key(id)) {
+            self.router.remove_peer(*id);
+        }
+    }
+
+    async fn shard_step(&mut self, meta: &ClusterMeta, shard: u32) -> anyhow::Result<()> {
+        let me = self.cfg.node_id;
+        let placed = meta.replicas(shard).to_vec();
+        let here = placed.contains(&me);
+        let (replica, opened) = match self.host.replica(shard) {
+            Some(replica) => (replica, false),
+            None if here => {
+                let replica = (self.open)(shard).await?;
+                self.registry.insert(replica.clone());
+                self.host
+                    .add_shard(replica.clone())
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                tracing::info!(shard, "replica opened");
+                (replica, true)
+            }
+            None => return Ok(()),
+        };
+        if !meta.created.contains(&shard) && placed.first() == Some(&me) {
+            // The first placed node initialises a new group (idempotent on later passes).
+            let members = placed
+                .iter()
+                .map(|id| Ok((*id, self.addr_of(meta, *id)?)))
+                .collect::<anyhow::Result<BTreeMap<u64, String>>>()?;
+            replica.bootstrap(members).await?;
+        }
+        if opened {
+            // The rest waits for the next pass, once the new replica has seen its group.
+            return Ok(());
+        }
+        if replica.is_leader() {
+            let since = *self
+                .leading_since
+                .entry(shard)
+                .or_insert_with(tokio::time::Instant::now);
+            if !meta.created.contains(&shard) {
+                self.membership
+                    .propose(MetaCommand::ShardCreated { shard })
+                    .await?;
+                return Ok(());
+            }
+            let target: BTreeSet<u64> = placed.iter().copied().collect();
+            if self.converge(&replica, meta, &target, &target).await? {
+                return Ok(());
+            }
+            // Membership matches the placement: lead where preferred.
+            let preferred = placed.first().copied();
+            if let Some(p) = preferred.filter(|p| *p != me) {
+                if since.elapsed() >= self.cfg.leader_settle && self.caught_up(&replica, p) {
+                    tracing::info!(shard, to = p, "handing leadership to the preferred leader");
+                    replica.transfer_leader(p).await?;
+                }
+            }
+            return Ok(());
+        }
+        self.leading_since.remove(&shard);
+        if !here && meta.is_complete() && self.ticks.is_multiple_of(4) {
+            // Placed elsewhere: delete this replica once the group no longer lists this node.
+            let asked = tokio::time::timeout(MEMBERS_CALL_TIMEOUT, self.router.members(shard));
+            if let Ok(Ok((voters, learners))) = asked.await {
+                if !voters.contains(&me) && !learners.contains(&me) {
+                    self.host.remove_shard(shard);
+                    self.registry.remove(shard);
+                    replica.destroy().await?;
+                    tracing::info!(shard, "replica moved away; deleted here");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The shard count is fixed when the cluster is created: a node configured with another
+    /// count must not run (its routing hash would send tasks to the wrong shards).
+    fn check_shards(&self, cluster_shards: u32) -> anyhow::Result<()> {
+        if cluster_shards != self.cfg.shards {
+            anyhow::bail!(
+                "the cluster has {cluster_shards} shards; this node is configured with shards = {} \
+                 (the shard count is fixed at cluster creation)",
+                self.cfg.shards
+            );
+        }
+        Ok(())
+    }
+
+    fn addr_of(&self, meta: &ClusterMeta, id: u64) -> anyhow::Result<String> {
+        meta.nodes
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("no address for node {id}"))
+    }
+
+    /// Whether member `id` holds (about) everything the leader has.
+    fn caught_up<S: GroupState>(&self, replica: &ShardReplica<S>, id: u64) -> bool {
+        let Some((last, matched)) = replica.replication() else {
+            return false;
+        };
+        matched
+            .get(&id)
+            .copied()
+            .flatten()
+            .is_some_and(|m| m + self.cfg.catch_up_entries >= last)
+    }
+
+    /// One step of moving a group this node leads towards `voters` (plus `members` as
+    /// learners). Returns whether a change was needed (made or started).
+    async fn converge<S: GroupState>(
+        &self,
+        replica: &ShardReplica<S>,
+        meta: &ClusterMeta,
+        voters: &BTreeSet<u64>,
+        members: &BTreeSet<u64>,
+    ) -> anyhow::Result<bool> {
+        let me = self.cfg.node_id;
+        let shard = replica.shard_id();
+        let current = replica.members();
+        let wanted: BTreeSet<u64> = voters.union(members).copied().collect();
+        let mut changed = false;
+        for id in wanted.iter().filter(|id| !current.contains_key(id)) {
+            replica.add_learner(*id, self.addr_of(meta, *id)?).await?;
+            tracing::info!(shard, node = id, "learner added");
+            changed = true;
+        }
+        if changed {
+            return Ok(true);
+        }
+        let now_voters: BTreeSet<u64> = replica.voters().into_iter().collect();
+        if now_voters != *voters {
+            if !voters.contains(&me) {
+                // Leave the leadership to a voter that stays, then let it finish the change.
+                if let Some(next) = voters.iter().find(|v| now_voters.contains(v)) {
+                    replica.transfer_leader(*next).await?;
+                    return Ok(true);
+                }
+            }
+            if voters
+                .iter()
+                .filter(|v| !now_voters.contains(v))
+                .all(|v| self.caught_up(replica, *v))
+            {
+                replica.set_voters(voters.clone()).await?;
+                tracing::info!(shard, voters = ?voters, "voters changed");
+            }
+            return Ok(true);
+        }
+        let extra: BTreeSet<u64> = current
+            .keys()
+            .filter(|id| !wanted.contains(id))
+            .copied()
+            .collect();
+        if !extra.is_empty() {
+            replica.remove_learners(extra.clone()).await?;
+            tracing::info!(shard, removed = ?extra, "learners removed");
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}

@@ -1,0 +1,327 @@
+//! One replica of a group (a task shard, or the metadata group): its Raft, storage and state,
+//! behind the API the rest of the node uses (propose, linearizable reads, leadership, events).
+//!
+//! Reads and their leader lease are in `read.rs`; bootstrapping, membership changes and
+//! leadership hand-over in `membership.rs`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::metrics::{RaftMetrics, WaitError};
+use openraft::network::{NetSnapshot, RaftNetworkFactory};
+use openraft::Raft;
+use taskmesh_task::ShardState;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+use crate::config::ShardConfig;
+use crate::error::ShardError;
+use crate::events::Leadership;
+use crate::group::{Group, GroupState};
+use crate::network::UnreachableNetwork;
+use crate::storage::{LogStore, StateMachineStore};
+use crate::types::{LogId, ShardRaft, SnapshotData};
+
+mod membership;
+mod read;
+
+use read::{ReadBatch, ReadLease};
+
+/// How often [`ShardReplica::trigger_snapshot`] asks again while waiting for its snapshot.
+const SNAPSHOT_RETRIGGER: Duration = Duration::from_millis(500);
+
+struct Inner<S: GroupState> {
+    cfg: ShardConfig,
+    raft: ShardRaft<S>,
+    sm: StateMachineStore<S>,
+    log: LogStore<S>,
+    db: sled::Db,
+    leadership: watch::Receiver<Leadership>,
+    members: watch::Receiver<BTreeMap<u64, String>>,
+    watcher: JoinHandle<()>,
+    reads: parking_lot::Mutex<ReadBatch>,
+    lease: ReadLease,
+    metrics: openraft::type_config::alias::WatchReceiverOf<Group<S>, RaftMetrics<Group<S>>>,
+}
+
+impl<S: GroupState> Drop for Inner<S> {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+/// A replica of one group on this node (a task shard unless `S` says otherwise). Cheap to
+/// clone.
+///
+/// The default state applies where the type is written, not where it is inferred: open a task
+/// shard's replica with `<ShardReplica>::open(..)`, the metadata group's with
+/// `MetaReplica::open(..)`.
+pub struct ShardReplica<S: GroupState = ShardState> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: GroupState> Clone for ShardReplica<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+fn leadership_of<S: GroupState>(m: &RaftMetrics<Group<S>>) -> Leadership {
+    Leadership {
+        is_leader: m.state.is_leader(),
+        term: m.current_term,
+        leader: m.current_leader,
+    }
+}
+
+/// The members of the effective membership with their addresses.
+fn members_of<S: GroupState>(m: &RaftMetrics<Group<S>>) -> BTreeMap<u64, String> {
+    m.membership_config
+        .nodes()
+        .map(|(id, node)| (*id, node.addr.clone()))
+        .collect()
+}
+
+fn wait_error(e: WaitError) -> ShardError {
+    match e {
+        WaitError::Timeout(after, what) => {
+            ShardError::Unavailable(format!("timed out after {after:?} waiting for {what}"))
+        }
+        WaitError::ShuttingDown => ShardError::Unavailable("the shard is shutting down".into()),
+    }
+}
+impl<S: GroupState> ShardReplica<S> {
+    /// Open (or create) the replica's storage in trees of `db` named after the shard id, and
+    /// start its Raft, without a network to peers.
+    pub async fn open(db: sled::Db, cfg: ShardConfig) -> Result<Self, ShardError> {
+        Self::open_with_network(db, cfg, UnreachableNetwork).await
+    }
+
+    /// [`ShardReplica::open`] with the network the group's Raft talks to its peers through.
+    pub async fn open_with_network<N>(
+        db: sled::Db,
+        cfg: ShardConfig,
+        network: N,
+    ) -> Result<Self, ShardError>
+    where
+        N: RaftNetworkFactory<Group<S>>,
+        N::Network: NetSnapshot<Group<S>, SnapshotData = SnapshotData>,
+    {
+        let raft_config = Arc::new(cfg.raft_config()?);
+        let log = LogStore::open(&db, cfg.shard_id)?;
+        let sm = StateMachineStore::open(&db, cfg.shard_id, cfg.event_buffer)?;
+        let raft = Raft::new(cfg.node_id, raft_config, network, log.clone(), sm.clone()).await?;
+
+        let metrics_rx = raft.metrics();
+        let lease = ReadLease::new(&cfg);
+        let mut metrics = raft.metrics();
+        let (initial, initial_members, mut members_at) = {
+            let m = metrics.borrow_watched();
+            (
+                leadership_of(&m),
+                members_of(&m),
+                *m.membership_config.log_id(),
+            )
+        };
+        let (tx, leadership) = watch::channel(initial);
+        let (members_tx, members) = watch::channel(initial_members);
+        let watcher = tokio::spawn(async move {
+            loop {
+                let (now, membership) = {
+                    let m = metrics.borrow_watched();
+                    let at = *m.membership_config.log_id();
+                    // The member list is rebuilt only when the membership itself changed.
+                    let membership = (at != members_at).then(|| (at, members_of(&m)));
+                    (leadership_of(&m), membership)
+                };
+                // Members first: whoever sees a new leadership sees its membership too.
+                if let Some((at, list)) = membership {
+                    members_at = at;
+                    members_tx.send_replace(list);
+                }
+                tx.send_if_modified(|current| {
+                    if *current == now {
+                        false
+                    } else {
+                        *current = now;
+                        true
+                    }
+                });
+                if metrics.changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+
+        tracing::debug!(
+            shard = cfg.shard_id,
+            node = cfg.node_id,
+            size = sm.read(|s| s.size()),
+            "shard replica opened"
+        );
+        Ok(Self {
+            inner: Arc::new(Inner {
+                cfg,
+                raft,
+                sm,
+                log,
+                db,
+                leadership,
+                members,
+                watcher,
+                reads: parking_lot::Mutex::new(ReadBatch::default()),
+                lease,
+                metrics: metrics_rx,
+            }),
+        })
+    }
+
+    /// Wait until this replica is leader (or `timeout` passes: [`ShardError::Unavailable`]).
+    /// Once it returns, [`ShardReplica::leadership`] shows the leadership too.
+    pub async fn wait_leader(&self, timeout: Duration) -> Result<(), ShardError> {
+        let me = self.inner.cfg.node_id;
+        let mut rx = self.inner.leadership.clone();
+        let waited = tokio::time::timeout(
+            timeout,
+            rx.wait_for(|l| l.is_leader && l.leader == Some(me)),
+        )
+        .await
+        .map(|r| r.map(|_| ()));
+        match waited {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(ShardError::Unavailable("the shard is shutting down".into())),
+            Err(_) => Err(ShardError::Unavailable(format!(
+                "not leader after {timeout:?}"
+            ))),
+        }
+    }
+
+    /// Propose a command; returns once it is committed, durable and applied, with what applying
+    /// returned. Not leader: [`ShardError::NotLeader`].
+    pub async fn propose(&self, cmd: S::Command) -> Result<S::Applied, ShardError> {
+        let resp = self.inner.raft.client_write(cmd).await?;
+        Ok(resp.data)
+    }
+
+    /// Whether this replica is the leader (from the Raft metrics).
+    pub fn is_leader(&self) -> bool {
+        self.inner.raft.is_leader()
+    }
+
+    /// The current Raft term (from the Raft metrics).
+    pub fn current_term(&self) -> u64 {
+        self.inner.metrics.borrow_watched().current_term
+    }
+
+    /// A watch of this replica's leadership; it changes when the leader or the term changes.
+    pub fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.inner.leadership.clone()
+    }
+
+    /// Receive an event for every change applied from now on (a task shard's:
+    /// [`crate::ShardEvent`]).
+    pub fn subscribe(&self) -> broadcast::Receiver<S::Event> {
+        self.inner.sm.subscribe()
+    }
+
+    /// The id of the group this replica belongs to (its shard number; the metadata group has
+    /// its own).
+    pub fn shard_id(&self) -> u32 {
+        self.inner.cfg.shard_id
+    }
+
+    /// The id of the node this replica runs on (its Raft member id).
+    pub fn node_id(&self) -> u64 {
+        self.inner.cfg.node_id
+    }
+
+    /// The last log id applied to the in-memory state.
+    pub fn last_applied(&self) -> Option<LogId> {
+        self.inner.sm.last_applied()
+    }
+
+    /// The first and last index present in the local log (`None` when it is empty).
+    pub fn log_index_range(&self) -> Result<(Option<u64>, Option<u64>), ShardError> {
+        Ok(self.inner.log.index_range()?)
+    }
+
+    /// The group's Raft handle, for a network server to deliver peer RPCs to, and for
+    /// membership changes.
+    pub fn raft(&self) -> &ShardRaft<S> {
+        &self.inner.raft
+    }
+
+    /// A watch of the last log id of the latest snapshot this replica installed from a leader
+    /// (a follower that fell behind the leader's purged log catches up that way).
+    ///
+    /// An installed snapshot replaces the whole state and emits no events, so whoever
+    /// keeps state derived from the events (waiters, live-task actors) rebuilds it from
+    /// [`ShardReplica::read_local`] when this changes.
+    pub fn snapshot_installs(&self) -> watch::Receiver<Option<LogId>> {
+        self.inner.sm.snapshot_installs()
+    }
+
+    /// Stop the group's Raft and flush the database. Other calls fail afterwards.
+    pub async fn shutdown(&self) -> Result<(), ShardError> {
+        self.inner
+            .raft
+            .shutdown()
+            .await
+            .map_err(|e| ShardError::Fatal(format!("the raft core failed while stopping: {e}")))?;
+        self.inner.watcher.abort();
+        crate::storage::flush(&self.inner.db).await?;
+        Ok(())
+    }
+
+    /// Stop the group's Raft and delete this replica's log, state and snapshot (after the group
+    /// removed this node). The replica must not be used afterwards.
+    pub async fn destroy(&self) -> Result<(), ShardError> {
+        self.shutdown().await?;
+        let shard = self.inner.cfg.shard_id;
+        for kind in ["log", "raft", "sm"] {
+            self.inner
+                .db
+                .drop_tree(crate::storage::tree_name(shard, kind))
+                .map_err(ShardError::storage)?;
+        }
+        crate::storage::flush(&self.inner.db).await?;
+        Ok(())
+    }
+
+    /// Build a snapshot of everything applied so far and wait until it exists (openraft then
+    /// purges the log it covers, keeping `max_in_snapshot_log_to_keep` entries).
+    pub async fn trigger_snapshot(&self) -> Result<(), ShardError> {
+        let raft = &self.inner.raft;
+        let target = raft
+            .metrics()
+            .borrow_watched()
+            .last_applied
+            .as_ref()
+            .map(|l| l.index);
+        let Some(target) = target else {
+            return Ok(());
+        };
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(self.inner.cfg.wait_timeout_ms);
+        loop {
+            raft.trigger().snapshot().await?;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let res = raft
+                .wait(Some(left.min(SNAPSHOT_RETRIGGER)))
+                .metrics(
+                    |m| m.snapshot.as_ref().is_some_and(|s| s.index >= target),
+                    format!("a snapshot covering index {target}"),
+                )
+                .await;
+            match res {
+                Ok(_) => return Ok(()),
+                Err(WaitError::Timeout(..)) if !left.is_zero() => continue,
+                Err(e) => return Err(wait_error(e)),
+            }
+        }
+    }
+}
