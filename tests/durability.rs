@@ -2,6 +2,9 @@
 //! kill -9 and restart byte for byte, the TTL clock keeps counting from `createdAt`, and tasks
 //! that were live at the crash follow their tool's resume policy.
 
+// A test binary: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

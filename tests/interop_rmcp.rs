@@ -15,6 +15,9 @@
 //!   `CancelTaskRequest`). This is still rmcp's own request path: its request ids, its transport,
 //!   its session and `MCP-Protocol-Version` headers, and its typed `ServerResult` decoding.
 
+// A test binary: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use rmcp::model::{

@@ -3,6 +3,9 @@
 //! stale, pre-vote keeps the rejoining node from deposing healthy leaders, and after healing
 //! every node gives the same answers.
 
+// A test binary: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -1,0 +1,39 @@
+//! Cluster tests with real node processes on loopback: three nodes replicate every shard;
+//! any node answers any request with the same answer; a session minted on one node works on
+//! the others; a client's answer to an elicitation may reach any node; the loss of a node
+//! (kill -9) loses no acknowledged task and changes no terminal result.
+
+// A test binary: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::json;
+use taskmesh_testkit::{free_ports, Client, Server, V};
+
+mod membership;
+mod serving;
+mod trace;
+
+/// The server executable under test.
+const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
+
+const TOKEN: &str = "alice-token-1";
+
+fn node_config(id: u64, grpc: &[u16]) -> String {
+    node_config_with(id, grpc, "")
+}
+
+fn node_config_with(id: u64, grpc: &[u16], extra: &str) -> String {
+    taskmesh_testkit::node_config(id, grpc, 8, TOKEN, extra)
+}
+
+fn start_cluster() -> Vec<Server> {
+    let grpc = free_ports(3);
+    let n2 = Server::start_node(TASKMESH, &node_config(2, &grpc), false);
+    let n3 = Server::start_node(TASKMESH, &node_config(3, &grpc), false);
+    let n1 = Server::start_node(TASKMESH, &node_config(1, &grpc), true);
+    vec![n1, n2, n3]
+}
+
+async fn connect(s: &Server) -> Client {
+    Client::connect(&s.url, Some(TOKEN), V, json!({"elicitation": {}})).await
+}

@@ -1,0 +1,372 @@
+//! Interop with the official MCP Python SDK (`mcp` 1.30.0, the last release with the
+//! experimental 2025-11-25 tasks client): a real `taskmesh serve` process is driven by
+//! `tests/interop/python_tasks_client.py` over Streamable HTTP, and every observation the
+//! script prints is asserted here. The tasks it created are then cross-checked on the wire
+//! with the raw client of `taskmesh-testkit`, in the same MCP session.
+//!
+//! The test provisions its own virtualenv under `CARGO_TARGET_TMPDIR` (`python3 -m venv`, then
+//! `pip install mcp==1.30.0`) and reuses it on later runs. It needs `python3` with the `venv`
+//! module and access to PyPI the first time; when either is missing it fails, with the output.
+
+// A test binary: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use taskmesh_testkit::{Client, Server};
+
+mod checks;
+
+use checks::check_run;
+
+/// The server executable under test.
+const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
+
+const MCP_PACKAGE: &str = "mcp==1.30.0";
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
+const VENV_TIMEOUT: Duration = Duration::from_secs(120);
+const PIP_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The tasks the script creates, by role, with the status each one ends in.
+const ROLES: [(&str, &str); 5] = [
+    ("slow", "completed"),
+    ("failing", "failed"),
+    ("cancelled", "cancelled"),
+    ("elicit_accept", "completed"),
+    ("elicit_decline", "completed"),
+];
+
+const AUTH_CONFIG: &str = r#"
+[auth.tokens]
+"py-interop-token" = "py-interop"
+"#;
+
+/// What a finished (or killed) child process left behind.
+struct Finished {
+    status: Option<ExitStatus>,
+    timed_out: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Finished {
+    fn ok(&self) -> bool {
+        !self.timed_out && self.status.is_some_and(|s| s.success())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "exit: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            if self.timed_out {
+                "killed after time-out".to_string()
+            } else {
+                format!("{:?}", self.status)
+            },
+            self.stdout,
+            self.stderr
+        )
+    }
+}
+
+/// Run `cmd` to completion, killing it once `limit` has passed.
+fn run_bounded(cmd: &mut Command, limit: Duration) -> Finished {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("stderr")));
+    let start = Instant::now();
+    let mut timed_out = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) if start.elapsed() >= limit => {
+                timed_out = true;
+                let _ = child.kill();
+                break child.wait().ok();
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("waiting for {what}: {e}"),
+        }
+    };
+    Finished {
+        status,
+        timed_out,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+/// The virtualenv's interpreter, with `mcp==1.30.0` installed. A marker file written after
+/// a verified install lets later runs skip the provisioning.
+fn provision_venv() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-mcp-1.30.0");
+    let marker = dir.join("taskmesh-interop-installed");
+    let python = dir.join("bin").join("python");
+    if python.exists() && std::fs::read_to_string(&marker).ok().as_deref() == Some(MCP_PACKAGE) {
+        return python;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let venv = run_bounded(
+        Command::new("python3").arg("-m").arg("venv").arg(&dir),
+        VENV_TIMEOUT,
+    );
+    assert!(
+        venv.ok(),
+        "`python3 -m venv {}` failed:\n{}",
+        dir.display(),
+        venv.describe()
+    );
+
+    let pip = run_bounded(
+        Command::new(dir.join("bin").join("pip"))
+            .args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                MCP_PACKAGE,
+            ])
+            .env("PIP_NO_INPUT", "1"),
+        PIP_TIMEOUT,
+    );
+    assert!(
+        pip.ok(),
+        "`pip install {MCP_PACKAGE}` failed:\n{}",
+        pip.describe()
+    );
+
+    let check = run_bounded(
+        Command::new(&python).arg("-c").arg(
+            "import importlib.metadata as m, mcp.client.experimental; print(m.version('mcp'))",
+        ),
+        VENV_TIMEOUT,
+    );
+    assert!(
+        check.ok() && check.stdout.trim() == "1.30.0",
+        "the virtualenv does not import mcp 1.30.0:\n{}",
+        check.describe()
+    );
+    std::fs::write(&marker, MCP_PACKAGE).expect("write the virtualenv marker");
+    python
+}
+
+fn script_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("..")
+        .join("tests")
+        .join("interop")
+        .join("python_tasks_client.py")
+}
+
+/// One run of the Python script: its steps by name, and everything needed to explain a failure.
+struct Run {
+    steps: HashMap<String, Value>,
+    context: String,
+}
+
+impl Run {
+    fn fail(&self, what: impl Display) -> ! {
+        panic!("{what}\n\n{}", self.context)
+    }
+
+    fn ensure(&self, cond: bool, what: impl Display) {
+        if !cond {
+            self.fail(what);
+        }
+    }
+
+    fn eq(&self, got: &Value, want: Value, what: &str) {
+        if *got != want {
+            self.fail(format!("{what}: got {got}, want {want}"));
+        }
+    }
+
+    fn step(&self, name: &str) -> &Value {
+        self.steps
+            .get(name)
+            .unwrap_or_else(|| self.fail(format!("the script reported no step `{name}`")))
+    }
+
+    fn str_at<'a>(&self, v: &'a Value, what: &str) -> &'a str {
+        v.as_str()
+            .unwrap_or_else(|| self.fail(format!("{what}: not a string: {v}")))
+    }
+}
+
+fn run_script(python: &Path, server: &Server, token: Option<&str>) -> Run {
+    let mut cmd = Command::new(python);
+    cmd.arg("-B")
+        .arg(script_path())
+        .arg(&server.url)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        .env_remove("PYTHONPATH");
+    if let Some(t) = token {
+        cmd.arg(t);
+    }
+    let done = run_bounded(&mut cmd, SCRIPT_TIMEOUT);
+    let context = format!(
+        "--- python script ---\n{}\n--- server log ---\n{}",
+        done.describe(),
+        server.log_text()
+    );
+    if !done.ok() {
+        panic!("the Python SDK client did not finish cleanly\n\n{context}");
+    }
+    let mut steps = HashMap::new();
+    let mut errors = Vec::new();
+    let mut finished = false;
+    for line in done.stdout.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| {
+            panic!("script printed a line that is not JSON ({e}): {line}\n\n{context}")
+        });
+        if v["done"] == json!(true) {
+            finished = true;
+        } else if let Some(name) = v["step"].as_str() {
+            match (v.get("data"), v.get("error")) {
+                (Some(d), None) => {
+                    steps.insert(name.to_string(), d.clone());
+                }
+                _ => errors.push(format!(
+                    "step `{name}` raised:\n{}",
+                    v["error"].as_str().unwrap_or_default()
+                )),
+            }
+        }
+    }
+    let run = Run { steps, context };
+    run.ensure(
+        errors.is_empty(),
+        format!("the Python SDK client hit errors:\n{}", errors.join("\n")),
+    );
+    run.ensure(finished, "the script did not report that it finished");
+    run
+}
+
+/// Look at the same tasks on the wire, in the Python client's own session.
+async fn cross_check(
+    run: &Run,
+    server: &Server,
+    token: Option<&str>,
+    ids: &HashMap<&'static str, String>,
+) {
+    let session_id = run
+        .str_at(&run.step("session")["sessionId"], "session id")
+        .to_string();
+    let mut raw = Client::new(&server.url);
+    raw.session = Some(session_id);
+    raw.token = token.map(str::to_string);
+
+    for (role, status) in ROLES {
+        let t = raw.call("tasks/get", json!({"taskId": ids[role]})).await;
+        let t = &t["result"];
+        run.eq(
+            &t["status"],
+            json!(status),
+            &format!("raw tasks/get of the {role} task"),
+        );
+        run.eq(
+            &t["ttl"],
+            json!(60000),
+            &format!("raw tasks/get ttl of the {role} task"),
+        );
+        run.ensure(
+            t.get("task").is_none(),
+            format!("tasks/get must be flat: {t}"),
+        );
+    }
+
+    let slow = raw
+        .call("tasks/result", json!({"taskId": ids["slow"]}))
+        .await;
+    run.eq(
+        &slow["result"]["content"],
+        json!([{"type": "text", "text": "py-interop: computed for 2 seconds"}]),
+        "raw tasks/result content of the slow task",
+    );
+    run.eq(
+        &slow["result"]["isError"],
+        json!(false),
+        "raw tasks/result isError of the slow task",
+    );
+    run.eq(
+        &slow["result"]["_meta"]["io.modelcontextprotocol/related-task"],
+        json!({"taskId": ids["slow"]}),
+        "raw tasks/result related-task _meta",
+    );
+
+    let failing = raw
+        .call("tasks/result", json!({"taskId": ids["failing"]}))
+        .await;
+    run.eq(
+        &failing["result"]["isError"],
+        json!(true),
+        "raw tasks/result isError of the failing task",
+    );
+
+    let accepted = raw
+        .call("tasks/result", json!({"taskId": ids["elicit_accept"]}))
+        .await;
+    run.eq(
+        &accepted["result"]["content"][0]["text"],
+        json!("Deleted report.txt"),
+        "raw tasks/result of the accepted confirm_delete",
+    );
+
+    // Whatever the server answers tasks/result for a cancelled task, the SDK saw the same.
+    let cancelled = raw
+        .call("tasks/result", json!({"taskId": ids["cancelled"]}))
+        .await;
+    let seen = &run.step("cancel_task")["resultAfterCancel"];
+    match (seen.get("error"), cancelled.get("error")) {
+        (Some(sdk), Some(wire)) => run.eq(
+            &wire["code"],
+            sdk["code"].clone(),
+            "tasks/result error of a cancelled task",
+        ),
+        (None, None) => {}
+        _ => run.fail(format!(
+            "tasks/result of a cancelled task: the SDK saw {seen}, the wire says {cancelled}"
+        )),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_tasks_client_interop() {
+    let python = tokio::task::spawn_blocking(provision_venv)
+        .await
+        .expect("provision the virtualenv");
+
+    // Without authentication: tasks are scoped to the MCP session and tasks/list is not offered.
+    let server = Server::start(TASKMESH, "");
+    let run = tokio::task::block_in_place(|| run_script(&python, &server, None));
+    let ids = check_run(&run, false);
+    cross_check(&run, &server, None, &ids).await;
+    drop(server);
+
+    // With a bearer token: tasks belong to the principal and tasks/list is offered.
+    let server = Server::start(TASKMESH, AUTH_CONFIG);
+    let token = "py-interop-token";
+    let run = tokio::task::block_in_place(|| run_script(&python, &server, Some(token)));
+    let ids = check_run(&run, true);
+    cross_check(&run, &server, Some(token), &ids).await;
+}

@@ -1,0 +1,27 @@
+//! Protocol tests over real HTTP against a real `taskmesh serve` process: the transport rules,
+//! the JSON-RPC error table, the task state machine, TTL, pagination, isolation, progress,
+//! input_required round trips and cancellation.
+
+// A test binary: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::json;
+
+mod input;
+mod session;
+mod tasks;
+
+/// The server executable under test.
+const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
+
+const AUTH: &str = r#"
+[auth.tokens]
+"alice-token-1" = "alice"
+"bob-token-22" = "bob"
+"#;
+
+fn init_body(version: &str) -> String {
+    json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion": version, "capabilities": {}, "clientInfo": {"name":"t","version":"1"}}})
+    .to_string()
+}

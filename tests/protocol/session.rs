@@ -1,0 +1,472 @@
+//! The session and transport layer: version negotiation and capabilities, the Streamable HTTP rules,
+//! the JSON-RPC error table, older protocol versions, tools/list paging, rate limits and the
+//! per-session bounds.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use taskmesh_testkit::{Client, Server, V};
+
+use crate::{init_body, AUTH, TASKMESH};
+
+#[tokio::test]
+async fn initialize_negotiates_versions_and_capabilities() {
+    let s = Server::start(TASKMESH, "");
+    let c = Client::new(&s.url);
+    let r = c.post(&init_body(V), &[]).await;
+    let v = r.json();
+    assert_eq!(v["result"]["protocolVersion"], V);
+    assert_eq!(
+        v["result"]["capabilities"]["tasks"]["requests"]["tools"]["call"],
+        json!({})
+    );
+    assert_eq!(v["result"]["capabilities"]["tasks"]["cancel"], json!({}));
+    // No authentication: tasks cannot be scoped to a requestor, so no tasks.list.
+    assert!(v["result"]["capabilities"]["tasks"].get("list").is_none());
+    // No log messages are sent, so no logging capability is declared.
+    assert!(v["result"]["capabilities"].get("logging").is_none());
+    assert!(r.headers.get("mcp-session-id").is_some());
+
+    for old in ["2025-06-18", "2025-03-26"] {
+        let v = c.post(&init_body(old), &[]).await.json();
+        assert_eq!(v["result"]["protocolVersion"], old);
+        assert!(v["result"]["capabilities"].get("tasks").is_none(), "{old}");
+    }
+    let v = c.post(&init_body("1999-01-01"), &[]).await.json();
+    assert_eq!(v["result"]["protocolVersion"], V);
+
+    // Every tool declares execution.taskSupport under 2025-11-25.
+    let c = Client::new_session(&s.url).await;
+    let tools = c.ok("tools/list", json!({})).await;
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "greet",
+            "slow_compute",
+            "failing_job",
+            "protocol_error_job",
+            "confirm_delete",
+            "multi_input",
+            "ask_model"
+        ]
+    );
+    let support = |n: &str| {
+        tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == n)
+            .unwrap()["execution"]["taskSupport"]
+            .clone()
+    };
+    assert_eq!(support("greet"), "forbidden");
+    assert_eq!(support("slow_compute"), "optional");
+    assert_eq!(support("failing_job"), "required");
+    assert_eq!(support("protocol_error_job"), "optional");
+    assert_eq!(support("confirm_delete"), "required");
+    assert_eq!(support("multi_input"), "required");
+    assert_eq!(support("ask_model"), "required");
+    assert_eq!(c.ok("ping", json!({})).await, json!({}));
+}
+
+#[tokio::test]
+async fn transport_rules() {
+    let s = Server::start(TASKMESH, "[http]\nmax_body_bytes = 2048\n");
+    let c = Client::new_session(&s.url).await;
+    let ping = json!({"jsonrpc":"2.0","id":5,"method":"ping"}).to_string();
+
+    // Missing session header: 400. Unknown or forged session: 404.
+    let mut anon = c.clone();
+    anon.session = None;
+    assert_eq!(anon.post(&ping, &[]).await.status, 400);
+    let mut forged = c.clone();
+    forged.session = Some(format!("{}x", c.session.as_ref().unwrap()));
+    assert_eq!(forged.post(&ping, &[]).await.status, 404);
+    forged.session = Some("not-a-session".into());
+    assert_eq!(forged.post(&ping, &[]).await.status, 404);
+
+    // Unsupported or mismatched protocol version header: 400.
+    let mut wrong = c.clone();
+    wrong.version = "2024-01-01".into();
+    assert_eq!(wrong.post(&ping, &[]).await.status, 400);
+    wrong.version = "2025-06-18".into();
+    assert_eq!(wrong.post(&ping, &[]).await.status, 400);
+    assert_eq!(c.post(&ping, &[]).await.status, 200);
+
+    // Origin allow-list (DNS rebinding protection).
+    assert_eq!(
+        c.post(&ping, &[("origin", "http://evil.example")])
+            .await
+            .status,
+        403
+    );
+    assert_eq!(
+        c.post(&ping, &[("origin", "http://localhost:3000")])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        c.post(&ping, &[("origin", "http://localhost.evil.example")])
+            .await
+            .status,
+        403
+    );
+
+    // Body over the limit: 413, nothing happens.
+    let big = json!({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"greet","arguments":{"name":"x".repeat(4096)}}}).to_string();
+    assert_eq!(c.post(&big, &[]).await.status, 413);
+
+    // Notifications and client responses: 202 without a body.
+    let n = c
+        .post(
+            &json!({"jsonrpc":"2.0","method":"notifications/whatever"}).to_string(),
+            &[],
+        )
+        .await;
+    assert_eq!((n.status, n.body.as_str()), (202, ""));
+    let resp = c
+        .post(
+            &json!({"jsonrpc":"2.0","id":"tm-unknown-1","result":{}}).to_string(),
+            &[],
+        )
+        .await;
+    assert_eq!(resp.status, 202);
+
+    // GET without a session: 400; DELETE ends the session; afterwards 404.
+    let g = taskmesh_testkit::http()
+        .get(&s.url)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(g.status().as_u16(), 400);
+    let d = taskmesh_testkit::http()
+        .delete(&s.url)
+        .header("mcp-session-id", c.session.as_ref().unwrap())
+        .header("mcp-protocol-version", V)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(d.status().as_u16(), 200);
+    assert_eq!(c.post(&ping, &[]).await.status, 404);
+}
+
+#[tokio::test]
+async fn jsonrpc_error_table_changes_nothing() {
+    let s = Server::start(TASKMESH, AUTH);
+    let c = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
+    let raw = |body: &'static str| {
+        let c = c.clone();
+        async move {
+            let r = c.post(body, &[]).await;
+            assert_eq!(r.status, 400, "{body}: {}", r.body);
+            let v = r.json();
+            assert_eq!(v["id"], Value::Null);
+            v["error"]["code"].as_i64().unwrap()
+        }
+    };
+    assert_eq!(
+        raw("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":").await,
+        -32700
+    );
+    assert_eq!(
+        raw("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]").await,
+        -32600
+    );
+    assert_eq!(raw("{\"id\":1,\"method\":\"ping\"}").await, -32600);
+    assert_eq!(
+        raw("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":7}").await,
+        -32600
+    );
+    assert_eq!(raw("42").await, -32600);
+
+    assert_eq!(c.err_code("no/such/method", json!({})).await, -32601);
+    let r = c.call("tasks/get", json!({"taskId": 5})).await;
+    assert_eq!(r["error"]["code"], -32602);
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("taskId"),
+        "{r}"
+    );
+    let r = c
+        .call(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": "ten"}, "task": {}}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32602);
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("seconds"),
+        "{r}"
+    );
+    let r = c
+        .call(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 1}, "task": {"ttl": "long"}}),
+        )
+        .await;
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("ttl"),
+        "{r}"
+    );
+    assert_eq!(c.err_code("tools/call", json!({"name": 3})).await, -32602);
+    assert_eq!(
+        c.err_code("tools/call", json!({"name": "nope"})).await,
+        -32602
+    );
+    assert_eq!(
+        c.err_code(
+            "tools/call",
+            json!({"name": "greet", "arguments": {"name": "a"}, "task": {}})
+        )
+        .await,
+        -32601
+    );
+    assert_eq!(
+        c.err_code(
+            "tools/call",
+            json!({"name": "failing_job", "arguments": {}})
+        )
+        .await,
+        -32601
+    );
+    assert_eq!(
+        c.err_code(
+            "tools/call",
+            json!({"name": "confirm_delete", "arguments": {"filename": "f"}})
+        )
+        .await,
+        -32601
+    );
+    for m in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        assert_eq!(
+            c.err_code(m, json!({"taskId": "0123456789abcdef0123456789abcdef"}))
+                .await,
+            -32602,
+            "{m}"
+        );
+        assert_eq!(c.err_code(m, json!({})).await, -32602, "{m}");
+    }
+    assert_eq!(
+        c.err_code("tasks/list", json!({"cursor": "forged"})).await,
+        -32602
+    );
+    // None of the above created anything.
+    let list = c.ok("tasks/list", json!({})).await;
+    assert_eq!(list["tasks"], json!([]));
+}
+
+#[tokio::test]
+async fn older_protocol_versions_are_plain_tools_servers() {
+    let s = Server::start(TASKMESH, "");
+    let c = Client::connect(&s.url, None, "2025-06-18", json!({"elicitation":{}})).await;
+    // `task` is ignored: the tool result comes back directly.
+    let r = c
+        .ok(
+            "tools/call",
+            json!({"name":"slow_compute","arguments":{"seconds":0,"label":"old"},"task":{}}),
+        )
+        .await;
+    assert_eq!(r["content"][0]["text"], "old: computed for 0 seconds");
+    assert!(r.get("task").is_none());
+    assert_eq!(
+        c.err_code("tasks/get", json!({"taskId": "x"})).await,
+        -32601
+    );
+    assert_eq!(c.err_code("tasks/list", json!({})).await, -32601);
+    let tools = c.ok("tools/list", json!({})).await;
+    assert!(tools["tools"][0].get("execution").is_none());
+    // An interactive tool runs plainly: its elicitation arrives on the POST's stream.
+    let (rid, mut stream) = c
+        .open_stream(
+            "tools/call",
+            json!({"name":"confirm_delete","arguments":{"filename":"o"}}),
+        )
+        .await;
+    let q = stream.next().await.unwrap();
+    assert_eq!(q["method"], "elicitation/create");
+    c.answer(
+        &q["id"],
+        json!({"action":"accept","content":{"confirm":true}}),
+    )
+    .await;
+    let fin = stream.next().await.unwrap();
+    assert_eq!(fin["id"], json!(rid));
+    assert_eq!(fin["result"]["content"][0]["text"], "Deleted o");
+}
+
+#[tokio::test]
+async fn tools_list_pagination_no_logging_and_plain_cancellation() {
+    let s = Server::start(TASKMESH, "[tools]\npage_size = 3\n");
+    let c = Client::new_session(&s.url).await;
+    let mut names = vec![];
+    let mut cursor: Option<String> = None;
+    loop {
+        let p = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let page = c.ok("tools/list", p).await;
+        for t in page["tools"].as_array().unwrap() {
+            names.push(t["name"].as_str().unwrap().to_string());
+        }
+        match page.get("nextCursor").and_then(Value::as_str) {
+            Some(n) => cursor = Some(n.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(names.len(), 7);
+    assert_eq!(
+        c.err_code("tools/list", json!({"cursor": "bogus"})).await,
+        -32602
+    );
+    // The server sends no log messages, so it declares no `logging` capability and has no
+    // `logging/setLevel`.
+    assert_eq!(
+        c.err_code("logging/setLevel", json!({"level": "warning"}))
+            .await,
+        -32601
+    );
+
+    // notifications/cancelled ends a plain request.
+    let id = c.id();
+    let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"slow_compute","arguments":{"seconds":60}}}).to_string();
+    let c2 = c.clone();
+    let call = tokio::spawn(async move { c2.post(&body, &[]).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let n = c.post(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId": id, "reason": "user"}}).to_string(), &[]).await;
+    assert_eq!(n.status, 202);
+    let r = call.await.unwrap();
+    assert_eq!(r.json()["error"]["code"], -32800, "{}", r.body);
+}
+
+#[tokio::test]
+async fn rate_limit_per_principal_and_failed_lookup_watch() {
+    let s = Server::start(
+        TASKMESH,
+        &format!(
+        "{AUTH}\n[limits]\nrequests_per_second = 1\nburst = 3\nfailed_lookup_alert_per_minute = 3\n"
+    ),
+    );
+    let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
+    let ping = json!({"jsonrpc":"2.0","id":1,"method":"ping"}).to_string();
+    let mut limited = None;
+    for _ in 0..10 {
+        let r = alice.post(&ping, &[]).await;
+        if r.status == 429 {
+            limited = Some(r);
+            break;
+        }
+        assert_eq!(r.status, 200);
+    }
+    let r = limited.expect("no request was limited");
+    assert_eq!(r.headers.get("retry-after").unwrap(), "1");
+    // Another principal has its own budget.
+    let bob = Client::connect(&s.url, Some("bob-token-22"), V, json!({})).await;
+    assert_eq!(bob.post(&ping, &[]).await.status, 200);
+
+    // Lookups of unknown ids past the alert threshold produce one audit warning.
+    let mut sent = 0;
+    while sent < 5 {
+        let body = json!({"jsonrpc":"2.0","id":2,"method":"tasks/get","params":{"taskId": format!("{sent:032x}")}}).to_string();
+        let r = bob.post(&body, &[]).await;
+        if r.status == 429 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
+        assert_eq!(r.json()["error"]["code"], -32602);
+        sent += 1;
+    }
+    let mut warned = false;
+    for _ in 0..50 {
+        if s.log_text().contains("failed_lookup_burst") {
+            warned = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(warned, "no audit warning in:\n{}", s.log_text());
+    assert_eq!(s.log_text().matches("failed_lookup_burst").count(), 1);
+}
+
+/// A session holds at most `http.max_streams_per_session` GET streams and
+/// `limits.max_inflight_per_session` cancellable requests; past either it is refused (HTTP 429,
+/// JSON-RPC -32001 naming the setting), and a closed stream or an ended request frees its place.
+#[tokio::test]
+async fn per_session_streams_and_requests_in_flight_are_bounded() {
+    let s = Server::start(
+        TASKMESH,
+        "[http]\nmax_streams_per_session = 2\n[limits]\nmax_inflight_per_session = 1\n",
+    );
+    let c = Client::new_session(&s.url).await;
+
+    let first = c.open_get().await;
+    let _second = c.open_get().await;
+    assert_eq!(c.try_open_get().await.err(), Some(429));
+    // Another session has its own streams.
+    let other = Client::new_session(&s.url).await;
+    let _theirs = other.open_get().await;
+    drop(first);
+    let mut reopened = None;
+    for _ in 0..100 {
+        if let Ok(sse) = c.try_open_get().await {
+            reopened = Some(sse);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(reopened.is_some(), "a closed stream never freed its place");
+
+    // One plain call held open; a second one is refused until the first ends.
+    let id = c.id();
+    let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"slow_compute","arguments":{"seconds":60}}}).to_string();
+    let c2 = c.clone();
+    let held = tokio::spawn(async move { c2.post(&body, &[]).await });
+    let mut refused = None;
+    for _ in 0..100 {
+        let r = c
+            .call(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 0.01}}),
+            )
+            .await;
+        if r.get("error").is_some() {
+            refused = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let refused = refused.expect("the second plain call was never refused");
+    assert_eq!(refused["error"]["code"], -32001, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("limits.max_inflight_per_session"),
+        "{refused}"
+    );
+    // Task-augmented calls return at once and are not bounded by it.
+    let t = c.start_task("slow_compute", json!({"seconds": 0.01})).await;
+    assert_eq!(c.wait_status(&t, "completed").await["status"], "completed");
+    // Cancelling the held call frees its place.
+    let n = c
+        .post(
+            &json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId": id}})
+                .to_string(),
+            &[],
+        )
+        .await;
+    assert_eq!(n.status, 202);
+    assert_eq!(held.await.unwrap().json()["error"]["code"], -32800);
+    let r = c
+        .ok(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0.01}}),
+        )
+        .await;
+    assert!(r["content"].is_array(), "{r}");
+}
