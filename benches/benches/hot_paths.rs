@@ -4,6 +4,10 @@
 //!
 //!     cargo bench -p taskmesh-bench --bench hot_paths
 
+// A bench binary: a failed unwrap is a failed run, with its location; and the entry function
+// that `criterion_group!` generates cannot carry a doc comment.
+#![allow(clippy::unwrap_used, missing_docs)]
+
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
 use taskmesh_mcp::jsonrpc::{self, RequestId};
 use taskmesh_task::{shard_of, Command, ShardState, TaskRecord, TaskStatus};

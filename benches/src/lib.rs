@@ -33,9 +33,16 @@ pub use report::{Report, Stats};
 /// What to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
+    /// Create `tasks` long-running tasks, then poll them with `tasks/get`, in a closed loop or,
+    /// with `rate`, in an open loop.
     Poll,
+    /// `tools/call` as a task at maximum rate; one operation is one created task.
     Create,
+    /// One operation is a whole task: create, poll until `completed`, fetch the result; a
+    /// `cancel_share` of the tasks is cancelled right after creation instead.
     Mixed,
+    /// Closed-loop polls while `kill_pid` gets SIGKILL after `kill_after`; reports, per shard,
+    /// the longest time without a successful answer.
     Failover,
 }
 
@@ -55,6 +62,8 @@ impl std::str::FromStr for Scenario {
 }
 
 impl Scenario {
+    /// The scenario's name as it is parsed and shown in reports (`poll`, `create`, `mixed`,
+    /// `failover`).
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Poll => "poll",
@@ -72,10 +81,17 @@ pub struct RunConfig {
     pub urls: Vec<String>,
     /// A name for the target in reports (`taskmesh`, `ceiling`, `fastmcp`, ...).
     pub target: String,
+    /// Bearer token sent with every request; `None` sends no `authorization` header.
     pub token: Option<String>,
+    /// The scenario to run.
     pub scenario: Scenario,
+    /// How long the measured part runs, counted after the sessions are open and the tasks the
+    /// scenario needs are created.
     pub duration: Duration,
+    /// MCP sessions to open (at least one), spread over `urls` in turn.
     pub sessions: usize,
+    /// Closed-loop workers (at least one; `failover` runs at least one per shard). Tasks are
+    /// prepared by as many workers, at most 64; the open loop is bounded by `max_in_flight`.
     pub concurrency: usize,
     /// Tasks created for `poll` and `failover`.
     pub tasks: usize,
@@ -96,6 +112,8 @@ pub struct RunConfig {
     pub remote_only: bool,
     /// `failover`: the process to kill, and when.
     pub kill_pid: Option<i32>,
+    /// `failover`: time from the start of the measured part until `kill_pid` gets SIGKILL;
+    /// shard gaps are counted from then on.
     pub kill_after: Duration,
 }
 

@@ -15,8 +15,12 @@ const MAX_LATENCY_US: u64 = 60_000_000;
 
 /// Counters of one worker (merged at the end of a run).
 pub struct Stats {
+    /// Latencies of the successful operations in microseconds, clamped to 1 us .. one minute.
     pub latency_us: Histogram<u64>,
+    /// Number of successful operations.
     pub ok: u64,
+    /// Failed operations counted by kind (the [`Failure`] text, such as `http_503`, or
+    /// `worker_panicked` and `dropped_in_flight_limit` added by the run).
     pub failures: BTreeMap<String, u64>,
 }
 
@@ -31,16 +35,19 @@ impl Default for Stats {
 }
 
 impl Stats {
+    /// Count one successful operation and record its latency (clamped to 1 us .. one minute).
     pub fn success(&mut self, latency: Duration) {
         self.ok += 1;
         let us = (latency.as_micros() as u64).clamp(1, MAX_LATENCY_US);
         self.latency_us.record(us).expect("within bounds");
     }
 
+    /// Count one failed operation under the text of `f`.
     pub fn failure(&mut self, f: &Failure) {
         *self.failures.entry(f.to_string()).or_default() += 1;
     }
 
+    /// Add the counts and latencies of `other` (another worker's) to these.
     pub fn merge(&mut self, other: &Stats) {
         self.ok += other.ok;
         self.latency_us.add(&other.latency_us).expect("same bounds");
@@ -53,26 +60,40 @@ impl Stats {
 /// Latency percentiles in milliseconds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Percentiles {
+    /// Median latency.
     pub p50: f64,
+    /// 90th percentile latency.
     pub p90: f64,
+    /// 99th percentile latency.
     pub p99: f64,
+    /// 99.9th percentile latency.
     pub p999: f64,
+    /// Highest latency recorded.
     pub max: f64,
 }
 
 /// The result of one run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// Name of the scenario that ran (`poll`, `create`, `mixed`, `failover`).
     pub scenario: String,
+    /// Name of the target, as given in the run's settings.
     pub target: String,
     /// Offered rate (open loop) or `None` (closed loop at maximum rate).
     pub offered_per_s: Option<f64>,
+    /// Workers the run was configured with.
     pub concurrency: usize,
+    /// MCP sessions the run opened.
     pub sessions: usize,
+    /// Measured time in seconds (setup excluded).
     pub duration_s: f64,
+    /// Number of successful operations.
     pub ok: u64,
+    /// Successful operations per second of `duration_s`.
     pub per_s: f64,
+    /// Latency percentiles of the successful operations.
     pub latency_ms: Percentiles,
+    /// Failed operations counted by kind, as in [`Stats::failures`].
     pub failures: BTreeMap<String, u64>,
     /// Failover only: per shard, the longest time without a successful answer after the kill,
     /// in ms.
@@ -81,6 +102,8 @@ pub struct Report {
 }
 
 impl Report {
+    /// The report of a run from its merged `stats` and the measured time `elapsed`;
+    /// `unavailable_ms_by_shard` is left `None` for the caller to fill.
     pub fn new(
         scenario: &str,
         target: &str,

@@ -26,7 +26,11 @@ use crate::dispatch::{self, Cx, Reply};
 use crate::session::SessionClaims;
 use crate::Gateway;
 
+/// Header carrying the signed session id (`Mcp-Session-Id`), in lower case. Every request
+/// but `initialize` must send it; the `initialize` answer carries the new one.
 pub const SESSION_HEADER: &str = "mcp-session-id";
+/// Header carrying the client's protocol version (`MCP-Protocol-Version`), in lower case.
+/// Optional; when sent it must be supported and, after `initialize`, equal the session's.
 pub const VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// The axum router serving `/mcp`.

@@ -96,6 +96,9 @@ impl Default for GatewayConfig {
     }
 }
 
+/// The MCP front end of one node: its settings, the router to the task shards, the tool
+/// registry, the sessions and the per-session request bookkeeping. Built with
+/// [`Gateway::new`], served by [`http_router`].
 pub struct Gateway {
     pub(crate) cfg: GatewayConfig,
     pub(crate) router: Router,

@@ -46,6 +46,8 @@ pub struct SessionClaims {
     pub issued_at_ms: u64,
 }
 
+/// The sessions seen by this node: mints and checks signed session ids, records ended ones
+/// and holds each session's open GET streams.
 pub struct Sessions {
     signer: Signer,
     /// Session ids whose signature verified, with their claims: a later request with the same
@@ -61,6 +63,9 @@ pub struct Sessions {
 }
 
 impl Sessions {
+    /// `ended` is the durable tree of ended sessions; `stream_buffer` is the queue length of one
+    /// GET stream and `max_streams` the open GET streams allowed per session (both raised to at
+    /// least 1); `verified_cap` bounds the cache of verified ids (0: no cache).
     pub fn new(
         signer: Signer,
         ended: sled::Tree,
@@ -79,6 +84,7 @@ impl Sessions {
         }
     }
 
+    /// A new session id: `claims` signed with the session secret.
     pub fn mint(&self, claims: &SessionClaims) -> String {
         self.signer.sign(DOMAIN, claims)
     }

@@ -12,12 +12,14 @@ use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
 
+/// Signs and checks tokens with HMAC-SHA256 under one secret key.
 #[derive(Clone)]
 pub struct Signer {
     key: Vec<u8>,
 }
 
 impl Signer {
+    /// A signer keyed with `key` (HMAC takes a key of any length).
     pub fn new(key: &[u8]) -> Self {
         Self { key: key.to_vec() }
     }

@@ -8,6 +8,7 @@ use taskmesh_mcp::time::rfc3339_ms;
 use taskmesh_mcp::{Task, WireStatus, META_RELATED_TASK};
 use taskmesh_task::{Outcome, TaskRecord, TaskStatus, TaskView};
 
+/// The MCP status string of a task status (one for one).
 pub fn wire_status(s: TaskStatus) -> WireStatus {
     match s {
         TaskStatus::Working => WireStatus::Working,
@@ -18,6 +19,8 @@ pub fn wire_status(s: TaskStatus) -> WireStatus {
     }
 }
 
+/// A task view as the MCP `Task` object: times in RFC 3339 with milliseconds, `ttl` and
+/// `pollInterval` in milliseconds.
 pub fn task(r: &TaskView) -> Task {
     Task {
         task_id: r.task_id.clone(),
@@ -30,10 +33,13 @@ pub fn task(r: &TaskView) -> Task {
     }
 }
 
+/// The serialised `notifications/tasks/status` notification for a task view; its params are
+/// the task's `Task` object.
 pub fn status_notification(r: &TaskView) -> Vec<u8> {
     jsonrpc::notification("notifications/tasks/status", &task(r))
 }
 
+/// The value of the related-task `_meta` entry for `task_id`: `{"taskId": task_id}`.
 pub fn related(task_id: &str) -> Value {
     json!({ "taskId": task_id })
 }

@@ -34,24 +34,36 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{now_ms, Host, HostEvent};
 
+/// The messages a task actor handles: from the host (attach, a client's answer, stop), from
+/// its running tool (requests, progress, the outcome) and from itself (a write retry).
 pub enum TaskMsg {
     /// A `tasks/result` reader attached: replay pending requests to it and relay from now on.
     Attach(mpsc::Sender<Arc<Vec<u8>>>),
     /// The client answered request `request_id`.
     Response {
+        /// Id of the task's request being answered, as it was sent to the client.
         request_id: String,
+        /// The client's `result`, or the JSON-RPC error it answered with.
         outcome: Result<Value, ErrorObject>,
     },
     /// The tool asks the client something.
     Outbound {
+        /// JSON-RPC method of the request (`elicitation/create`, `sampling/createMessage`).
         method: &'static str,
+        /// Its params; anything but an object is sent as an empty object, with the related-task
+        /// `_meta` added.
         params: Value,
+        /// Gets the client's answer; the tool gets an error instead when the task stops first
+        /// or the tool has already finished.
         reply: oneshot::Sender<ToolResult>,
     },
     /// The tool reports progress.
     Progress {
+        /// Progress so far, in the tool's own unit.
         progress: f64,
+        /// The amount progress goes up to, when the tool knows it.
         total: Option<f64>,
+        /// Text for the client describing the progress.
         message: Option<String>,
     },
     /// The tool finished.
@@ -77,8 +89,11 @@ enum AfterWrite {
     },
 }
 
+/// The ractor actor that runs one live task on its shard's leader (see the module doc).
 pub struct TaskActor;
 
+/// What a task actor starts from: the host, the task's shard and record, the term its
+/// execution belongs to and the tool to run.
 pub struct Args {
     host: Host,
     shard: u32,
@@ -87,6 +102,8 @@ pub struct Args {
     tool: Arc<dyn Tool>,
 }
 
+/// A task actor's state while it runs: the status recorded and the status wanted, the outcome
+/// not yet written, the client requests still unanswered and the attached readers.
 pub struct State {
     host: Host,
     shard: u32,

@@ -4,6 +4,8 @@
 use taskmesh_shard::ShardError;
 use taskmesh_task::TaskStatus;
 
+/// Why a task operation on the host failed; [`HostError::retryable`] says whether the same
+/// request may succeed later.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum HostError {
     /// The task does not exist, has expired, or belongs to another principal (all read alike).
@@ -14,12 +16,18 @@ pub enum HostError {
     Terminal(TaskStatus),
     /// The node runs `limit` live tasks, as many as it may; nothing was created.
     #[error("this node already hosts {limit} live tasks (setting tasks.max_live_tasks)")]
-    Capacity { limit: usize },
+    Capacity {
+        /// The live-task limit in force (`tasks.max_live_tasks`).
+        limit: usize,
+    },
     /// This node does not lead the shard; `leader_hint` is the leader it knows of. Nothing
     /// changed: retry at the leader.
     #[error("shard {shard} is led elsewhere")]
     NotLeader {
+        /// Shard the request was for.
         shard: u32,
+        /// Node id of the shard's leader as the answering node knows it; `None` when it knows
+        /// none (as for a shard it does not host).
         leader_hint: Option<u64>,
     },
     /// The shard cannot serve right now (no quorum, an election, starting or stopping). Nothing
@@ -38,7 +46,9 @@ pub enum HostError {
     /// have taken effect.
     #[error("shard {shard} failed")]
     Shard {
+        /// Shard whose replica failed.
         shard: u32,
+        /// The replica's error: a storage failure or a fatal one.
         #[source]
         source: ShardError,
     },

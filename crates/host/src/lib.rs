@@ -99,18 +99,23 @@ impl Host {
         }
     }
 
+    /// The settings this host runs with.
     pub fn config(&self) -> &HostConfig {
         &self.inner.cfg
     }
 
+    /// The tools this node serves.
     pub fn tools(&self) -> &Arc<ToolRegistry> {
         &self.inner.tools
     }
 
+    /// The shard count of the cluster; shard ids are `0..shard_count`.
     pub fn shard_count(&self) -> u32 {
         self.inner.shard_count
     }
 
+    /// A new receiver of the host's events, from now on. The channel holds `event_buffer` events
+    /// (at least 16); a receiver that falls further behind misses the oldest.
     pub fn subscribe(&self) -> broadcast::Receiver<HostEvent> {
         self.inner.events.subscribe()
     }

@@ -12,12 +12,18 @@ use tokio::sync::{mpsc, oneshot};
 pub enum HostEvent {
     /// A task changed (for `notifications/tasks/status` on its session's streams): the task
     /// after the change.
-    Status { task: TaskView },
+    Status {
+        /// The task as it stands after the change.
+        task: TaskView,
+    },
     /// A task-related JSON-RPC message (request or notification) for a session, delivered on
     /// its GET stream because no `tasks/result` stream is attached.
     SessionMessage {
+        /// Id of the session whose GET streams get the message.
         session: String,
+        /// Task the message belongs to.
         task_id: String,
+        /// The serialised JSON-RPC message.
         json: Arc<Vec<u8>>,
     },
 }
@@ -25,15 +31,27 @@ pub enum HostEvent {
 /// A new task as the gateway validated it.
 #[derive(Debug, Clone)]
 pub struct NewTask {
+    /// Task id, minted by the gateway (128 random bits, in hex); a create repeated with the
+    /// same id returns the existing task.
     pub task_id: String,
+    /// Principal that creates the task; only it can read, cancel or answer the task.
     pub owner: String,
+    /// Session the call came in on: it gets the task's status notifications, and the task's
+    /// messages when no `tasks/result` reader is attached.
     pub session: Option<String>,
+    /// Name of the tool to run; a node that does not serve it refuses the create
+    /// (`Misconfigured`).
     pub tool: String,
     /// The call's `arguments`: a JSON object, validated against the tool by the gateway and
     /// carried from there on as this text (it is parsed again only by the execution).
     pub arguments_json: String,
+    /// The call's `_meta.progressToken` (a string or an integer); progress is reported only
+    /// when there is one.
     pub progress_token: Option<Value>,
+    /// TTL the call asked for (`task.ttl`), in milliseconds; `None` takes `tasks.default_ttl_ms`,
+    /// and `tasks.max_ttl_ms` caps either.
     pub ttl_ms: Option<u64>,
+    /// What the client declared in its session (elicitation, sampling).
     pub client: ClientCaps,
 }
 
@@ -41,7 +59,10 @@ pub struct NewTask {
 /// a retry of a create that had already committed, which started nothing).
 #[derive(Debug, Clone)]
 pub struct Created {
+    /// The task as committed.
     pub task: TaskView,
+    /// Whether this call created the task: `false` for a retried create that had already
+    /// committed.
     pub fresh: bool,
 }
 
@@ -54,7 +75,11 @@ pub enum Attachment {
     Live {
         /// The task as it stood when the reader attached.
         task: TaskView,
+        /// The task's messages (its requests to the client, progress notifications), serialised,
+        /// starting with the requests still unanswered.
         messages: mpsc::Receiver<Arc<Vec<u8>>>,
+        /// Yields the terminal record when the task ends; closes without one when the task
+        /// expired or its shard moved.
         done: oneshot::Receiver<TaskRecord>,
     },
 }
@@ -62,15 +87,25 @@ pub enum Attachment {
 /// One shard replica as this node sees it (for `GET /status`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardStatus {
+    /// Shard id (`0..shard_count`).
     pub shard: u32,
+    /// Id of this node (the replica's Raft member id).
     pub node: u64,
+    /// Whether this replica leads its group now.
     pub is_leader: bool,
+    /// Node id of the group's leader as this replica knows it; `None` when it knows none.
     pub leader: Option<u64>,
+    /// The replica's current Raft term.
     pub term: u64,
+    /// Index of the last log entry applied to the in-memory state; `None` before any.
     pub last_applied_index: Option<u64>,
+    /// First index in the local log; `None` when the log is empty or could not be read.
     pub first_log_index: Option<u64>,
+    /// Last index in the local log; `None` when the log is empty or could not be read.
     pub last_log_index: Option<u64>,
+    /// Task records in the replica's state, terminal ones included.
     pub tasks: usize,
+    /// Of those, the records not yet terminal.
     pub live_tasks: usize,
     /// The group's voters as this replica knows them.
     pub voters: Vec<u64>,

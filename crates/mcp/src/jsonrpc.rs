@@ -26,7 +26,9 @@ pub const REQUEST_CANCELLED: i64 = -32800;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum RequestId {
+    /// An integer id (one that fits in an `i64`).
     Number(i64),
+    /// A string id.
     String(String),
 }
 
@@ -42,13 +44,17 @@ impl std::fmt::Display for RequestId {
 /// A JSON-RPC error object, exactly as it travels.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorObject {
+    /// The error code (`code`), one of the constants of this module or the client's own.
     pub code: i64,
+    /// Short description of the error (`message`), for people.
     pub message: String,
+    /// Extra detail (`data`), left out of the JSON when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
 }
 
 impl ErrorObject {
+    /// An error with `code` and `message` and no `data`.
     pub fn new(code: i64, message: impl Into<String>) -> Self {
         Self {
             code,
@@ -56,12 +62,15 @@ impl ErrorObject {
             data: None,
         }
     }
+    /// A `-32602` (invalid params) error with `message`.
     pub fn invalid_params(message: impl Into<String>) -> Self {
         Self::new(INVALID_PARAMS, message)
     }
+    /// A `-32601` error that names the unknown `method`.
     pub fn method_not_found(method: &str) -> Self {
         Self::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))
     }
+    /// A `-32603` (internal error) with `message`.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(INTERNAL_ERROR, message)
     }
@@ -70,18 +79,27 @@ impl ErrorObject {
 /// One classified incoming JSON-RPC message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
+    /// A request from the client: it has an id and gets exactly one response.
     Request {
+        /// Its id, echoed in the response.
         id: RequestId,
+        /// The method called, e.g. `tools/call`.
         method: String,
+        /// Its `params` (an object or an array), when present.
         params: Option<Value>,
     },
+    /// A notification from the client: a method without an id; it gets no response.
     Notification {
+        /// The notification's method, e.g. `notifications/cancelled`.
         method: String,
+        /// Its `params` (an object or an array), when present.
         params: Option<Value>,
     },
     /// A response from the client to a request this server sent (elicitation, sampling, ping).
     Response {
+        /// Id of the server's request being answered.
         id: RequestId,
+        /// The client's `result`, or its `error` object.
         outcome: Result<Value, ErrorObject>,
     },
 }
@@ -90,13 +108,18 @@ pub enum Message {
 /// id is `null`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EnvelopeError {
+    /// The body is empty or not JSON; answered with `-32700`.
     #[error("Parse error: {0}")]
     Parse(String),
+    /// The body is JSON but not one valid JSON-RPC message (a batch, not an object, a wrong
+    /// `jsonrpc`, a null request id, ...); answered with `-32600`.
     #[error("Invalid Request: {0}")]
     Invalid(String),
 }
 
 impl EnvelopeError {
+    /// The JSON-RPC error to answer with: `-32700` for `Parse`, `-32600` for `Invalid`, with
+    /// this error's text as the message.
     pub fn to_error(&self) -> ErrorObject {
         match self {
             EnvelopeError::Parse(_) => ErrorObject::new(PARSE_ERROR, self.to_string()),

@@ -26,9 +26,19 @@ const TASK_PREFIX: &str = "tm-";
 pub enum ServerRequestId {
     /// Asked by a plain tool call of the session whose nonce is `nonce`; `seq` counts the
     /// call's requests.
-    Plain { nonce: String, seq: u64 },
+    Plain {
+        /// Nonce of the session (hex, from its claims).
+        nonce: String,
+        /// Number of the request within the call, from 1.
+        seq: u64,
+    },
     /// Asked by the actor of task `task_id`; `seq` counts the task's requests.
-    Task { task_id: String, seq: u64 },
+    Task {
+        /// Id of the task that asks.
+        task_id: String,
+        /// Number of the request within the task's execution, from 1.
+        seq: u64,
+    },
 }
 
 /// A string that is not the id of a request this server sends.

@@ -7,11 +7,10 @@ use serde_json::{json, Value};
 pub const V2025_11_25: &str = "2025-11-25";
 /// Older versions served as plain tools servers (no `tasks` capability).
 pub const V2025_06_18: &str = "2025-06-18";
+/// The oldest version served, also as a plain tools server.
 pub const V2025_03_26: &str = "2025-03-26";
 /// Every version this server speaks, newest first.
 pub const SUPPORTED_VERSIONS: [&str; 3] = [V2025_11_25, V2025_06_18, V2025_03_26];
-/// The version assumed when a request carries no `MCP-Protocol-Version` header.
-pub const DEFAULT_HEADER_VERSION: &str = V2025_03_26;
 
 /// `_meta` key that ties a message to a task.
 pub const META_RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
@@ -41,10 +40,16 @@ pub fn negotiate_version(requested: &str) -> &'static str {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WireStatus {
+    /// `working`: the task runs.
     Working,
+    /// `input_required`: the task waits for the client to answer a request it sent.
     InputRequired,
+    /// `completed`: the tool finished with a result.
     Completed,
+    /// `failed`: the task ended without success: a tool error (`isError: true`), a JSON-RPC
+    /// error, or an execution that could not go on.
     Failed,
+    /// `cancelled`: the task was cancelled by `tasks/cancel`; it has no result.
     Cancelled,
 }
 
@@ -53,14 +58,23 @@ pub enum WireStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Task {
+    /// `taskId`: the task's id.
     pub task_id: String,
+    /// `status`: where the task stands.
     pub status: WireStatus,
+    /// `statusMessage`: text describing the status, for people; left out when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_message: Option<String>,
+    /// `createdAt`: when the task was created, RFC 3339 in UTC with milliseconds.
     pub created_at: String,
+    /// `lastUpdatedAt`: when the task last changed, RFC 3339 in UTC with milliseconds.
     pub last_updated_at: String,
+    /// `ttl`: milliseconds from creation after which the task may be deleted; `null` =
+    /// unlimited.
     #[serde(default)]
     pub ttl: Option<u64>,
+    /// `pollInterval`: milliseconds the client should wait between `tasks/get` polls; left
+    /// out when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll_interval: Option<u64>,
 }
@@ -68,6 +82,7 @@ pub struct Task {
 /// `CreateTaskResult`: the task nested under `task`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreateTaskResult {
+    /// The task just created.
     pub task: Task,
 }
 
@@ -75,7 +90,9 @@ pub struct CreateTaskResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListTasksResult {
+    /// The tasks of this page.
     pub tasks: Vec<Task>,
+    /// `nextCursor`: pass it to `tasks/list` for the next page; absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
@@ -84,8 +101,13 @@ pub struct ListTasksResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskSupport {
+    /// `forbidden`: the tool cannot be called as a task; with 2025-11-25 a call with `task`
+    /// gets `-32601`.
     Forbidden,
+    /// `optional`: the tool runs either as a task or as a plain call.
     Optional,
+    /// `required`: the tool must be called as a task; with 2025-11-25 a call without `task`
+    /// gets `-32601` (older versions call it plainly).
     Required,
 }
 

@@ -53,19 +53,35 @@ pub enum MetaCommand {
     /// Create the cluster: its identity and first nodes (id, gRPC address). Repeating it with
     /// the same identity changes nothing.
     Create {
+        /// Logical shards: a power of two.
         shards: u32,
+        /// Name of the task id hash; a repeat must name the same one (and the same `shards`).
         hash: String,
+        /// Replicas per shard: at least 1.
         replication: u32,
         // A list, not a map: JSON object keys are strings, and an internally tagged enum's
         // buffered form cannot turn them back into integers.
+        /// The first member nodes: at least one, each an id and a non-empty gRPC address.
         nodes: Vec<(u64, String)>,
     },
     /// A node joins (or announces a new address).
-    Join { node_id: u64, addr: String },
+    Join {
+        /// The joining node's id; an id that was removed is refused.
+        node_id: u64,
+        /// The node's internal gRPC address, non-empty. A new address for a member node changes
+        /// only the address, not the placement.
+        addr: String,
+    },
     /// A node leaves: its replicas move to the remaining nodes.
-    Remove { node_id: u64 },
+    Remove {
+        /// The member node to remove; the last node of a cluster cannot be removed.
+        node_id: u64,
+    },
     /// The Raft group of `shard` has been initialised.
-    ShardCreated { shard: u32 },
+    ShardCreated {
+        /// The shard id, below the cluster's shard count.
+        shard: u32,
+    },
 }
 
 /// How a command appears in log lines.
@@ -92,16 +108,34 @@ impl std::fmt::Display for MetaCommand {
 /// Why a metadata command changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum MetaRejection {
+    /// A `Join`, `Remove` or `ShardCreated` came before the cluster was created.
     #[error("the cluster has not been created yet")]
     NotCreated,
+    /// A `Create` whose shard count or hash differs from those of the existing cluster.
     #[error("the cluster already exists with {shards} shards and hash {hash}")]
-    AlreadyCreated { shards: u32, hash: String },
+    AlreadyCreated {
+        /// The existing cluster's shard count.
+        shards: u32,
+        /// The existing cluster's hash name.
+        hash: String,
+    },
+    /// A `Join` or `Remove` came before every shard group was initialised (the placement is
+    /// frozen until then); it may be retried.
     #[error("the cluster is still creating its shard groups ({created} of {shards}); try again")]
-    Creating { created: u32, shards: u32 },
+    Creating {
+        /// Shard groups initialised so far.
+        created: u32,
+        /// The cluster's shard count.
+        shards: u32,
+    },
+    /// A `Remove` named a node that is not a member.
     #[error("no node {0} in the cluster")]
     UnknownNode(u64),
+    /// A `Join` named a node id that was removed from the cluster before.
     #[error("node {0} was removed from this cluster; a node that returns needs a new node id and an empty data directory")]
     Removed(u64),
+    /// The command can never apply as given (e.g. a shard count that is not a power of two,
+    /// a node without an address, the removal of the last node, an unknown shard).
     #[error("invalid: {0}")]
     Invalid(String),
 }
@@ -110,11 +144,15 @@ pub enum MetaRejection {
 /// changed, or why it changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetaApplied {
+    /// The whole metadata after the command, or why the command changed nothing.
     pub result: Result<Box<ClusterMeta>, MetaRejection>,
+    /// Whether the command changed the metadata (its `version` was then bumped); false for a
+    /// rejection and for a command that was already in effect.
     pub changed: bool,
 }
 
 impl ClusterMeta {
+    /// Whether the cluster has been created (its shard count is set).
     pub fn is_created(&self) -> bool {
         self.shards > 0
     }

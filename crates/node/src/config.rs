@@ -21,6 +21,8 @@ pub const MAX_WORKER_THREADS: usize = 1024;
 /// per replica it holds, its trees, its reconciler), and the shard count never changes.
 pub const MAX_SHARDS: u32 = 4096;
 
+/// A node's whole configuration: the built-in defaults, overridden by a TOML file, then by
+/// `TASKMESH_*` environment variables, then by command-line flags (see [`Config::load`]).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -36,14 +38,23 @@ pub struct Config {
     pub shutdown_drain_ms: u64,
     /// Threads of the node's async runtime; 0: one per CPU core.
     pub worker_threads: usize,
+    /// `[http]`: request body size, allowed origins and SSE streams of the MCP endpoint.
     pub http: HttpConfig,
+    /// `[auth]`: the bearer tokens accepted and the principal each one stands for.
     pub auth: AuthConfig,
+    /// `[session]`: the key that signs session ids and cursors, and the verified-id cache.
     pub session: SessionConfig,
+    /// `[tasks]`: TTLs, polling, the live-task cap, expiry, listing and task write retries.
     pub tasks: TasksConfig,
+    /// `[tools]`: whether the built-in tools are served, and the `tools/list` page size.
     pub tools: ToolsConfig,
+    /// `[raft]`: timings and snapshot settings of every Raft group this node holds a replica of.
     pub raft: RaftConfig,
+    /// `[log]`: the tracing filter and the output format.
     pub log: LogConfig,
+    /// `[limits]`: the request rate per principal and the in-flight requests per session.
     pub limits: LimitsConfig,
+    /// `[cluster]`: multi-node operation; without `peers` the node runs as a single server.
     pub cluster: ClusterConfig,
 }
 
@@ -79,9 +90,11 @@ pub struct ClusterConfig {
     pub get_batches_in_flight: usize,
 }
 
+/// One seed node in `cluster.peers`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PeerConfig {
+    /// The peer's node id: at least 1 and unique within `cluster.peers`.
     pub id: u64,
     /// The peer's internal gRPC address.
     pub grpc: String,
@@ -107,6 +120,7 @@ impl Default for ClusterConfig {
     }
 }
 
+/// `[limits]`: how much one principal and one session may ask of the node.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
@@ -133,16 +147,23 @@ impl Default for LimitsConfig {
     }
 }
 
+/// `[http]`: what the MCP HTTP endpoint accepts and how it keeps SSE streams open.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
+    /// Largest request body, in bytes; a larger one gets HTTP 413. Default 1 MiB, at least 1024.
     pub max_body_bytes: usize,
+    /// Origins allowed to call (DNS-rebinding protection): an entry without a port matches any
+    /// port, `"*"` allows all; a request without `Origin` is allowed. Default: localhost only.
     pub allowed_origins: Vec<String>,
+    /// Interval of keep-alive comments on SSE streams, in ms (below 100 acts as 100). Default
+    /// 15000.
     pub sse_keepalive_ms: u64,
     /// GET streams one session may hold open at once; one more gets HTTP 429. At least 1.
     pub max_streams_per_session: usize,
 }
 
+/// `[auth]`: bearer-token authentication of MCP requests.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
@@ -150,6 +171,7 @@ pub struct AuthConfig {
     pub tokens: HashMap<String, String>,
 }
 
+/// `[session]`: how session ids and `tasks/list` cursors are signed and checked.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SessionConfig {
@@ -170,6 +192,7 @@ impl Default for SessionConfig {
     }
 }
 
+/// `[tasks]`: the lifetime, polling, admission and listing of tasks.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TasksConfig {
@@ -177,10 +200,18 @@ pub struct TasksConfig {
     pub default_ttl_ms: u64,
     /// Largest TTL granted, ms; 0 = no cap.
     pub max_ttl_ms: u64,
+    /// `pollInterval` suggested to clients with every task, in ms. Default 1000, at least 1.
     pub poll_interval_ms: u64,
+    /// Live (non-terminal) tasks this node runs at once; past it a task-augmented `tools/call`
+    /// gets `-32001` and creates nothing. Default 10000, at least 1.
     pub max_live_tasks: usize,
+    /// How often a shard leader deletes expired tasks, in ms (below 10 acts as 10). Default
+    /// 1000.
     pub expiry_sweep_interval_ms: u64,
+    /// Tasks per `tasks/list` page. Default 50, at least 1.
     pub list_page_size: usize,
+    /// Lifetime of a `tasks/list` cursor, in ms; an older one is refused with `-32602`.
+    /// Default 3600000 (1 h).
     pub cursor_ttl_ms: u64,
     /// How often a shard leader checks that every live task has its execution, ms.
     pub reconcile_interval_ms: u64,
@@ -192,21 +223,35 @@ pub struct TasksConfig {
     pub max_result_bytes: usize,
 }
 
+/// `[tools]`: which tools the node serves and how `tools/list` pages them.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolsConfig {
     /// Serve the built-in tools.
     pub builtin: bool,
+    /// Tools per `tools/list` page. Default 50, at least 1.
     pub page_size: usize,
 }
 
+/// `[raft]`: the Raft settings shared by every group on the node (task shards and the
+/// metadata group), and the size limits of snapshot transfers.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RaftConfig {
+    /// Interval of leader heartbeats, in ms. Default 100; must be below
+    /// `election_timeout_min_ms`.
     pub heartbeat_interval_ms: u64,
+    /// Lower bound of the randomised election timeout, in ms. Default 300; must exceed
+    /// `heartbeat_interval_ms`.
     pub election_timeout_min_ms: u64,
+    /// Upper bound of the randomised election timeout, in ms. Default 600; must exceed
+    /// `election_timeout_min_ms`.
     pub election_timeout_max_ms: u64,
+    /// A group builds a snapshot after this many entries were applied since the last one
+    /// (the log before it is then purged). Default 10000.
     pub snapshot_logs_since_last: u64,
+    /// Log entries already covered by a snapshot that are kept for followers lagging a little.
+    /// Default 1000.
     pub max_in_snapshot_log_to_keep: u64,
     /// Time for sending one snapshot chunk to a follower and for its final install, in ms.
     pub install_snapshot_timeout_ms: u64,
@@ -216,6 +261,7 @@ pub struct RaftConfig {
     pub max_snapshot_bytes: u64,
 }
 
+/// `[log]`: what the node logs and in which format.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
@@ -317,7 +363,9 @@ impl Default for LogConfig {
 /// Command-line overrides (highest precedence).
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
+    /// `--listen ADDR`: replaces `listen` when given.
     pub listen: Option<SocketAddr>,
+    /// `--data-dir DIR`: replaces `data_dir` when given.
     pub data_dir: Option<PathBuf>,
 }
 

@@ -466,6 +466,8 @@ async fn hand_over_leadership(cfg: &Config, shards: &[ShardReplica], meta: Optio
 }
 
 impl Config {
+    /// The task host's settings, taken from `[tasks]`: a TTL setting of 0 becomes `None` (no
+    /// default TTL, no cap); settings without a config key keep their [`HostConfig`] defaults.
     pub fn host_config(&self) -> HostConfig {
         let ms = |v: u64| (v > 0).then_some(v);
         HostConfig {
@@ -482,6 +484,9 @@ impl Config {
         }
     }
 
+    /// The gateway's settings, taken from `[http]`, `[auth]`, `[session]`, `[tasks]`, `[tools]`
+    /// and `[limits]`. `secret` is left empty (the caller sets it) and `stream_buffer` keeps its
+    /// default.
     pub fn gateway_config(&self) -> GatewayConfig {
         GatewayConfig {
             allowed_origins: self.http.allowed_origins.clone(),

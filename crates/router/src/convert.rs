@@ -4,6 +4,7 @@ use taskmesh_host::HostError;
 use taskmesh_rpc::v1;
 use taskmesh_task::{ClientCaps, Outcome, TaskRecord, TaskStatus, TaskView, ToolRequest};
 
+/// The wire form of a status.
 pub fn status_to_pb(s: TaskStatus) -> v1::TaskStatus {
     match s {
         TaskStatus::Working => v1::TaskStatus::Working,
@@ -14,6 +15,7 @@ pub fn status_to_pb(s: TaskStatus) -> v1::TaskStatus {
     }
 }
 
+/// A status from the wire; `None` for `Unspecified`.
 pub fn status_from_pb(s: v1::TaskStatus) -> Option<TaskStatus> {
     Some(match s {
         v1::TaskStatus::Working => TaskStatus::Working,
@@ -89,6 +91,8 @@ pub fn record_to_pb(r: TaskRecord) -> v1::TaskRecord {
     }
 }
 
+/// The wire form of a tool request; its strings move into it (no copy) and the client
+/// capabilities are always set.
 pub fn request_to_pb(r: ToolRequest) -> v1::ToolRequest {
     v1::ToolRequest {
         tool: r.tool,
@@ -101,6 +105,8 @@ pub fn request_to_pb(r: ToolRequest) -> v1::ToolRequest {
     }
 }
 
+/// A tool request from the wire; missing client capabilities read as neither
+/// elicitation nor sampling.
 pub fn request_from_pb(r: v1::ToolRequest) -> ToolRequest {
     let client = r.client.unwrap_or_default();
     ToolRequest {

@@ -131,7 +131,9 @@ impl ShardLeader for Host {
 /// Another node, as a shard's leader: its `TaskService` through `peers`.
 #[derive(Clone, Copy)]
 pub struct RemoteNode<'a> {
+    /// The channels to the other nodes that the calls go through.
     pub peers: &'a Peers,
+    /// Id of the node the calls go to (the one believed to lead the shard).
     pub id: u64,
 }
 

@@ -37,6 +37,7 @@ pub enum AddPeerError {
     /// A single-node router has no peers.
     #[error("a single-node router has no peers")]
     NotACluster,
+    /// The peer's gRPC address is not a usable `host:port`.
     #[error(transparent)]
     Address(#[from] PeerAddressError),
 }
@@ -66,6 +67,9 @@ const EVENT_BUFFER: usize = 8192;
 /// The least time one attempt at a remote leader gets.
 const MIN_ATTEMPT: Duration = Duration::from_millis(200);
 
+/// Sends each task operation to the leader of the task's shard: this node's [`Host`] when
+/// it leads the shard, else a peer over gRPC, retrying within the retry budget. Clones
+/// share the known leaders, the placement and the merged event stream.
 #[derive(Clone)]
 pub struct Router {
     host: Host,
@@ -134,10 +138,12 @@ impl Router {
         self.node_id
     }
 
+    /// This node's host: the task runtime of the shard replicas it holds.
     pub fn host(&self) -> &Host {
         &self.host
     }
 
+    /// The shard of `task_id` among the host's shards.
     pub fn shard_of(&self, task_id: &str) -> u32 {
         shard_of(task_id, self.shards)
     }
@@ -347,6 +353,8 @@ impl Router {
             .await
     }
 
+    /// Read `owner`'s task on its shard's leader. An empty id, or one longer than
+    /// [`MAX_TASK_ID_LEN`], is [`HostError::NotFound`] without asking any node.
     pub async fn get(&self, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
         Self::check_id(task_id)?;
         let shard = self.shard_of(task_id);
@@ -354,6 +362,8 @@ impl Router {
             .await
     }
 
+    /// Cancel `owner`'s task on its shard's leader and return the task as cancelled. Ids are
+    /// checked as by [`Router::get`].
     pub async fn cancel(&self, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
         Self::check_id(task_id)?;
         let shard = self.shard_of(task_id);
@@ -364,6 +374,8 @@ impl Router {
         .await
     }
 
+    /// Attach a `tasks/result` reader to `owner`'s task on its shard's leader, here or on a
+    /// peer. Ids are checked as by [`Router::get`].
     pub async fn attach(&self, task_id: &str, owner: &str) -> Result<Attachment, HostError> {
         Self::check_id(task_id)?;
         let shard = self.shard_of(task_id);

@@ -18,16 +18,20 @@ use crate::convert::{error_to_pb, error_to_status, record_to_pb, request_from_pb
 /// Resolves a node id to the MCP-independent gRPC address peers can reach it at.
 pub type AddressBook = Arc<dyn Fn(u64) -> Option<String> + Send + Sync>;
 
+/// The `TaskService` that other nodes' routers call, answered by this node's [`Host`];
+/// a `NotLeader` error names the leader's address from the [`AddressBook`].
 pub struct TaskGrpc {
     host: Host,
     book: AddressBook,
 }
 
 impl TaskGrpc {
+    /// A service answering from `host`, resolving leader hints to addresses through `book`.
     pub fn new(host: Host, book: AddressBook) -> Self {
         Self { host, book }
     }
 
+    /// The service as a tonic server, to add to a gRPC server.
     pub fn into_server(self) -> v1::task_service_server::TaskServiceServer<Self> {
         v1::task_service_server::TaskServiceServer::new(self)
     }

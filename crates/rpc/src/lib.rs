@@ -168,13 +168,18 @@ pub mod dial {
     /// A peer address that cannot be dialled.
     #[derive(Debug, thiserror::Error)]
     pub enum DialError {
+        /// The address is empty or only whitespace.
         #[error("empty peer address")]
         Empty,
+        /// The address has a scheme other than plain `http://`; holds the trimmed address.
         #[error("peer address {0:?}: only plain http:// is supported")]
         Scheme(String),
+        /// The address is not a valid URI.
         #[error("peer address {addr:?}")]
         Invalid {
+            /// The address as given, trimmed.
             addr: String,
+            /// The transport's reason for refusing it.
             #[source]
             source: tonic::transport::Error,
         },

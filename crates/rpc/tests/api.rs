@@ -1,6 +1,9 @@
 //! Wire-level checks of the generated API: prost round trips of the messages, and a tonic
 //! server and client talking over loopback.
 
+// A test binary: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
 use std::net::SocketAddr;
 
 use prost::Message;

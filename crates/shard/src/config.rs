@@ -4,6 +4,7 @@ use openraft::{Config, SnapshotPolicy};
 
 use crate::error::ShardError;
 
+/// The settings of this node's replica of one Raft group: a task shard or the metadata group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardConfig {
     /// The logical shard this group replicates.
@@ -12,8 +13,13 @@ pub struct ShardConfig {
     pub node_id: u64,
     /// The address other members reach this node at; recorded in the group's membership.
     pub node_addr: String,
+    /// Interval of leader heartbeats, in ms. Default 100; must be below
+    /// `election_timeout_min_ms` or [`ShardConfig::raft_config`] refuses the settings.
     pub heartbeat_interval_ms: u64,
+    /// Lower bound of the randomised election timeout, in ms. Default 300.
     pub election_timeout_min_ms: u64,
+    /// Upper bound of the randomised election timeout, in ms (also how long the leader lease
+    /// lasts). Default 600; must exceed `election_timeout_min_ms`.
     pub election_timeout_max_ms: u64,
     /// Build a snapshot after this many entries were applied since the last one.
     pub snapshot_logs_since_last: u64,

@@ -11,12 +11,17 @@ use crate::group::{Group, GroupState};
 /// The cause of a storage failure, shared by every waiter the failure is reported to.
 pub type StorageCause = Arc<dyn std::error::Error + Send + Sync + 'static>;
 
+/// Why a shard replica could not do what it was asked; [`ShardError::retryable`] tells whether
+/// the same request may succeed later.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ShardError {
     /// This replica is not the leader of its group; `leader_hint` is the leader it knows of.
     /// Nothing changed; the request may be retried at the leader.
     #[error("not the shard leader (leader hint: {leader_hint:?})")]
-    NotLeader { leader_hint: Option<u64> },
+    NotLeader {
+        /// Node id of the leader this replica knows of; `None` when it knows of none.
+        leader_hint: Option<u64>,
+    },
     /// The group cannot serve the request now (no quorum, timed out, shutting down, ...).
     /// Nothing changed (or, for a proposal that may still commit, the message says so); the
     /// request may be retried.

@@ -12,9 +12,19 @@ use taskmesh_task::TaskRecord;
 #[derive(Clone, Debug)]
 pub enum ShardEvent {
     /// A record was created or changed by an applied command.
-    Changed { index: u64, record: TaskRecord },
+    Changed {
+        /// Log index of the entry whose apply made the change.
+        index: u64,
+        /// The record as it is after the change.
+        record: TaskRecord,
+    },
     /// Records deleted by expiry.
-    Expired { index: u64, task_ids: Vec<String> },
+    Expired {
+        /// Log index of the `Expire` entry that deleted them.
+        index: u64,
+        /// Ids of the deleted records; never empty.
+        task_ids: Vec<String>,
+    },
 }
 
 /// This replica's view of its group's leadership.

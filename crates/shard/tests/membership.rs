@@ -1,6 +1,9 @@
 //! The membership side of a replica without peers: bootstrapping with an explicit member list,
 //! member addresses and their watch, and the leader-only hand-over calls.
 
+// A test binary: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -1,6 +1,9 @@
 //! End-to-end behaviour of a single-voter shard replica over a real sled database: proposing,
 //! reading, restarting, snapshots, events and durability of acknowledged proposals.
 
+// A test binary: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 use std::time::Duration;
 

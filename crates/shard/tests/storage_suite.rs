@@ -1,5 +1,8 @@
 //! Runs openraft's own storage conformance suite against the sled log store and state machine.
 
+// A test binary: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
 use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::type_config::TypeConfigExt;
 use openraft::StorageError;

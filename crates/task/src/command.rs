@@ -4,44 +4,73 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Outcome, TaskId, TaskRecord, TaskStatus};
 
+/// A change to a shard's task records: what the shard's Raft log carries, applied by
+/// [`crate::ShardState::apply`]. Times are the proposer's clock, in ms since the Unix epoch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Command {
     /// Create a task. Idempotent by task id: a retry returns the existing record unchanged.
-    Create { record: TaskRecord },
+    Create {
+        /// The new record; it must be `working`. Its `updated_index` is set to the entry's log
+        /// index and its `outcome` cleared when applied.
+        record: TaskRecord,
+    },
     /// A non-terminal status change decided by the execution of `term`
     /// (`working` <-> `input_required`, or a new status message).
     SetStatus {
+        /// The task to change.
         task_id: TaskId,
+        /// Execution term of the proposer; rejected if older than the record's `exec_term`.
         term: u64,
+        /// The new status: `working` or `input_required` (a terminal one is rejected).
         status: TaskStatus,
+        /// The new status message; `None` clears it.
         message: Option<String>,
+        /// When the change was decided; `last_updated_at_ms` never moves back before it.
         at_ms: u64,
     },
     /// The execution of `term` finished: `completed` or `failed` with its outcome.
     Finish {
+        /// The task that finished.
         task_id: TaskId,
+        /// Execution term of the proposer; rejected if older than the record's `exec_term`.
         term: u64,
+        /// `completed` or `failed`; any other status is rejected.
         status: TaskStatus,
+        /// The final status message; `None` clears it.
         message: Option<String>,
+        /// What the execution produced, kept for `tasks/result`.
         outcome: Outcome,
+        /// When the execution finished; `last_updated_at_ms` never moves back before it.
         at_ms: u64,
     },
     /// `tasks/cancel`: becomes `cancelled` unless already terminal.
     Cancel {
+        /// The task to cancel.
         task_id: TaskId,
+        /// The status message the cancelled task shows.
         message: String,
+        /// When the cancel was requested; `last_updated_at_ms` never moves back before it.
         at_ms: u64,
     },
     /// A leader of `term` restarts the execution of a live task (resume policy `rerun`).
     Resume {
+        /// The live task whose execution restarts.
         task_id: TaskId,
+        /// The new leader's term; becomes the record's `exec_term`. Rejected if older than it.
         term: u64,
+        /// The status message set with the return to `working`; `None` clears it.
         message: Option<String>,
+        /// When the restart was decided; `last_updated_at_ms` never moves back before it.
         at_ms: u64,
     },
     /// Delete the listed tasks whose TTL has run out at `now_ms`.
-    Expire { task_ids: Vec<TaskId>, now_ms: u64 },
+    Expire {
+        /// Candidates for deletion; those missing or not expired at `now_ms` are left alone.
+        task_ids: Vec<TaskId>,
+        /// The instant the TTLs are checked against, in ms since the Unix epoch.
+        now_ms: u64,
+    },
 }
 
 impl Command {
@@ -61,12 +90,23 @@ impl Command {
 /// Why a command changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum Rejection {
+    /// No record has the command's task id (never created, or already expired and deleted).
     #[error("task not found")]
     NotFound,
+    /// The record is already in the given terminal status, which never changes.
     #[error("task is already in terminal status '{0}'")]
     Terminal(TaskStatus),
+    /// The command was proposed under a term older than the record's `exec_term`: a newer
+    /// execution has taken over the task.
     #[error("proposed under term {proposed}, but the execution belongs to term {current}")]
-    StaleTerm { proposed: u64, current: u64 },
+    StaleTerm {
+        /// The term the command was proposed under.
+        proposed: u64,
+        /// The record's `exec_term`.
+        current: u64,
+    },
+    /// The lifecycle does not allow the change (a create not in `working`, a terminal status
+    /// through `SetStatus`, a `Finish` that is neither `completed` nor `failed`).
     #[error("invalid transition: {0}")]
     Invalid(String),
 }
@@ -75,13 +115,24 @@ pub enum Rejection {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Applied {
     /// A new record, or the existing one for a repeated create (`fresh == false`).
-    Created { record: TaskRecord, fresh: bool },
+    Created {
+        /// The stored record: the new one, or the existing one unchanged.
+        record: TaskRecord,
+        /// Whether this command created the record.
+        fresh: bool,
+    },
     /// The record after the change.
-    Updated { record: TaskRecord },
+    Updated {
+        /// The changed record, its `updated_index` set to the entry's log index.
+        record: TaskRecord,
+    },
     /// Nothing changed.
     Rejected(Rejection),
     /// These ids were deleted.
-    Expired { task_ids: Vec<TaskId> },
+    Expired {
+        /// Ids of the records deleted: those of the command that were present and expired.
+        task_ids: Vec<TaskId>,
+    },
 }
 
 /// How a command appears in log lines: its operation and task id, never its payload.

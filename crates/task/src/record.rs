@@ -10,11 +10,17 @@ use crate::{TaskId, TaskStatus};
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Outcome {
     /// A successful JSON-RPC result (a `CallToolResult`), as JSON text.
-    Result { json: String },
+    Result {
+        /// The result object serialised as JSON, exactly as it was produced.
+        json: String,
+    },
     /// A JSON-RPC error of the underlying request; `data_json` is the error's `data` as JSON.
     Error {
+        /// The JSON-RPC error code.
         code: i64,
+        /// The error's message.
         message: String,
+        /// The error's `data` as JSON text; `None` when the error carries no `data`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         data_json: Option<String>,
     },
@@ -23,6 +29,7 @@ pub enum Outcome {
 /// The original `tools/call`, kept so that an execution can be re-run after a failover.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolRequest {
+    /// Name of the called tool; an execution started again after a failover looks it up by it.
     pub tool: String,
     /// The `arguments` object as JSON text.
     pub arguments_json: String,
@@ -37,29 +44,41 @@ pub struct ToolRequest {
 /// The client capabilities a task's execution may rely on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientCaps {
+    /// The client's session declared elicitation support (`elicitation/create` may be sent).
     #[serde(default)]
     pub elicitation: bool,
+    /// The client's session declared sampling support (`sampling/createMessage` may be sent).
     #[serde(default)]
     pub sampling: bool,
 }
 
+/// The durable form of a task: what its shard's state machine, log and snapshots hold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskRecord {
+    /// Task id, unique within the cluster; its [`crate::stable_hash`] picks the task's shard.
     pub task_id: TaskId,
     /// The authorization context (principal) the task is bound to.
     pub owner: String,
     /// The MCP session that created it, for status notifications on that session's streams.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// Current lifecycle status; once terminal it never changes.
     pub status: TaskStatus,
+    /// Human-readable text about the current status (MCP `statusMessage`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_message: Option<String>,
+    /// When the task was created, in ms since the Unix epoch; the TTL counts from here.
     pub created_at_ms: u64,
+    /// When the task last changed, in ms since the Unix epoch; it never moves backwards.
     pub last_updated_at_ms: u64,
     /// Retention from `created_at_ms`; `None` = unlimited.
     pub ttl_ms: Option<u64>,
+    /// Polling interval suggested to clients (MCP `pollInterval`), in ms; fixed at creation.
     pub poll_interval_ms: u64,
+    /// The original tool call, to run the execution again after a failover.
     pub request: ToolRequest,
+    /// What the tool call produced; set only by a `Finish` (`completed` or `failed`), so `None`
+    /// while the task is live and for a cancelled task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
     /// The Raft term under which the current execution was started. State changes proposed by
@@ -87,15 +106,25 @@ impl TaskRecord {
 /// `tasks/result`, the log and snapshots need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskView {
+    /// Task id, unique within the cluster.
     pub task_id: TaskId,
+    /// The principal the task is bound to; only it may see the task.
     pub owner: String,
+    /// The MCP session that created the task, which its status notifications go to.
     pub session: Option<String>,
+    /// Current lifecycle status.
     pub status: TaskStatus,
+    /// Human-readable text about the current status (MCP `statusMessage`), if any.
     pub status_message: Option<String>,
+    /// When the task was created, in ms since the Unix epoch.
     pub created_at_ms: u64,
+    /// When the task last changed, in ms since the Unix epoch.
     pub last_updated_at_ms: u64,
+    /// Retention from `created_at_ms`, in ms; `None` = unlimited.
     pub ttl_ms: Option<u64>,
+    /// Polling interval suggested to clients (MCP `pollInterval`), in ms.
     pub poll_interval_ms: u64,
+    /// Log index of the record's last change; a larger one is a later state of the task.
     pub updated_index: u64,
 }
 

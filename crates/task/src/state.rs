@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::{Applied, Command, Rejection, TaskId, TaskRecord, TaskStatus};
 
+/// The task records of one shard, indexed by owner, expiry and liveness.
 #[derive(Debug, Default, Clone)]
 pub struct ShardState {
     tasks: HashMap<TaskId, TaskRecord>,
@@ -18,6 +19,7 @@ pub struct ShardState {
 }
 
 impl ShardState {
+    /// A state without records.
     pub fn new() -> Self {
         Self::default()
     }
@@ -31,18 +33,23 @@ impl ShardState {
         s
     }
 
+    /// How many records the shard holds, terminal ones and expired ones not yet swept included.
     pub fn len(&self) -> usize {
         self.tasks.len()
     }
 
+    /// Whether the shard holds no record.
     pub fn is_empty(&self) -> bool {
         self.tasks.is_empty()
     }
 
+    /// The record of `task_id`, if held; its TTL is not checked (an expired record not yet
+    /// swept is returned).
     pub fn get(&self, task_id: &str) -> Option<&TaskRecord> {
         self.tasks.get(task_id)
     }
 
+    /// Every record held, in no particular order.
     pub fn records(&self) -> impl Iterator<Item = &TaskRecord> {
         self.tasks.values()
     }

@@ -9,17 +9,25 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Where a task is in its lifecycle; serialised in snake case (`input_required`), as in MCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
+    /// The execution is running. Every task starts here; a resumed one returns here.
     Working,
+    /// The execution waits for the client to answer a request it sent (e.g. an elicitation).
     InputRequired,
+    /// Terminal: the tool call succeeded; the outcome holds its result.
     Completed,
+    /// Terminal: the tool call failed (an error, or a result with `isError`) or could not run to
+    /// its end; the outcome says why.
     Failed,
+    /// Terminal: `tasks/cancel` stopped the task before it ended.
     Cancelled,
 }
 
 impl TaskStatus {
+    /// Every status, non-terminal ones first.
     pub const ALL: [TaskStatus; 5] = [
         TaskStatus::Working,
         TaskStatus::InputRequired,
@@ -36,6 +44,7 @@ impl TaskStatus {
         )
     }
 
+    /// The MCP name of the status (`working`, `input_required`, ...), also its serde form.
     pub fn as_str(self) -> &'static str {
         match self {
             TaskStatus::Working => "working",

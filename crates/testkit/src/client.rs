@@ -12,12 +12,16 @@ use crate::{Sse, V};
 
 /// A raw HTTP answer.
 pub struct Raw {
+    /// The HTTP status code.
     pub status: u16,
+    /// The response headers.
     pub headers: reqwest::header::HeaderMap,
+    /// The whole body as text (empty when it could not be read).
     pub body: String,
 }
 
 impl Raw {
+    /// The body parsed as JSON; panics, showing the body, when it is not JSON.
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
@@ -26,22 +30,29 @@ impl Raw {
 /// An MCP client over Streamable HTTP.
 #[derive(Clone)]
 pub struct Client {
+    /// The HTTP client the requests go through.
     pub http: reqwest::Client,
+    /// The MCP endpoint: requests are POSTed to it and the GET stream is opened on it.
     pub url: String,
+    /// The `mcp-session-id` sent with every request; `None` until [`Client::connect`] sets it.
     pub session: Option<String>,
+    /// Protocol version sent in `initialize` and, with a session, as `mcp-protocol-version`.
     pub version: String,
+    /// Bearer token sent as `authorization` when set.
     pub token: Option<String>,
     next_id: Arc<std::sync::atomic::AtomicI64>,
 }
 
+/// An HTTP client whose requests time out after 60 s; panics if it cannot be built.
 pub fn http() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
         .build()
-        .unwrap()
+        .expect("HTTP client builds")
 }
 
 impl Client {
+    /// A client of `url` with no session and no token, speaking [`V`]; contacts nothing.
     pub fn new(url: &str) -> Client {
         Client {
             http: http(),
@@ -53,6 +64,7 @@ impl Client {
         }
     }
 
+    /// The same client, sending `token` as its bearer token.
     pub fn with_token(mut self, token: &str) -> Client {
         self.token = Some(token.to_string());
         self
@@ -78,7 +90,7 @@ impl Client {
             .get("mcp-session-id")
             .expect("session id")
             .to_str()
-            .unwrap()
+            .expect("mcp-session-id header is visible ASCII")
             .to_string();
         c.session = Some(sid);
         let n = c
@@ -91,6 +103,8 @@ impl Client {
         c
     }
 
+    /// A session on `url` without a token, speaking [`V`] and declaring the elicitation and
+    /// sampling capabilities.
     pub async fn new_session(url: &str) -> Client {
         Client::connect(url, None, V, json!({"elicitation":{},"sampling":{}})).await
     }
@@ -167,6 +181,7 @@ impl Client {
         }
     }
 
+    /// The next JSON-RPC request id (counting from 1, shared by clones of this client).
     pub fn id(&self) -> i64 {
         self.next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -182,10 +197,14 @@ impl Client {
         let ct = r
             .headers()
             .get("content-type")
-            .map(|v| v.to_str().unwrap().to_string())
+            .map(|v| {
+                v.to_str()
+                    .expect("content-type header is visible ASCII")
+                    .to_string()
+            })
             .unwrap_or_default();
         if ct.starts_with("application/json") {
-            return (r.json().await.unwrap(), vec![]);
+            return (r.json().await.expect("response is JSON"), vec![]);
         }
         assert!(ct.starts_with("text/event-stream"), "content-type {ct}");
         let mut sse = Sse::new(r);
@@ -201,6 +220,8 @@ impl Client {
         panic!("{method}: stream ended without a response; got {before:?}");
     }
 
+    /// Call a method; the JSON-RPC response object (with `result` or `error`). Panics as
+    /// [`Client::call_full`] does.
     pub async fn call(&self, method: &str, params: Value) -> Value {
         self.call_full(method, params).await.0
     }
@@ -230,13 +251,18 @@ impl Client {
                 json!({"name": tool, "arguments": args, "task": {}}),
             )
             .await;
-        r["task"]["taskId"].as_str().unwrap().to_string()
+        r["task"]["taskId"]
+            .as_str()
+            .expect("tools/call result has a task.taskId string")
+            .to_string()
     }
 
+    /// The `status` of task `task_id` from `tasks/get`; panics if the call fails or the
+    /// answer has no status.
     pub async fn status(&self, task_id: &str) -> String {
         self.ok("tasks/get", json!({"taskId": task_id})).await["status"]
             .as_str()
-            .unwrap()
+            .expect("tasks/get result has a status string")
             .to_string()
     }
 

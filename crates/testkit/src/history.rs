@@ -15,6 +15,7 @@ pub struct History {
     seen: std::collections::HashMap<String, Vec<(Instant, Instant, Value)>>,
 }
 
+/// Whether the task `t` is `completed`, `failed` or `cancelled` (false without a status).
 pub fn is_terminal(t: &Value) -> bool {
     ["completed", "failed", "cancelled"].contains(&t["status"].as_str().unwrap_or(""))
 }
@@ -39,6 +40,7 @@ impl History {
         got
     }
 
+    /// Record that a poll of `id` started at `start`, ended at `end` and saw `task`.
     pub fn observe(&mut self, id: &str, start: Instant, end: Instant, task: &Value) {
         self.seen
             .entry(id.to_string())
@@ -46,6 +48,9 @@ impl History {
             .push((start, end, task.clone()));
     }
 
+    /// Check every pair of polls of a task where the second started after the first ended:
+    /// a terminal task is unchanged and `lastUpdatedAt` (compared as text) never goes back.
+    /// Panics on a violation; returns how many pairs were checked.
     pub fn check(&self) -> usize {
         let mut pairs = 0;
         for (id, obs) in &self.seen {

@@ -25,7 +25,11 @@ enum Subcommand {
 /// A running server process. Dropping it kills the process.
 pub struct Server {
     child: Option<Child>,
+    /// The URL from the process's `listening on http://...` log line; set again at each
+    /// start, as the port may change.
     pub url: String,
+    /// The temporary directory of this server: its `taskmesh.toml` and, under `data`, its
+    /// data. Kept across restarts.
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
     /// The `taskmesh` executable (the test's `env!("CARGO_BIN_EXE_taskmesh")`).
@@ -34,6 +38,7 @@ pub struct Server {
     subcommand: Subcommand,
     /// Run inside this network namespace (`ip netns exec`), listening on `listen`.
     netns: Option<(String, String)>,
+    /// Every line the process wrote to stderr, across restarts, in order.
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
@@ -158,14 +163,18 @@ impl Server {
                         let _ = tx.send(url);
                     }
                 }
-                log.lock().unwrap().push(line);
+                log.lock().expect("server log mutex poisoned").push(line);
             }
         });
         self.child = Some(child);
         match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(url) => self.url = url,
             Err(_) => {
-                let log = self.log.lock().unwrap().join("\n");
+                let log = self
+                    .log
+                    .lock()
+                    .expect("server log mutex poisoned")
+                    .join("\n");
                 panic!("server did not start:\n{log}");
             }
         }
@@ -177,6 +186,8 @@ impl Server {
         self.spawn();
     }
 
+    /// Kill the process (SIGKILL) and reap it; does nothing when it is not running. The
+    /// data directory stays.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -228,15 +239,22 @@ impl Server {
         false
     }
 
+    /// Stop the process with SIGTERM, then start it again on the same data directory;
+    /// panics if it was not running or did not exit successfully within about 15 s.
     pub fn restart(&mut self) {
         assert!(self.terminate(), "graceful stop failed");
         self.spawn();
     }
 
+    /// The stderr lines of the process so far, joined with newlines.
     pub fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
+        self.log
+            .lock()
+            .expect("server log mutex poisoned")
+            .join("\n")
     }
 
+    /// The server's temporary directory, [`Server::dir`].
     pub fn data_dir(&self) -> &Path {
         &self.dir
     }

@@ -11,15 +11,22 @@ use serde_json::Value;
 pub struct Sse {
     stream: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
     buf: String,
+    /// The answer's `content-type` (empty when absent); an `application/json` answer is read
+    /// as a single message.
     pub content_type: String,
 }
 
 impl Sse {
+    /// A reader of the body of `r`; panics if its `content-type` is not visible ASCII.
     pub fn new(r: reqwest::Response) -> Sse {
         let content_type = r
             .headers()
             .get("content-type")
-            .map(|v| v.to_str().unwrap().to_string())
+            .map(|v| {
+                v.to_str()
+                    .expect("content-type header is visible ASCII")
+                    .to_string()
+            })
             .unwrap_or_default();
         Sse {
             stream: r.bytes_stream().boxed(),

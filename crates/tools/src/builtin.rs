@@ -50,6 +50,7 @@ impl Tool for Builtin {
     }
 }
 
+/// Every built-in tool, in the order of the table above.
 pub fn all() -> Vec<Arc<dyn Tool>> {
     [
         greet(),
@@ -110,6 +111,7 @@ fn cancelled() -> ErrorObject {
     )
 }
 
+/// `greet {name}`: answers at once with `Hello, {name}!`; never runs as a task.
 pub fn greet() -> Builtin {
     Builtin {
         spec: ToolSpec {
@@ -128,6 +130,9 @@ pub fn greet() -> Builtin {
     }
 }
 
+/// `slow_compute {seconds, label?}`: works `seconds` seconds (0 to
+/// [`SLOW_COMPUTE_MAX_SECONDS`]), reporting progress about every second when the call has a
+/// progress token, then answers with the label and the seconds. Stops when cancelled.
 pub fn slow_compute() -> Builtin {
     Builtin {
         spec: ToolSpec {
@@ -199,6 +204,8 @@ async fn run_slow_compute(seconds: f64, label: String, ctx: ToolContext) -> Tool
     ))
 }
 
+/// `failing_job {}`: after about one second answers with a tool error (`isError: true`);
+/// task only.
 pub fn failing_job() -> Builtin {
     Builtin {
         spec: ToolSpec {
@@ -225,6 +232,7 @@ pub fn failing_job() -> Builtin {
     }
 }
 
+/// `protocol_error_job {}`: fails at once with JSON-RPC error `-32603`.
 pub fn protocol_error_job() -> Builtin {
     Builtin {
         spec: ToolSpec {
@@ -282,6 +290,9 @@ async fn elicit(
     }
 }
 
+/// `confirm_delete {filename}`: asks the user to confirm (`elicitation/create`), then says
+/// whether it deleted the file (it touches no file). Task only; needs the client's
+/// `elicitation` capability; not rerun after a failover.
 pub fn confirm_delete() -> Builtin {
     Builtin {
         spec: ToolSpec {
@@ -318,6 +329,9 @@ pub fn confirm_delete() -> Builtin {
     }
 }
 
+/// `multi_input {}`: asks two questions (`elicitation/create`: a name, then a colour) and
+/// answers with both, or with a tool error when one was declined. Task only; needs the
+/// client's `elicitation` capability; not rerun after a failover.
 pub fn multi_input() -> Builtin {
     Builtin {
         spec: ToolSpec {
@@ -352,6 +366,9 @@ pub fn multi_input() -> Builtin {
     }
 }
 
+/// `ask_model {prompt}`: sends `prompt` to the client's model (`sampling/createMessage`,
+/// at most 256 tokens) and answers with its text. Task only; needs the client's `sampling`
+/// capability.
 pub fn ask_model() -> Builtin {
     Builtin {
         spec: ToolSpec {

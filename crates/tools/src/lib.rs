@@ -28,6 +28,7 @@ pub enum ResumePolicy {
 }
 
 impl ResumePolicy {
+    /// The policy's name, as it also serialises: `rerun` or `fail`.
     pub fn as_str(self) -> &'static str {
         match self {
             ResumePolicy::Rerun => "rerun",
@@ -36,13 +37,22 @@ impl ResumePolicy {
     }
 }
 
+/// What a tool declares about itself: its `tools/list` entry, whether it runs as a task and
+/// what becomes of its task when the execution is lost.
 #[derive(Debug, Clone)]
 pub struct ToolSpec {
+    /// The name the tool is listed and called by (`name`); unique in a registry.
     pub name: &'static str,
+    /// Display name for people (`title`).
     pub title: &'static str,
+    /// What the tool does (`description`).
     pub description: &'static str,
+    /// JSON Schema of the call's `arguments` (`inputSchema`).
     pub input_schema: Value,
+    /// Whether the tool may, must or must not be called as a task (`execution.taskSupport`).
     pub task_support: TaskSupport,
+    /// What becomes of a task of this tool whose execution was lost to a node restart or a
+    /// failover.
     pub resume: ResumePolicy,
 }
 
@@ -73,9 +83,14 @@ pub trait ToolIo: Send + Sync {
     fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult>;
 }
 
+/// What a running tool gets besides its arguments: cancellation, the side channel to its
+/// client and what that client declared it can answer.
 #[derive(Clone)]
 pub struct ToolContext {
+    /// Cancelled when the call or task is cancelled or its execution stops; the tool should
+    /// then return.
     pub cancel: CancellationToken,
+    /// The side channel to the client: progress and requests.
     pub io: Arc<dyn ToolIo>,
     /// Whether the caller supplied a progress token.
     pub has_progress_token: bool,
@@ -85,10 +100,14 @@ pub struct ToolContext {
     pub client_sampling: bool,
 }
 
+/// A tool that `tools/call` can run, as a task or as a plain call.
 pub trait Tool: Send + Sync {
+    /// The tool's declaration.
     fn spec(&self) -> &ToolSpec;
     /// Check the arguments before anything is created; errors are `-32602` naming the argument.
     fn validate(&self, args: &serde_json::Map<String, Value>) -> Result<(), ErrorObject>;
+    /// Run the tool on arguments that passed [`Tool::validate`]: a `CallToolResult` or a JSON-RPC
+    /// error, which for a task becomes its outcome.
     fn call(
         &self,
         args: serde_json::Map<String, Value>,
@@ -104,10 +123,12 @@ pub struct ToolRegistry {
 }
 
 impl ToolRegistry {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// A registry of the built-in tools, in the order of [`builtin::all`].
     pub fn with_builtins() -> Self {
         let mut r = Self::new();
         for t in builtin::all() {
@@ -116,6 +137,8 @@ impl ToolRegistry {
         r
     }
 
+    /// Add `tool`; one registered earlier under the same name is replaced, keeping its place in
+    /// the order.
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
         let name = tool.spec().name;
         if self.by_name.insert(name, tool.clone()).is_none() {
@@ -125,18 +148,22 @@ impl ToolRegistry {
         }
     }
 
+    /// The tool named `name`, if registered.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.by_name.get(name)
     }
 
+    /// Every registered tool, in registration order (the order of `tools/list`).
     pub fn all(&self) -> &[Arc<dyn Tool>] {
         &self.order
     }
 
+    /// How many tools are registered.
     pub fn len(&self) -> usize {
         self.order.len()
     }
 
+    /// Whether no tool is registered.
     pub fn is_empty(&self) -> bool {
         self.order.is_empty()
     }

@@ -114,6 +114,7 @@ impl PeerChannels {
         self.inner.peers.read().len()
     }
 
+    /// Whether the pool holds channels to no peer node.
     pub fn is_empty(&self) -> bool {
         self.inner.peers.read().is_empty()
     }

@@ -87,6 +87,7 @@ impl GrpcNetwork {
         *self.members.write() = Some(members);
     }
 
+    /// The id of the group (shard) whose messages this network carries.
     pub fn shard(&self) -> u32 {
         self.shard
     }

@@ -120,6 +120,7 @@ pub struct ReplicaRegistry {
 }
 
 impl ReplicaRegistry {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
@@ -147,10 +148,12 @@ impl ReplicaRegistry {
         ids
     }
 
+    /// How many groups are registered.
     pub fn len(&self) -> usize {
         self.groups.read().len()
     }
 
+    /// Whether no group is registered.
     pub fn is_empty(&self) -> bool {
         self.groups.read().is_empty()
     }

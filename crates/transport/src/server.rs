@@ -61,6 +61,7 @@ impl RaftService {
         self
     }
 
+    /// The id of the node this service delivers for, as given to [`RaftService::new`].
     pub fn node_id(&self) -> u64 {
         self.node_id
     }

@@ -29,6 +29,8 @@ use crate::Gateway;
 
 /// Who is asking, in which session.
 pub struct Cx {
+    /// Principal of the caller, from its bearer token (`anonymous` when authentication is off).
+    /// The session must belong to it, and the tasks it creates are owned by it.
     pub principal: String,
     /// (session id, its claims); `None` only for `initialize`.
     pub session: Option<(String, SessionClaims)>,
@@ -60,12 +62,20 @@ pub enum Reply {
     /// One JSON-RPC response, as `application/json`.
     Json(Vec<u8>),
     /// A JSON-RPC response to `initialize`, with the new session id for the header.
-    Initialized { body: Vec<u8>, session_id: String },
+    Initialized {
+        /// The serialised JSON-RPC response.
+        body: Vec<u8>,
+        /// The signed session id minted for it, sent in the `Mcp-Session-Id` header.
+        session_id: String,
+    },
     /// JSON-RPC messages as `text/event-stream`; the last one is the response. With
     /// `json_if_alone`, the transport waits for the first message and answers
     /// `application/json` when that first message is already the response.
     Stream {
+        /// The messages to send, serialised, in order; the stream ends when the sender is dropped.
         rx: mpsc::Receiver<Arc<Vec<u8>>>,
+        /// Answer `application/json` when the first message is already the response (set for a
+        /// plain call without a progress token to a tool that is not task-required).
         json_if_alone: bool,
     },
     /// HTTP 202, no body (notifications and client responses).
@@ -94,6 +104,9 @@ fn answer(id: &RequestId, r: Result<Value, ErrorObject>) -> Vec<u8> {
     }
 }
 
+/// Answer one JSON-RPC request: `params` must be an object, null or absent (else `-32602`),
+/// then the method runs. An unknown method gets `-32601`, and so do `tasks/*` in a session
+/// without tasks and `tasks/list` when authentication is off.
 pub async fn request(
     gw: &Arc<Gateway>,
     cx: &Cx,
@@ -121,6 +134,8 @@ pub async fn request(
     typed(&id, result)
 }
 
+/// Take a client notification; always HTTP 202. `notifications/cancelled` cancels the plain
+/// request or pending `tasks/result` read its `requestId` names; others are ignored.
 pub fn notification(gw: &Arc<Gateway>, cx: &Cx, method: &str, params: Option<Value>) -> Reply {
     if method == "notifications/cancelled" {
         // Cancels a plain request or a pending tasks/result read; never a task.

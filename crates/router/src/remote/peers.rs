@@ -31,8 +31,11 @@ const ATTACH_BUFFER: usize = 64;
 #[derive(Debug, thiserror::Error)]
 #[error("the gRPC address {addr:?} of node {id} is not usable")]
 pub struct PeerAddressError {
+    /// The node the address was given for.
     pub id: u64,
+    /// The address as it was given.
     pub addr: String,
+    /// Why the address cannot be dialled.
     #[source]
     pub source: taskmesh_rpc::dial::DialError,
 }
@@ -101,6 +104,7 @@ impl Peers {
         self.gets.lock().remove(&id);
     }
 
+    /// The ids of the nodes that have an address here, in ascending order.
     pub fn ids(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self.clients.read().keys().copied().collect();
         ids.sort_unstable();
@@ -117,6 +121,8 @@ impl Peers {
 }
 
 impl Peers {
+    /// Create a task on node `id`, the leader of `shard`. The node's error comes back as the
+    /// matching [`HostError`]; an unknown node is [`HostError::Unavailable`].
     pub async fn create(&self, id: u64, shard: u32, new: &NewTask) -> Result<Created, HostError> {
         let req = v1::CreateTaskRequest {
             shard,
@@ -199,6 +205,8 @@ impl Peers {
             .unwrap_or_else(|_| Err(HostError::Unavailable("the read was dropped".into())))
     }
 
+    /// Cancel `owner`'s task on node `id`, the leader of `shard`; the task as the node
+    /// answers it.
     pub async fn cancel(
         &self,
         id: u64,
@@ -219,6 +227,9 @@ impl Peers {
         view_of(r.into_inner().task)
     }
 
+    /// One page of `owner`'s tasks of `shard` from node `id`: those after task id `after`
+    /// when given, at most `limit` (the node also caps it at
+    /// [`MAX_LIST_PAGE`](crate::service::MAX_LIST_PAGE)).
     pub async fn list(
         &self,
         id: u64,
@@ -308,6 +319,8 @@ impl Peers {
         })
     }
 
+    /// Hand a client's answer to request `request_id` (sent as a JSON-RPC response or error
+    /// with that string id) to the task on node `id`; whether a live task there took it.
     pub async fn deliver_response(
         &self,
         id: u64,

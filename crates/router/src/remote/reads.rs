@@ -27,7 +27,11 @@ pub const MAX_GET_BATCH: usize = 4096;
 /// batches to one node under way at once.
 #[derive(Debug, Clone, Copy)]
 pub struct GetBatching {
+    /// Most reads in one batch; 128 by default (kept within 1 ..= [`MAX_GET_BATCH`] once set
+    /// through [`Peers::with_get_batching`](super::Peers::with_get_batching)).
     pub max_items: usize,
+    /// Most batches under way to one node at once; 2 by default (at least 1 once set through
+    /// [`Peers::with_get_batching`](super::Peers::with_get_batching)).
     pub in_flight: usize,
 }
 

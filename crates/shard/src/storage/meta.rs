@@ -16,8 +16,11 @@ const KEY_CLUSTER: &[u8] = b"meta/cluster";
 /// What the metadata group's snapshot holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MetaSnapshot {
+    /// Log id of the last entry the snapshot covers; `None` when none was applied yet.
     pub last_applied: Option<LogId>,
+    /// The group's Raft membership as of `last_applied`.
     pub membership: StoredMembership,
+    /// The cluster metadata as of `last_applied`.
     #[serde(default)]
     pub cluster: ClusterMeta,
 }

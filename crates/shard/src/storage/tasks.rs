@@ -23,7 +23,9 @@ fn rec_key(task_id: &str) -> Vec<u8> {
 /// What a task shard's snapshot holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskSnapshot {
+    /// Log id of the last entry the snapshot covers; `None` when none was applied yet.
     pub last_applied: Option<LogId>,
+    /// The shard group's Raft membership as of `last_applied`.
     pub membership: StoredMembership,
     /// Every record, in task id order.
     #[serde(default)]
