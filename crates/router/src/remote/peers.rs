@@ -5,6 +5,7 @@
 //! node's channel; `get` joins the node's queue of forwarded reads (see `reads`).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -118,6 +119,26 @@ impl Peers {
             .map(|(_, c)| c.clone())
             .ok_or_else(|| HostError::Unavailable(format!("unknown node {id}")))
     }
+
+    /// One request to node `id` about `shard`: `rpc` is the client method to call. The
+    /// request carries the current trace id, and a failure comes back as the [`HostError`]
+    /// the node answered with (see [`error_from_status`]).
+    async fn call<Req, Resp, F, Fut>(
+        &self,
+        id: u64,
+        shard: u32,
+        req: Req,
+        rpc: F,
+    ) -> Result<Resp, HostError>
+    where
+        F: FnOnce(TaskServiceClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        rpc(self.client(id)?, trace::request(req))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| error_from_status(shard, &s))
+    }
 }
 
 impl Peers {
@@ -141,11 +162,13 @@ impl Peers {
             }),
         };
         let r = self
-            .client(id)?
-            .create_task(trace::request(req))
-            .await
-            .map_err(|s| error_from_status(shard, &s))?
-            .into_inner();
+            .call(
+                id,
+                shard,
+                req,
+                |mut c, r| async move { c.create_task(r).await },
+            )
+            .await?;
         Ok(Created {
             task: view_of(r.task)?,
             fresh: r.created,
@@ -220,11 +243,14 @@ impl Peers {
             task_id: task_id.into(),
         };
         let r = self
-            .client(id)?
-            .cancel_task(trace::request(req))
-            .await
-            .map_err(|s| error_from_status(shard, &s))?;
-        view_of(r.into_inner().task)
+            .call(
+                id,
+                shard,
+                req,
+                |mut c, r| async move { c.cancel_task(r).await },
+            )
+            .await?;
+        view_of(r.task)
     }
 
     /// One page of `owner`'s tasks of `shard` from node `id`: those after task id `after`
@@ -245,15 +271,14 @@ impl Peers {
             limit: limit.min(u32::MAX as usize) as u32,
         };
         let r = self
-            .client(id)?
-            .list_tasks(trace::request(req))
-            .await
-            .map_err(|s| error_from_status(shard, &s))?;
-        r.into_inner()
-            .tasks
-            .into_iter()
-            .map(|t| view_of(Some(t)))
-            .collect()
+            .call(
+                id,
+                shard,
+                req,
+                |mut c, r| async move { c.list_tasks(r).await },
+            )
+            .await?;
+        r.tasks.into_iter().map(|t| view_of(Some(t))).collect()
     }
 
     /// Attach to a task's result on its leader. A live attachment relays the peer's stream;
@@ -273,11 +298,10 @@ impl Peers {
             task_id: task_id.into(),
         };
         let mut stream = self
-            .client(id)?
-            .attach_result(trace::request(req))
-            .await
-            .map_err(|s| error_from_status(shard, &s))?
-            .into_inner();
+            .call(id, shard, req, |mut c, r| async move {
+                c.attach_result(r).await
+            })
+            .await?;
         let first = match stream.next().await {
             Some(Ok(ev)) => ev.event,
             Some(Err(s)) => return Err(error_from_status(shard, &s)),
@@ -342,11 +366,11 @@ impl Peers {
             response_json,
         };
         let r = self
-            .client(id)?
-            .deliver_response(trace::request(req))
-            .await
-            .map_err(|s| error_from_status(shard, &s))?;
-        Ok(r.into_inner().delivered)
+            .call(id, shard, req, |mut c, r| async move {
+                c.deliver_response(r).await
+            })
+            .await?;
+        Ok(r.delivered)
     }
 }
 
@@ -354,11 +378,13 @@ impl Peers {
     /// The voters and learners of `shard`'s group, asked of node `id` (its leader).
     pub async fn members(&self, id: u64, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
         let r = self
-            .client(id)?
-            .shard_members(trace::request(v1::ShardMembersRequest { shard }))
-            .await
-            .map_err(|s| error_from_status(shard, &s))?
-            .into_inner();
+            .call(
+                id,
+                shard,
+                v1::ShardMembersRequest { shard },
+                |mut c, r| async move { c.shard_members(r).await },
+            )
+            .await?;
         Ok((r.voters, r.learners))
     }
 }
