@@ -256,7 +256,6 @@ impl Router {
     }
 }
 
-
 /// The task operations of a shard's leader. Every error is a [`HostError`] with the same
 /// meaning wherever the leader runs (see [`HostError::retryable`]).
 pub trait ShardLeader {

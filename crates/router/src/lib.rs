@@ -203,7 +203,6 @@ impl Router {
         }
         Ok(())
     }
-
 }
 
 #[cfg(test)]
