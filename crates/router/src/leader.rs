@@ -440,26 +440,27 @@ pub enum Target<'a> {
     Remote(RemoteNode<'a>),
 }
 
+/// Calls one [`ShardLeader`] method on whichever leader a [`Target`] names, and awaits it.
+macro_rules! on_target {
+    ($target:expr, $method:ident($($arg:expr),*)) => {
+        match $target {
+            Target::Local(host) => ShardLeader::$method(*host, $($arg),*).await,
+            Target::Remote(node) => ShardLeader::$method(node, $($arg),*).await,
+        }
+    };
+}
+
 impl ShardLeader for Target<'_> {
     async fn create(&self, shard: u32, new: &NewTask) -> Result<Created, HostError> {
-        match self {
-            Target::Local(h) => ShardLeader::create(*h, shard, new).await,
-            Target::Remote(r) => r.create(shard, new).await,
-        }
+        on_target!(self, create(shard, new))
     }
 
     async fn get(&self, shard: u32, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
-        match self {
-            Target::Local(h) => ShardLeader::get(*h, shard, task_id, owner).await,
-            Target::Remote(r) => r.get(shard, task_id, owner).await,
-        }
+        on_target!(self, get(shard, task_id, owner))
     }
 
     async fn cancel(&self, shard: u32, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
-        match self {
-            Target::Local(h) => ShardLeader::cancel(*h, shard, task_id, owner).await,
-            Target::Remote(r) => r.cancel(shard, task_id, owner).await,
-        }
+        on_target!(self, cancel(shard, task_id, owner))
     }
 
     async fn list(
@@ -469,10 +470,7 @@ impl ShardLeader for Target<'_> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<TaskView>, HostError> {
-        match self {
-            Target::Local(h) => ShardLeader::list(*h, shard, owner, after, limit).await,
-            Target::Remote(r) => r.list(shard, owner, after, limit).await,
-        }
+        on_target!(self, list(shard, owner, after, limit))
     }
 
     async fn attach(
@@ -481,10 +479,7 @@ impl ShardLeader for Target<'_> {
         task_id: &str,
         owner: &str,
     ) -> Result<Attachment, HostError> {
-        match self {
-            Target::Local(h) => ShardLeader::attach(*h, shard, task_id, owner).await,
-            Target::Remote(r) => r.attach(shard, task_id, owner).await,
-        }
+        on_target!(self, attach(shard, task_id, owner))
     }
 
     async fn deliver_response(
@@ -495,21 +490,13 @@ impl ShardLeader for Target<'_> {
         request_id: &str,
         outcome: Result<Value, ErrorObject>,
     ) -> Result<bool, HostError> {
-        match self {
-            Target::Local(h) => {
-                ShardLeader::deliver_response(*h, shard, task_id, owner, request_id, outcome).await
-            }
-            Target::Remote(r) => {
-                r.deliver_response(shard, task_id, owner, request_id, outcome)
-                    .await
-            }
-        }
+        on_target!(
+            self,
+            deliver_response(shard, task_id, owner, request_id, outcome)
+        )
     }
 
     async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
-        match self {
-            Target::Local(h) => ShardLeader::members(*h, shard).await,
-            Target::Remote(r) => r.members(shard).await,
-        }
+        on_target!(self, members(shard))
     }
 }

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use taskmesh_meta::{ClusterMeta, MetaApplied, MetaCommand, MetaRejection};
+use taskmesh_rpc::dial::DialError;
 use taskmesh_rpc::v1::{self, cluster_service_client::ClusterServiceClient};
 use taskmesh_shard::{MetaReplica, Retry};
 use tonic::transport::Endpoint;
@@ -84,7 +85,7 @@ impl Membership {
     fn client(
         &self,
         addr: &str,
-    ) -> Result<ClusterServiceClient<tonic::transport::Channel>, String> {
+    ) -> Result<ClusterServiceClient<tonic::transport::Channel>, DialError> {
         let mut channels = self.channels.lock();
         let channel = match channels.get(addr) {
             Some(c) => c.clone(),
@@ -147,7 +148,7 @@ impl Membership {
                 if let Some((id, addr)) = target {
                     let sent = match self.client(&addr) {
                         Ok(client) => propose_remote(client, &change).await,
-                        Err(m) => Err(RemoteError::Failed(m)),
+                        Err(e) => Err(RemoteError::Failed(e.to_string())),
                     };
                     match sent {
                         Ok(done) => return Ok(done),
@@ -185,13 +186,13 @@ const PROPOSE_VIA_BUDGET: Duration = Duration::from_secs(10);
 /// How long one call to a peer's metadata service may take.
 const CLUSTER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn cluster_endpoint(addr: &str) -> Result<Endpoint, String> {
-    Ok(taskmesh_rpc::dial::endpoint(addr)
-        .map_err(|e| e.to_string())?
-        .timeout(CLUSTER_CALL_TIMEOUT))
+fn cluster_endpoint(addr: &str) -> Result<Endpoint, DialError> {
+    Ok(taskmesh_rpc::dial::endpoint(addr)?.timeout(CLUSTER_CALL_TIMEOUT))
 }
 
-fn cluster_client(addr: &str) -> Result<ClusterServiceClient<tonic::transport::Channel>, String> {
+fn cluster_client(
+    addr: &str,
+) -> Result<ClusterServiceClient<tonic::transport::Channel>, DialError> {
     Ok(ClusterServiceClient::new(
         cluster_endpoint(addr)?.connect_lazy(),
     ))
@@ -236,7 +237,7 @@ async fn propose_remote(
 
 /// Ask the node at `addr` for its copy of the cluster metadata.
 pub async fn fetch_metadata(addr: &str) -> anyhow::Result<ClusterMeta> {
-    let mut client = cluster_client(addr).map_err(anyhow::Error::msg)?;
+    let mut client = cluster_client(addr)?;
     let r = client
         .get_metadata(v1::GetMetadataRequest {})
         .await
@@ -250,7 +251,7 @@ pub async fn propose_via(addr: &str, change: MetaCommand) -> anyhow::Result<(Clu
     let mut addr = addr.to_string();
     let mut retry = Retry::new(PROPOSE_VIA_BUDGET, META_PAUSE_FIRST, META_PAUSE_MAX);
     while !retry.expired() {
-        let client = cluster_client(&addr).map_err(anyhow::Error::msg)?;
+        let client = cluster_client(&addr)?;
         match propose_remote(client, &change).await {
             Ok(done) => return Ok(done),
             Err(RemoteError::Refused(m)) => anyhow::bail!("refused: {m}"),
