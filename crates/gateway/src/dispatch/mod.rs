@@ -123,12 +123,17 @@ pub async fn request(
         "initialize" => return session::initialize(gw, cx, &id, p),
         "ping" => Ok(json!({})),
         "tools/list" => tools::tools_list(gw, cx, p),
-        "tools/call" => return tools::tools_call(gw, cx, id, p).await,
+        // The other methods' futures are boxed: this function's own future is as large as
+        // its largest branch, and every poll would otherwise move a create's or a held
+        // result's state around (see docs/benchmarks.md).
+        "tools/call" => return Box::pin(tools::tools_call(gw, cx, id, p)).await,
         // The task answers are serialised straight from their view (the hot path of polls).
         "tasks/get" if tasks => return typed(&id, tasks::tasks_get(gw, cx, p).await),
-        "tasks/cancel" if tasks => return typed(&id, tasks::tasks_cancel(gw, cx, p).await),
-        "tasks/list" if tasks && gw.has_auth() => tasks::tasks_list(gw, cx, p).await,
-        "tasks/result" if tasks => return tasks::tasks_result(gw, cx, id, p).await,
+        "tasks/cancel" if tasks => {
+            return typed(&id, Box::pin(tasks::tasks_cancel(gw, cx, p)).await)
+        }
+        "tasks/list" if tasks && gw.has_auth() => Box::pin(tasks::tasks_list(gw, cx, p)).await,
+        "tasks/result" if tasks => return Box::pin(tasks::tasks_result(gw, cx, id, p)).await,
         _ => Err(ErrorObject::method_not_found(method)),
     };
     typed(&id, result)
