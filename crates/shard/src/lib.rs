@@ -11,6 +11,8 @@
 pub mod config;
 pub mod error;
 pub mod events;
+#[cfg(feature = "fixtures")]
+pub mod fixtures;
 pub mod group;
 pub mod network;
 pub mod replica;

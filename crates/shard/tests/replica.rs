@@ -64,17 +64,7 @@ fn config() -> ShardConfig {
 /// sled's periodic background flush is off, so that only the flushes the replica makes put
 /// data into the files: a copy of the files then shows what a crash would leave.
 async fn open_db(path: &Path) -> sled::Db {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        match sled::Config::new().path(path).flush_every_ms(None).open() {
-            Ok(db) => return db,
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("cannot open {}: {e}", path.display()),
-        }
-    }
+    taskmesh_shard::fixtures::open_db(path, |c| c.flush_every_ms(None)).await
 }
 
 async fn start(path: &Path, cfg: ShardConfig) -> (sled::Db, ShardReplica) {

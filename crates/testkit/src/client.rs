@@ -109,13 +109,9 @@ impl Client {
         Client::connect(url, None, V, json!({"elicitation":{},"sampling":{}})).await
     }
 
-    fn request(&self, body: String, extra: &[(&str, &str)]) -> reqwest::RequestBuilder {
-        let mut rb = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(body);
+    /// The headers every request of this client carries: the session id and its protocol
+    /// version once a session exists, and the bearer token when there is one.
+    fn with_session_headers(&self, mut rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         if let Some(s) = &self.session {
             rb = rb
                 .header("mcp-session-id", s)
@@ -124,6 +120,17 @@ impl Client {
         if let Some(t) = &self.token {
             rb = rb.header("authorization", format!("Bearer {t}"));
         }
+        rb
+    }
+
+    fn request(&self, body: String, extra: &[(&str, &str)]) -> reqwest::RequestBuilder {
+        let mut rb = self.with_session_headers(
+            self.http
+                .post(&self.url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(body),
+        );
         for (k, v) in extra {
             rb = rb.header(*k, *v);
         }
@@ -297,18 +304,11 @@ impl Client {
 
     /// Open the session's GET stream, or the HTTP status it was refused with.
     pub async fn try_open_get(&self) -> Result<Sse, u16> {
-        let mut rb = self
-            .http
-            .get(&self.url)
-            .header("accept", "text/event-stream");
-        if let Some(s) = &self.session {
-            rb = rb
-                .header("mcp-session-id", s)
-                .header("mcp-protocol-version", &self.version);
-        }
-        if let Some(t) = &self.token {
-            rb = rb.header("authorization", format!("Bearer {t}"));
-        }
+        let rb = self.with_session_headers(
+            self.http
+                .get(&self.url)
+                .header("accept", "text/event-stream"),
+        );
         let r = rb.send().await.expect("get");
         match r.status().as_u16() {
             200 => Ok(Sse::new(r)),

@@ -5,6 +5,7 @@
 //! requests, so the server needs no knowledge of what a group replicates.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -12,7 +13,7 @@ use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use taskmesh_shard::types::{Snapshot, Vote};
-use taskmesh_shard::{Group, GroupState, ShardReplica};
+use taskmesh_shard::{GroupState, ShardReplica};
 use tonic::Status;
 
 /// A hosted group as the transport server sees it: each call takes openraft's request as JSON
@@ -48,35 +49,52 @@ fn stopped(group: u32, e: impl std::fmt::Display) -> Status {
     Status::unavailable(format!("shard {group}: {e}"))
 }
 
+/// One call on a group's Raft for a peer: `request` decoded from `payload` (an error names
+/// `names.0`), handed to `call`, and its answer encoded (`names.1`). A Raft that cannot take
+/// the call (stopped, failed) is [`stopped`].
+async fn serve<Req, Resp, E, Fut>(
+    group: u32,
+    names: (&str, &str),
+    payload: &[u8],
+    call: impl FnOnce(Req) -> Fut,
+) -> Result<Vec<u8>, Status>
+where
+    Req: DeserializeOwned,
+    Resp: Serialize,
+    E: std::fmt::Display,
+    Fut: Future<Output = Result<Resp, E>>,
+{
+    let request = decode(names.0, payload)?;
+    let answer = call(request).await.map_err(|e| stopped(group, e))?;
+    encode(names.1, &answer)
+}
+
 impl<S: GroupState> HostedGroup for ShardReplica<S> {
     fn group_id(&self) -> u32 {
         self.shard_id()
     }
 
     fn append_entries(&self, payload: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, Status>> {
+        let names = ("AppendEntriesRequest", "AppendEntriesResponse");
         Box::pin(async move {
-            let rpc: openraft::raft::AppendEntriesRequest<Group<S>> =
-                decode("AppendEntriesRequest", &payload)?;
-            let answer = self
-                .raft()
-                .append_entries(rpc)
-                .await
-                .map_err(|e| stopped(self.shard_id(), e))?;
-            encode("AppendEntriesResponse", &answer)
+            serve(self.shard_id(), names, &payload, |rpc| {
+                self.raft().append_entries(rpc)
+            })
+            .await
         })
     }
 
     fn vote(&self, payload: Vec<u8>, pre_vote: bool) -> BoxFuture<'_, Result<Vec<u8>, Status>> {
+        let names = ("VoteRequest", "VoteResponse");
         Box::pin(async move {
-            let rpc: openraft::raft::VoteRequest<Group<S>> = decode("VoteRequest", &payload)?;
-            let raft = self.raft();
-            let answer = if pre_vote {
-                raft.pre_vote(rpc).await
-            } else {
-                raft.vote(rpc).await
-            }
-            .map_err(|e| stopped(self.shard_id(), e))?;
-            encode("VoteResponse", &answer)
+            serve(self.shard_id(), names, &payload, |rpc| async move {
+                if pre_vote {
+                    self.raft().pre_vote(rpc).await
+                } else {
+                    self.raft().vote(rpc).await
+                }
+            })
+            .await
         })
     }
 
@@ -96,15 +114,12 @@ impl<S: GroupState> HostedGroup for ShardReplica<S> {
     }
 
     fn transfer_leader(&self, payload: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, Status>> {
+        let names = ("TransferLeaderRequest", "TransferLeaderResponse");
         Box::pin(async move {
-            let rpc: openraft::raft::TransferLeaderRequest<Group<S>> =
-                decode("TransferLeaderRequest", &payload)?;
-            let answer = self
-                .raft()
-                .handle_transfer_leader(rpc)
-                .await
-                .map_err(|e| stopped(self.shard_id(), e))?;
-            encode("TransferLeaderResponse", &answer)
+            serve(self.shard_id(), names, &payload, |rpc| {
+                self.raft().handle_transfer_leader(rpc)
+            })
+            .await
         })
     }
 }

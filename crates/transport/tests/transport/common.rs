@@ -46,21 +46,6 @@ pub fn base_config() -> ShardConfig {
     }
 }
 
-/// Open the sled database at `path`, waiting while a stopped node still holds its lock.
-pub async fn open_db(path: &Path) -> sled::Db {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match sled::Config::new().path(path).open() {
-            Ok(db) => return db,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                tokio::time::sleep(POLL).await;
-            }
-            Err(e) => panic!("cannot open {}: {e}", path.display()),
-        }
-    }
-}
-
 /// One running node of the test cluster.
 pub struct TestNode {
     pub id: u64,
@@ -79,7 +64,7 @@ impl TestNode {
     pub async fn start(id: u64, path: &Path, base: &ShardConfig) -> TestNode {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let db = open_db(path).await;
+        let db = taskmesh_shard::fixtures::open_db(path, |c| c).await;
         let cfg = ShardConfig {
             node_id: id,
             node_addr: addr.clone(),

@@ -1,0 +1,27 @@
+//! Test support for crates that run replicas over real sled databases (cargo feature
+//! `fixtures`; never part of a node).
+
+use std::path::Path;
+use std::time::Duration;
+
+/// How long [`open_db`] keeps trying to open a database that is still locked.
+pub const OPEN_DB_WAIT: Duration = Duration::from_secs(60);
+/// The pause between two attempts of [`open_db`].
+pub const OPEN_DB_PAUSE: Duration = Duration::from_millis(50);
+
+/// Open the sled database at `path`, with the settings `configure` adds, retrying while the
+/// open fails: a test that drops a database and opens it again (a restart) may find the
+/// file lock still held for a moment, until sled's background threads of the dropped handle
+/// have ended. Panics with the error once [`OPEN_DB_WAIT`] has passed.
+pub async fn open_db(path: &Path, configure: impl Fn(sled::Config) -> sled::Config) -> sled::Db {
+    let deadline = tokio::time::Instant::now() + OPEN_DB_WAIT;
+    loop {
+        match configure(sled::Config::new().path(path)).open() {
+            Ok(db) => return db,
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(OPEN_DB_PAUSE).await;
+            }
+            Err(e) => panic!("cannot open the database at {}: {e}", path.display()),
+        }
+    }
+}
