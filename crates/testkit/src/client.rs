@@ -201,15 +201,7 @@ impl Client {
         let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
         let r = self.request(body, &[]).send().await.expect("send");
         assert_eq!(r.status().as_u16(), 200, "{method}: HTTP {}", r.status());
-        let ct = r
-            .headers()
-            .get("content-type")
-            .map(|v| {
-                v.to_str()
-                    .expect("content-type header is visible ASCII")
-                    .to_string()
-            })
-            .unwrap_or_default();
+        let ct = crate::sse::content_type(&r);
         if ct.starts_with("application/json") {
             return (r.json().await.expect("response is JSON"), vec![]);
         }

@@ -16,18 +16,22 @@ pub struct Sse {
     pub content_type: String,
 }
 
+/// The `content-type` of `r` (empty when it has none); panics if it is not visible ASCII.
+pub(crate) fn content_type(r: &reqwest::Response) -> String {
+    r.headers()
+        .get("content-type")
+        .map(|v| {
+            v.to_str()
+                .expect("content-type header is visible ASCII")
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
 impl Sse {
     /// A reader of the body of `r`; panics if its `content-type` is not visible ASCII.
     pub fn new(r: reqwest::Response) -> Sse {
-        let content_type = r
-            .headers()
-            .get("content-type")
-            .map(|v| {
-                v.to_str()
-                    .expect("content-type header is visible ASCII")
-                    .to_string()
-            })
-            .unwrap_or_default();
+        let content_type = content_type(&r);
         Sse {
             stream: r.bytes_stream().boxed(),
             buf: String::new(),
