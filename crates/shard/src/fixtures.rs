@@ -4,9 +4,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-/// How long [`open_db`] keeps trying to open a database that is still locked.
+/// How long [`open_db`] keeps trying to open a database that is still locked: the file lock of
+/// a dropped handle (a stopped node, a restarted replica) may stay held for a moment after the
+/// drop, while sled's background threads end. Generous, as the machine may be busy.
 pub const OPEN_DB_WAIT: Duration = Duration::from_secs(60);
-/// The pause between two attempts of [`open_db`].
+/// The pause between two attempts of [`open_db`], while the lock of a dropped handle is still
+/// held.
 pub const OPEN_DB_PAUSE: Duration = Duration::from_millis(50);
 
 /// Open the sled database at `path`, with the settings `configure` adds, retrying while the
