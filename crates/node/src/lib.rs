@@ -372,6 +372,14 @@ pub async fn serve(
     tracing::info!(address = %local, data_dir = %data_dir.display(), shards = cfg.shards, node = cfg.node_id, "taskmesh listening on http://{local}/mcp");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    // Small frames (an SSE event, a short answer) leave at once: without TCP_NODELAY, Nagle's
+    // algorithm holds a frame written after another until the client's delayed ACK (tens of
+    // milliseconds) when the two do not leave in one write.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted connection");
+        }
+    });
     let server = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
