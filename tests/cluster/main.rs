@@ -11,6 +11,7 @@ use taskmesh_testkit::{free_ports, Client, Server, V};
 
 mod membership;
 mod serving;
+mod streams;
 mod trace;
 
 /// The server executable under test.

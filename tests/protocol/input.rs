@@ -154,3 +154,53 @@ async fn input_required_request_reaches_the_get_stream() {
         .unwrap()
         .starts_with("Kept g"));
 }
+
+/// Read `stream` up to the response to `rid`, answering nothing; the server requests seen on the
+/// way and the response.
+async fn read_to_response(stream: &mut taskmesh_testkit::Sse, rid: i64) -> (Vec<Value>, Value) {
+    let mut requests = vec![];
+    while let Some(m) = stream.next().await {
+        if m["id"] == json!(rid) {
+            return (requests, m);
+        }
+        if m.get("method").is_some() && m.get("id").is_some() {
+            requests.push(m);
+        }
+    }
+    panic!("tasks/result stream ended without a response");
+}
+
+/// Each server request goes out on one stream only: a client with its GET stream open gets the
+/// task's request there, and the `tasks/result` stream it opens on `input_required` does not
+/// repeat it. Without a GET stream the `tasks/result` stream gets it (the round trips above).
+#[tokio::test]
+async fn a_server_request_goes_out_on_one_stream_only() {
+    let s = Server::start(TASKMESH, "");
+    let c = Client::new_session(&s.url).await;
+    let mut get = c.open_get().await;
+    let id = c
+        .start_task("confirm_delete", json!({"filename": "h"}))
+        .await;
+    let req = loop {
+        let m = get.next().await.expect("GET stream open");
+        if m["method"] == "elicitation/create" {
+            break m;
+        }
+    };
+    c.wait_status(&id, "input_required").await;
+    let (rid, mut stream) = c.open_stream("tasks/result", json!({"taskId": id})).await;
+    c.answer(
+        &req["id"],
+        json!({"action":"accept","content":{"confirm":false}}),
+    )
+    .await;
+    let (again, resp) = read_to_response(&mut stream, rid).await;
+    assert!(
+        again.is_empty(),
+        "the request came again on tasks/result: {again:?}"
+    );
+    assert!(resp["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("Kept h"));
+}

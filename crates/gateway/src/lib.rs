@@ -165,9 +165,34 @@ impl Gateway {
                             gw.sessions.push(session, json);
                         }
                     }
-                    HostEvent::SessionMessage { session, json, .. } => {
+                    HostEvent::SessionMessage {
+                        session,
+                        json,
+                        request_id: None,
+                        ..
+                    } => {
                         gw.sessions.push(&session, json);
                     }
+                    // A server request goes out on one stream only: a GET stream here sends
+                    // it once the task's leader grants the claim (an attached `tasks/result`
+                    // stream, or another gateway's GET stream, may have taken it already).
+                    HostEvent::SessionMessage {
+                        session,
+                        task_id,
+                        json,
+                        request_id: Some(request_id),
+                    } if gw.sessions.has_stream(&session) => {
+                        let gw = gw.clone();
+                        tokio::spawn(async move {
+                            if gw.router.claim(&task_id, &request_id, false).await
+                                && !gw.sessions.push(&session, json)
+                            {
+                                // The stream closed meanwhile: give the request back.
+                                gw.router.claim(&task_id, &request_id, true).await;
+                            }
+                        });
+                    }
+                    HostEvent::SessionMessage { .. } => {}
                 }
             }
         });

@@ -143,21 +143,27 @@ impl Sessions {
         self.max_streams
     }
 
-    /// Send a message to every open GET stream of the session. Returns whether one took it.
+    /// Send a message on one open GET stream of the session (the oldest that has room: a
+    /// message goes out on one stream only, never on all of them). Returns whether one took it.
     pub fn push(&self, id: &str, json: Arc<Vec<u8>>) -> bool {
         let mut streams = self.streams.lock();
         let Some(list) = streams.get_mut(id) else {
             return false;
         };
         list.retain(|s| !s.is_closed());
-        let mut sent = false;
-        for s in list.iter() {
-            sent |= s.try_send(json.clone()).is_ok();
-        }
+        let sent = list.iter().any(|s| s.try_send(json.clone()).is_ok());
         if list.is_empty() {
             streams.remove(id);
         }
         sent
+    }
+
+    /// Whether the session has an open GET stream on this node.
+    pub fn has_stream(&self, id: &str) -> bool {
+        self.streams
+            .lock()
+            .get(id)
+            .is_some_and(|list| list.iter().any(|s| !s.is_closed()))
     }
 }
 

@@ -37,8 +37,19 @@ use crate::{now_ms, Host, HostEvent};
 /// The messages a task actor handles: from the host (attach, a client's answer, stop), from
 /// its running tool (requests, progress, the outcome) and from itself (a write retry).
 pub enum TaskMsg {
-    /// A `tasks/result` reader attached: replay pending requests to it and relay from now on.
+    /// A `tasks/result` reader attached: it gets the pending requests no open stream carries
+    /// (see `Carrier`) and the task's messages from now on.
     Attach(mpsc::Sender<Arc<Vec<u8>>>),
+    /// A GET stream of the task's session asks to carry request `request_id` (or, with
+    /// `release`, gives its claim back); `reply` gets whether it is the one to send it.
+    Claim {
+        /// Id of the task's request, as the session message carried it.
+        request_id: String,
+        /// Give a granted claim back: the stream could not send the request after all.
+        release: bool,
+        /// True for the first claim of a request no stream carries yet.
+        reply: oneshot::Sender<bool>,
+    },
     /// The client answered request `request_id`.
     Response {
         /// Id of the task's request being answered, as it was sent to the client.
@@ -72,6 +83,25 @@ pub enum TaskMsg {
     Retry,
     /// Stop the execution (cancelled, expired, terminal, or leadership moved).
     Stop,
+}
+
+/// Which stream carries a pending request to the client: each request goes out on exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carrier {
+    /// Sent to the session's GET streams, and no stream has claimed it yet (a gateway claims it
+    /// before it sends it, so that one GET stream at most sends it).
+    Unclaimed,
+    /// A GET stream of the session claimed and sent it.
+    GetStream,
+    /// The attached `tasks/result` stream with this number took it.
+    Sink(u64),
+}
+
+/// A request delivered to the client and not answered yet.
+struct Pending {
+    json: Arc<Vec<u8>>,
+    reply: oneshot::Sender<ToolResult>,
+    carrier: Carrier,
 }
 
 /// What waits until the log holds the status the execution is in.
@@ -123,9 +153,12 @@ pub struct State {
     /// The pause before the next try of a refused write; `Some` while a retry is scheduled.
     retry_pause: Option<Duration>,
     cancel: CancellationToken,
-    sinks: Vec<mpsc::Sender<Arc<Vec<u8>>>>,
+    /// The attached `tasks/result` streams, by number.
+    sinks: Vec<(u64, mpsc::Sender<Arc<Vec<u8>>>)>,
+    /// The number the next attached stream gets.
+    next_sink: u64,
     /// Requests delivered to the client and not answered yet.
-    pending: HashMap<String, (Arc<Vec<u8>>, oneshot::Sender<ToolResult>)>,
+    pending: HashMap<String, Pending>,
     next_request: u64,
 }
 
@@ -276,6 +309,7 @@ impl Actor for TaskActor {
             retry_pause: None,
             cancel,
             sinks: Vec::new(),
+            next_sink: 0,
             pending: HashMap::new(),
             next_request: 1,
         })
@@ -301,7 +335,7 @@ impl Actor for TaskActor {
         st: &mut State,
     ) -> Result<(), ActorProcessingErr> {
         st.cancel.cancel();
-        for (_, (_, reply)) in st.pending.drain() {
+        for (_, Pending { reply, .. }) in st.pending.drain() {
             let _ = reply.send(Err(ErrorObject::internal("the task stopped")));
         }
         let mut actors = st.host.inner.actors.lock();
@@ -325,10 +359,41 @@ async fn handle_msg(
 ) -> Result<(), ActorProcessingErr> {
     match msg {
         TaskMsg::Attach(sink) => {
-            for (json, _) in st.pending.values() {
-                let _ = sink.try_send(json.clone());
+            // Exactly once per stream: a request goes to the new stream unless an open stream
+            // carries it (a GET stream that claimed it, or a `tasks/result` stream still open).
+            st.sinks.retain(|(_, s)| !s.is_closed());
+            let number = st.next_sink;
+            st.next_sink += 1;
+            let open: Vec<u64> = st.sinks.iter().map(|(n, _)| *n).collect();
+            for p in st.pending.values_mut() {
+                let carried = match p.carrier {
+                    Carrier::GetStream => true,
+                    Carrier::Sink(n) => open.contains(&n),
+                    Carrier::Unclaimed => false,
+                };
+                if !carried && sink.try_send(p.json.clone()).is_ok() {
+                    p.carrier = Carrier::Sink(number);
+                }
             }
-            st.sinks.push(sink);
+            st.sinks.push((number, sink));
+        }
+        TaskMsg::Claim {
+            request_id,
+            release,
+            reply,
+        } => {
+            let claimed = match st.pending.get_mut(&request_id) {
+                Some(p) if release && p.carrier == Carrier::GetStream => {
+                    p.carrier = Carrier::Unclaimed;
+                    false
+                }
+                Some(p) if !release && p.carrier == Carrier::Unclaimed => {
+                    p.carrier = Carrier::GetStream;
+                    true
+                }
+                _ => false,
+            };
+            let _ = reply.send(claimed);
         }
         TaskMsg::Outbound {
             method,
@@ -369,7 +434,7 @@ async fn handle_msg(
             request_id,
             outcome,
         } => {
-            let Some((_, reply)) = st.pending.remove(&request_id) else {
+            let Some(Pending { reply, .. }) = st.pending.remove(&request_id) else {
                 tracing::debug!(task_id = %st.task_id, request_id = %request_id, "answer to no pending request");
                 return Ok(());
             };
@@ -402,7 +467,7 @@ async fn handle_msg(
                 }
                 params["_meta"] = json!({ META_RELATED_TASK: { "taskId": st.task_id } });
                 let json = Arc::new(jsonrpc::notification("notifications/progress", &params));
-                deliver(st, json);
+                deliver(st, json, None);
             }
         }
         TaskMsg::Done(result) => {
@@ -458,8 +523,15 @@ async fn write(myself: &ActorRef<TaskMsg>, st: &mut State, retry: bool) {
                 for after in std::mem::take(&mut st.after_write) {
                     match after {
                         AfterWrite::Deliver { id, json, reply } => {
-                            st.pending.insert(id, (json.clone(), reply));
-                            deliver(st, json);
+                            let carrier = deliver(st, json.clone(), Some(&id));
+                            st.pending.insert(
+                                id,
+                                Pending {
+                                    json,
+                                    reply,
+                                    carrier,
+                                },
+                            );
                         }
                         AfterWrite::Reply { reply, outcome } => {
                             let _ = reply.send(outcome);
@@ -518,23 +590,25 @@ async fn write(myself: &ActorRef<TaskMsg>, st: &mut State, retry: bool) {
     }
 }
 
-/// Send a task message to the attached `tasks/result` streams, or to the session's GET stream
-/// when none is attached.
-fn deliver(st: &mut State, json: Arc<Vec<u8>>) {
-    st.sinks.retain(|s| !s.is_closed());
-    let mut delivered = false;
-    for s in &st.sinks {
-        delivered |= s.try_send(json.clone()).is_ok();
-    }
-    if !delivered {
-        if let Some(session) = &st.session {
-            let _ = st.host.inner.events.send(HostEvent::SessionMessage {
-                session: session.clone(),
-                task_id: st.task_id.clone(),
-                json,
-            });
+/// Send a task message to one attached `tasks/result` stream, or, when none takes it, to the
+/// session's GET streams (a request with its `request_id`, which a GET stream must claim
+/// first). Returns what carries it.
+fn deliver(st: &mut State, json: Arc<Vec<u8>>, request_id: Option<&str>) -> Carrier {
+    st.sinks.retain(|(_, s)| !s.is_closed());
+    for (number, s) in &st.sinks {
+        if s.try_send(json.clone()).is_ok() {
+            return Carrier::Sink(*number);
         }
     }
+    if let Some(session) = &st.session {
+        let _ = st.host.inner.events.send(HostEvent::SessionMessage {
+            session: session.clone(),
+            task_id: st.task_id.clone(),
+            request_id: request_id.map(str::to_string),
+            json,
+        });
+    }
+    Carrier::Unclaimed
 }
 
 /// The terminal status, status message and stored outcome of a tool run. An outcome of more than

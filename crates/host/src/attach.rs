@@ -94,6 +94,27 @@ impl Host {
             None => false,
         }
     }
+    /// A GET stream of the task's session asks to carry the task's request `request_id`;
+    /// whether it is the one to send it (the first claim of a request that no other stream
+    /// carries). False when the task has no execution here or the request is not pending.
+    /// With `release`, a granted claim is given back (the stream could not send the request)
+    /// and the answer is false.
+    pub async fn claim(&self, task_id: &str, request_id: String, release: bool) -> bool {
+        let Some(actor) = self.actor(task_id) else {
+            return false;
+        };
+        let (reply, answer) = oneshot::channel();
+        let msg = TaskMsg::Claim {
+            request_id,
+            release,
+            reply,
+        };
+        if actor.cast(msg).is_err() {
+            return false;
+        }
+        answer.await.unwrap_or(false)
+    }
+
     fn drop_closed_waiters(&self, task_id: &str) {
         let mut w = self.inner.waiters.lock();
         if let Some(list) = w.get_mut(task_id) {

@@ -17,12 +17,16 @@ pub enum HostEvent {
         task: TaskView,
     },
     /// A task-related JSON-RPC message (request or notification) for a session, delivered on
-    /// its GET stream because no `tasks/result` stream is attached.
+    /// one of its GET streams because no `tasks/result` stream is attached.
     SessionMessage {
-        /// Id of the session whose GET streams get the message.
+        /// Id of the session whose GET stream gets the message.
         session: String,
         /// Task the message belongs to.
         task_id: String,
+        /// For a server request, its id: a GET stream sends it only once its claim succeeded
+        /// ([`crate::Host::claim`]), so that exactly one stream carries it. `None` for a
+        /// notification.
+        request_id: Option<String>,
         /// The serialised JSON-RPC message.
         json: Arc<Vec<u8>>,
     },

@@ -105,6 +105,21 @@ impl Router {
         .unwrap_or(false)
     }
 
+    /// Whether this node's GET stream of the task's session is the one to send the task's
+    /// request `request_id` (asked of the shard's leader; false when it cannot be reached).
+    /// With `release`, a granted claim is given back.
+    pub async fn claim(&self, task_id: &str, request_id: &str, release: bool) -> bool {
+        if Self::check_id(task_id).is_err() {
+            return false;
+        }
+        let shard = self.shard_of(task_id);
+        self.on_leader(shard, |t| async move {
+            t.claim(shard, task_id, request_id, release).await
+        })
+        .await
+        .unwrap_or(false)
+    }
+
     /// The voters and learners of `shard`'s group, from its leader.
     pub async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
         self.on_leader(shard, |t| async move { t.members(shard).await })
@@ -310,6 +325,17 @@ pub trait ShardLeader {
         outcome: Result<Value, ErrorObject>,
     ) -> impl Future<Output = Result<bool, HostError>> + Send;
 
+    /// Whether a GET stream of the task's session is the one to send the task's request
+    /// `request_id`: true for the first claim of a request no other stream carries. With
+    /// `release`, a granted claim is given back (false).
+    fn claim(
+        &self,
+        shard: u32,
+        task_id: &str,
+        request_id: &str,
+        release: bool,
+    ) -> impl Future<Output = Result<bool, HostError>> + Send;
+
     /// The voters and learners of `shard`'s group.
     fn members(
         &self,
@@ -365,6 +391,16 @@ impl ShardLeader for Host {
             request_id.to_string(),
             outcome,
         ))
+    }
+
+    async fn claim(
+        &self,
+        _shard: u32,
+        task_id: &str,
+        request_id: &str,
+        release: bool,
+    ) -> Result<bool, HostError> {
+        Ok(Host::claim(self, task_id, request_id.to_string(), release).await)
     }
 
     async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
@@ -423,6 +459,18 @@ impl ShardLeader for RemoteNode<'_> {
     ) -> Result<bool, HostError> {
         self.peers
             .deliver_response(self.id, shard, task_id, owner, request_id, outcome)
+            .await
+    }
+
+    async fn claim(
+        &self,
+        shard: u32,
+        task_id: &str,
+        request_id: &str,
+        release: bool,
+    ) -> Result<bool, HostError> {
+        self.peers
+            .claim(self.id, shard, task_id, request_id, release)
             .await
     }
 
@@ -494,6 +542,16 @@ impl ShardLeader for Target<'_> {
             self,
             deliver_response(shard, task_id, owner, request_id, outcome)
         )
+    }
+
+    async fn claim(
+        &self,
+        shard: u32,
+        task_id: &str,
+        request_id: &str,
+        release: bool,
+    ) -> Result<bool, HostError> {
+        on_target!(self, claim(shard, task_id, request_id, release))
     }
 
     async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {

@@ -324,11 +324,13 @@ impl TaskService for TaskGrpc {
                     HostEvent::SessionMessage {
                         session,
                         task_id,
+                        request_id,
                         json,
                     } if wanted(&session) => Event::Message(v1::SessionMessage {
                         session,
                         task_id,
                         message_json: json.to_vec(),
+                        request_id: request_id.unwrap_or_default(),
                     }),
                     HostEvent::SessionMessage { .. } => continue,
                 };
@@ -359,6 +361,16 @@ impl TaskService for TaskGrpc {
             self.host
                 .deliver_response(r.shard, &r.task_id, &r.owner, id.to_string(), outcome);
         Ok(Response::new(v1::DeliverResponseResponse { delivered }))
+    }
+
+    async fn claim_message(
+        &self,
+        request: Request<v1::ClaimMessageRequest>,
+    ) -> Result<Response<v1::ClaimMessageResponse>, Status> {
+        let r = request.into_inner();
+        tracing::debug!(shard = r.shard, task_id = %r.task_id, request_id = %r.request_id, "claim message");
+        let claimed = self.host.claim(&r.task_id, r.request_id, r.release).await;
+        Ok(Response::new(v1::ClaimMessageResponse { claimed }))
     }
 
     async fn shard_members(

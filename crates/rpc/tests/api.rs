@@ -11,11 +11,11 @@ use taskmesh_rpc::v1::task_service_client::TaskServiceClient;
 use taskmesh_rpc::v1::task_service_server::{TaskService, TaskServiceServer};
 use taskmesh_rpc::v1::{
     outcome, AppendEntriesRequest, AttachResultEvent, AttachResultRequest, CancelTaskRequest,
-    CancelTaskResponse, ClientCaps, CreateTaskRequest, CreateTaskResponse, DeliverResponseRequest,
-    DeliverResponseResponse, InstallSnapshotChunk, LeaderHint, ListTasksRequest, ListTasksResponse,
-    Outcome, OutcomeError, ReadTasksRequest, ReadTasksResponse, SnapshotHeader, TaskError,
-    TaskErrorKind, TaskRecord, TaskStatus, TaskView, ToolRequest, VoteRequest, WatchStatusEvent,
-    WatchStatusRequest,
+    CancelTaskResponse, ClaimMessageRequest, ClaimMessageResponse, ClientCaps, CreateTaskRequest,
+    CreateTaskResponse, DeliverResponseRequest, DeliverResponseResponse, InstallSnapshotChunk,
+    LeaderHint, ListTasksRequest, ListTasksResponse, Outcome, OutcomeError, ReadTasksRequest,
+    ReadTasksResponse, SnapshotHeader, TaskError, TaskErrorKind, TaskRecord, TaskStatus, TaskView,
+    ToolRequest, VoteRequest, WatchStatusEvent, WatchStatusRequest,
 };
 use taskmesh_rpc::METADATA_GROUP;
 use tonic::{Request, Response, Status};
@@ -241,6 +241,13 @@ impl TaskService for OneTask {
         _request: Request<DeliverResponseRequest>,
     ) -> Result<Response<DeliverResponseResponse>, Status> {
         Err(Status::unimplemented("deliver"))
+    }
+
+    async fn claim_message(
+        &self,
+        _request: Request<ClaimMessageRequest>,
+    ) -> Result<Response<ClaimMessageResponse>, Status> {
+        Err(Status::unimplemented("claim"))
     }
 
     async fn shard_members(

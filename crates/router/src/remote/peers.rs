@@ -375,6 +375,30 @@ impl Peers {
 }
 
 impl Peers {
+    /// Ask node `id`, the leader of `shard`, whether this node's GET stream is the one to send
+    /// the task's request `request_id` (see `ClaimMessage`).
+    pub async fn claim(
+        &self,
+        id: u64,
+        shard: u32,
+        task_id: &str,
+        request_id: &str,
+        release: bool,
+    ) -> Result<bool, HostError> {
+        let req = v1::ClaimMessageRequest {
+            shard,
+            task_id: task_id.into(),
+            request_id: request_id.into(),
+            release,
+        };
+        let r = self
+            .call(id, shard, req, |mut c, r| async move {
+                c.claim_message(r).await
+            })
+            .await?;
+        Ok(r.claimed)
+    }
+
     /// The voters and learners of `shard`'s group, asked of node `id` (its leader).
     pub async fn members(&self, id: u64, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
         let r = self

@@ -47,6 +47,7 @@ pub(crate) async fn watch(peers: Arc<Peers>, id: u64, out: broadcast::Sender<Hos
                         Some(Event::Message(m)) => HostEvent::SessionMessage {
                             session: m.session,
                             task_id: m.task_id,
+                            request_id: (!m.request_id.is_empty()).then_some(m.request_id),
                             json: Arc::new(m.message_json),
                         },
                         None => continue,
