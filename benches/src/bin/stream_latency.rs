@@ -1,0 +1,259 @@
+//! How soon the streams carry what a task does, as a client sees it.
+//!
+//! One MCP session (declaring elicitation) keeps its GET stream open on `--get-url` (default:
+//! `--url`) and sends everything else to `--url`. Each round starts a `confirm_delete` task,
+//! waits for its `elicitation/create` on the GET stream, opens `tasks/result` and then answers
+//! the request. From the moment the answer is sent it measures: the answer's own HTTP round
+//! trip; the `notifications/tasks/status` that says `working` again, on the GET stream; and the
+//! task's result, on the open `tasks/result` stream. The last two include the durable writes
+//! of the status changes (`working`, then `completed`) on the task's shard, and across nodes
+//! the hops to and from the shard's leader.
+//!
+//!     stream_latency --url http://127.0.0.1:8080/mcp --rounds 200
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+/// Most rounds one run may ask for.
+const MAX_ROUNDS: u64 = 10_000;
+/// How long one awaited message may take before the run fails.
+const WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Parser)]
+struct Args {
+    /// MCP endpoint the requests go to.
+    #[arg(long)]
+    url: String,
+    /// MCP endpoint the session's GET stream is opened on (another node of a cluster, say).
+    #[arg(long)]
+    get_url: Option<String>,
+    /// Bearer token, when the server requires one.
+    #[arg(long)]
+    token: Option<String>,
+    /// Rounds (tasks) to measure, at most 10,000.
+    #[arg(long, default_value_t = 200)]
+    rounds: u64,
+}
+
+/// The session: its id, and the headers every request carries.
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    session: String,
+    token: Option<String>,
+    next_id: i64,
+}
+
+impl Client {
+    fn post(&self, url: &str, body: &Value) -> reqwest::RequestBuilder {
+        let mut rb = self
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &self.session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(body.to_string());
+        if let Some(t) = &self.token {
+            rb = rb.header("authorization", format!("Bearer {t}"));
+        }
+        rb
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> (i64, Value) {
+        self.next_id += 1;
+        let id = self.next_id;
+        (
+            id,
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+    }
+}
+
+/// The JSON-RPC messages of an SSE body, as they arrive.
+fn sse_messages(r: reqwest::Response) -> mpsc::UnboundedReceiver<(Instant, Value)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut body = r.bytes_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(Ok(chunk)) = body.next().await {
+            let at = Instant::now();
+            buf.extend_from_slice(&chunk);
+            while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = buf.drain(..end + 2).collect();
+                let text = String::from_utf8_lossy(&event);
+                let data: String = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                if let Ok(v) = serde_json::from_str::<Value>(&data) {
+                    if tx.send((at, v)).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+async fn next_matching(
+    rx: &mut mpsc::UnboundedReceiver<(Instant, Value)>,
+    what: &str,
+    matches: impl Fn(&Value) -> bool,
+) -> anyhow::Result<(Instant, Value)> {
+    loop {
+        let got = tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .with_context(|| format!("waiting for {what}"))?;
+        let Some((at, v)) = got else {
+            bail!("stream ended while waiting for {what}");
+        };
+        if matches(&v) {
+            return Ok((at, v));
+        }
+    }
+}
+
+async fn connect(args: &Args) -> anyhow::Result<Client> {
+    let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},
+        "clientInfo":{"name":"stream_latency","version":"1"}}});
+    let mut rb = http
+        .post(&args.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(init.to_string());
+    if let Some(t) = &args.token {
+        rb = rb.header("authorization", format!("Bearer {t}"));
+    }
+    let r = rb.send().await?;
+    let session = r
+        .headers()
+        .get("mcp-session-id")
+        .context("no session id")?
+        .to_str()?
+        .to_string();
+    let c = Client {
+        http,
+        url: args.url.clone(),
+        session,
+        token: args.token.clone(),
+        next_id: 0,
+    };
+    let r = c
+        .post(
+            &c.url,
+            &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        )
+        .send()
+        .await?;
+    if r.status() != 202 {
+        bail!("notifications/initialized: HTTP {}", r.status());
+    }
+    Ok(c)
+}
+
+fn micros(h: &mut Histogram<u64>, d: Duration) {
+    let _ = h.record(d.as_micros().max(1) as u64);
+}
+
+fn line(name: &str, h: &Histogram<u64>) -> String {
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    format!(
+        "{name:<34}{:>9.3}{:>9.3}{:>9.3}{:>9.3}",
+        ms(0.5),
+        ms(0.9),
+        ms(0.99),
+        h.max() as f64 / 1000.0
+    )
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.rounds == 0 || args.rounds > MAX_ROUNDS {
+        bail!("--rounds must be 1 to {MAX_ROUNDS}");
+    }
+    let mut c = connect(&args).await?;
+    let get_url = args.get_url.clone().unwrap_or_else(|| c.url.clone());
+    let mut rb = c
+        .http
+        .get(&get_url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &c.session)
+        .header("mcp-protocol-version", "2025-11-25");
+    if let Some(t) = &c.token {
+        rb = rb.header("authorization", format!("Bearer {t}"));
+    }
+    let r = rb.send().await?;
+    if r.status() != 200 {
+        bail!("GET stream: HTTP {}", r.status());
+    }
+    let mut get = sse_messages(r);
+
+    let mut answer_rtt = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut status = answer_rtt.clone();
+    let mut result = answer_rtt.clone();
+    for round in 0..args.rounds {
+        let (_, call) = c.request(
+            "tools/call",
+            json!({"name":"confirm_delete","arguments":{"filename": format!("r{round}")},
+                   "task":{"ttl":60000}}),
+        );
+        let created: Value = c.post(&c.url, &call).send().await?.json().await?;
+        let task_id = created["result"]["task"]["taskId"]
+            .as_str()
+            .with_context(|| format!("create: {created}"))?
+            .to_string();
+        let related = |v: &Value| {
+            v["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"] == task_id
+        };
+        let (_, req) = next_matching(&mut get, "the elicitation", |v| {
+            v["method"] == "elicitation/create" && related(v)
+        })
+        .await?;
+        let (rid, call) = c.request("tasks/result", json!({"taskId": task_id}));
+        let r = c.post(&c.url, &call).send().await?;
+        let mut held = sse_messages(r);
+
+        let answer = json!({"jsonrpc":"2.0","id":req["id"],
+            "result":{"action":"accept","content":{"confirm":false}}});
+        let t0 = Instant::now();
+        let r = c.post(&c.url, &answer).send().await?;
+        let t_answer = Instant::now();
+        if r.status() != 202 {
+            bail!("answer: HTTP {}", r.status());
+        }
+        let (t_status, _) = next_matching(&mut get, "the status working", |v| {
+            v["method"] == "notifications/tasks/status"
+                && v["params"]["taskId"] == task_id
+                && v["params"]["status"] == "working"
+        })
+        .await?;
+        let (t_result, resp) = next_matching(&mut held, "the result", |v| v["id"] == rid).await?;
+        if resp.get("result").is_none() {
+            bail!("tasks/result: {resp}");
+        }
+        micros(&mut answer_rtt, t_answer - t0);
+        micros(&mut status, t_status - t0);
+        micros(&mut result, t_result - t0);
+    }
+    println!(
+        "{} rounds; ms after the client's answer was sent",
+        args.rounds
+    );
+    println!("{:<34}{:>9}{:>9}{:>9}{:>9}", "", "p50", "p90", "p99", "max");
+    println!("{}", line("answer acknowledged (HTTP 202)", &answer_rtt));
+    println!("{}", line("status `working` on the GET stream", &status));
+    println!("{}", line("result on the tasks/result stream", &result));
+    Ok(())
+}
