@@ -13,13 +13,12 @@
 
 use std::collections::HashMap;
 use std::fmt::Display;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::{json, Value};
-use taskmesh_testkit::{Client, Server};
+use taskmesh_testkit::{run_bounded, Client, Server};
 
 mod checks;
 
@@ -46,73 +45,6 @@ const AUTH_CONFIG: &str = r#"
 [auth.tokens]
 "py-interop-token" = "py-interop"
 "#;
-
-/// What a finished (or killed) child process left behind.
-struct Finished {
-    status: Option<ExitStatus>,
-    timed_out: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Finished {
-    fn ok(&self) -> bool {
-        !self.timed_out && self.status.is_some_and(|s| s.success())
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "exit: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            if self.timed_out {
-                "killed after time-out".to_string()
-            } else {
-                format!("{:?}", self.status)
-            },
-            self.stdout,
-            self.stderr
-        )
-    }
-}
-
-/// Run `cmd` to completion, killing it once `limit` has passed.
-fn run_bounded(cmd: &mut Command, limit: Duration) -> Finished {
-    let what = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = pipe.read_to_end(&mut buf);
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().expect("stdout")));
-    let err = drain(Box::new(child.stderr.take().expect("stderr")));
-    let start = Instant::now();
-    let mut timed_out = false;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break Some(st),
-            Ok(None) if start.elapsed() >= limit => {
-                timed_out = true;
-                let _ = child.kill();
-                break child.wait().ok();
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-            Err(e) => panic!("waiting for {what}: {e}"),
-        }
-    };
-    Finished {
-        status,
-        timed_out,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-    }
-}
 
 /// The virtualenv's interpreter, with `mcp==1.30.0` installed. A marker file written after
 /// a verified install lets later runs skip the provisioning.
