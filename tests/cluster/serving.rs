@@ -120,6 +120,10 @@ async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
     assert_eq!(history.poll(&c2, &long).await["status"], "cancelled");
 
     // Elicitation: created through node 1, result stream on node 2, answer posted to node 3.
+    // The session's GET stream is closed first: a request goes out on one stream only, and
+    // while that stream is open it would carry it (the request a closed GET stream took is
+    // handed to the `tasks/result` stream once node 2 sees the stream gone).
+    drop(get_stream);
     let ask = c1
         .start_task("confirm_delete", json!({"filename": "x.txt"}))
         .await;

@@ -204,3 +204,37 @@ async fn a_server_request_goes_out_on_one_stream_only() {
         .unwrap()
         .starts_with("Kept h"));
 }
+
+/// A request whose GET stream ended before it was answered is not lost: it goes out on the
+/// task's `tasks/result` stream (the client may not have read it).
+#[tokio::test]
+async fn a_request_on_a_closed_get_stream_goes_to_tasks_result() {
+    let s = Server::start(TASKMESH, "");
+    let c = Client::new_session(&s.url).await;
+    let mut get = c.open_get().await;
+    let id = c
+        .start_task("confirm_delete", json!({"filename": "k"}))
+        .await;
+    let first = loop {
+        let m = get.next().await.expect("GET stream open");
+        if m["method"] == "elicitation/create" {
+            break m;
+        }
+    };
+    drop(get);
+    let (rid, mut stream) = c.open_stream("tasks/result", json!({"taskId": id})).await;
+    let again = stream.next().await.expect("the request again");
+    assert_eq!(again["id"], first["id"], "{again}");
+    assert_eq!(again["method"], "elicitation/create");
+    c.answer(
+        &again["id"],
+        json!({"action":"accept","content":{"confirm":false}}),
+    )
+    .await;
+    let (more, resp) = read_to_response(&mut stream, rid).await;
+    assert!(more.is_empty(), "{more:?}");
+    assert!(resp["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("Kept k"));
+}

@@ -371,7 +371,20 @@ async fn handle_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Respo
         Err(r) => return r,
     };
     match gw.sessions.open_stream(&id) {
-        Some(rx) => sse(&gw, None, rx),
+        Some((rx, tx, carried)) => {
+            // When the stream ends, the requests it carried that are still unanswered go to
+            // the task's next `tasks/result` stream: the client may not have read them.
+            let gw2 = gw.clone();
+            tokio::spawn(async move {
+                tx.closed().await;
+                drop(tx);
+                let carried = std::mem::take(&mut *carried.lock());
+                for (task_id, request_id) in carried {
+                    gw2.router.claim(&task_id, &request_id, true).await;
+                }
+            });
+            sse(&gw, None, rx)
+        }
         None => {
             let mut r = plain(
                 StatusCode::TOO_MANY_REQUESTS,

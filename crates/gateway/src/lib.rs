@@ -184,8 +184,9 @@ impl Gateway {
                     } if gw.sessions.has_stream(&session) => {
                         let gw = gw.clone();
                         tokio::spawn(async move {
+                            let request = (task_id.clone(), request_id.clone());
                             if gw.router.claim(&task_id, &request_id, false).await
-                                && !gw.sessions.push(&session, json)
+                                && !gw.sessions.push_request(&session, json, request)
                             {
                                 // The stream closed meanwhile: give the request back.
                                 gw.router.claim(&task_id, &request_id, true).await;

@@ -22,6 +22,24 @@ const DOMAIN: &str = "mcp-session";
 pub type JsonMessage = Arc<Vec<u8>>;
 type StreamSender = mpsc::Sender<JsonMessage>;
 
+/// The server requests a GET stream sent, by (task id, request id): claims its gateway gives
+/// back when the stream ends, so that a `tasks/result` stream carries them instead.
+pub type Carried = Arc<Mutex<Vec<(String, String)>>>;
+
+/// A GET stream just opened: its messages, a sender whose `closed()` tells when the stream has
+/// ended, and the requests it carried.
+pub type OpenedStream = (
+    mpsc::Receiver<JsonMessage>,
+    mpsc::Sender<JsonMessage>,
+    Carried,
+);
+
+/// One open GET stream: where its messages go and the requests it carried.
+struct GetStream {
+    tx: StreamSender,
+    carried: Carried,
+}
+
 /// What a session id says about its session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 /// (The JSON keys are one letter: the claims travel in every request's `Mcp-Session-Id`.)
@@ -56,7 +74,7 @@ pub struct Sessions {
     verified: Mutex<HashMap<String, SessionClaims>>,
     verified_cap: usize,
     ended: sled::Tree,
-    streams: Mutex<HashMap<String, Vec<StreamSender>>>,
+    streams: Mutex<HashMap<String, Vec<GetStream>>>,
     stream_buffer: usize,
     /// Open GET streams per session, at most.
     max_streams: usize,
@@ -124,18 +142,23 @@ impl Sessions {
         Ok(())
     }
 
-    /// Open a GET stream for the session; `None` when it already holds its limit of open
-    /// streams (closed ones do not count).
-    pub fn open_stream(&self, id: &str) -> Option<mpsc::Receiver<Arc<Vec<u8>>>> {
+    /// Open a GET stream for the session: its messages, a sender that tells (`closed()`) when
+    /// the stream has ended, and the requests it carried. `None` when the session already
+    /// holds its limit of open streams (closed ones do not count).
+    pub fn open_stream(&self, id: &str) -> Option<OpenedStream> {
         let mut streams = self.streams.lock();
         let list = streams.entry(id.to_string()).or_default();
-        list.retain(|s| !s.is_closed());
+        list.retain(|s| !s.tx.is_closed());
         if list.len() >= self.max_streams {
             return None;
         }
         let (tx, rx) = mpsc::channel(self.stream_buffer);
-        list.push(tx);
-        Some(rx)
+        let carried = Carried::default();
+        list.push(GetStream {
+            tx: tx.clone(),
+            carried: carried.clone(),
+        });
+        Some((rx, tx, carried))
     }
 
     /// The most GET streams a session may hold open.
@@ -146,12 +169,31 @@ impl Sessions {
     /// Send a message on one open GET stream of the session (the oldest that has room: a
     /// message goes out on one stream only, never on all of them). Returns whether one took it.
     pub fn push(&self, id: &str, json: Arc<Vec<u8>>) -> bool {
+        self.push_carrying(id, json, None)
+    }
+
+    /// [`Sessions::push`] for a server request `(task id, request id)` whose claim this
+    /// gateway holds: the stream that sends it records it among the requests it carried.
+    pub fn push_request(&self, id: &str, json: Arc<Vec<u8>>, request: (String, String)) -> bool {
+        self.push_carrying(id, json, Some(request))
+    }
+
+    fn push_carrying(
+        &self,
+        id: &str,
+        json: Arc<Vec<u8>>,
+        request: Option<(String, String)>,
+    ) -> bool {
         let mut streams = self.streams.lock();
         let Some(list) = streams.get_mut(id) else {
             return false;
         };
-        list.retain(|s| !s.is_closed());
-        let sent = list.iter().any(|s| s.try_send(json.clone()).is_ok());
+        list.retain(|s| !s.tx.is_closed());
+        let taker = list.iter().find(|s| s.tx.try_send(json.clone()).is_ok());
+        if let (Some(s), Some(request)) = (taker, request) {
+            s.carried.lock().push(request);
+        }
+        let sent = taker.is_some();
         if list.is_empty() {
             streams.remove(id);
         }
@@ -163,7 +205,7 @@ impl Sessions {
         self.streams
             .lock()
             .get(id)
-            .is_some_and(|list| list.iter().any(|s| !s.is_closed()))
+            .is_some_and(|list| list.iter().any(|s| !s.tx.is_closed()))
     }
 }
 

@@ -382,9 +382,18 @@ async fn handle_msg(
             release,
             reply,
         } => {
+            st.sinks.retain(|(_, s)| !s.is_closed());
             let claimed = match st.pending.get_mut(&request_id) {
                 Some(p) if release && p.carrier == Carrier::GetStream => {
+                    // The GET stream ended: an attached `tasks/result` stream takes it now,
+                    // or the next one to attach.
                     p.carrier = Carrier::Unclaimed;
+                    for (number, s) in &st.sinks {
+                        if s.try_send(p.json.clone()).is_ok() {
+                            p.carrier = Carrier::Sink(*number);
+                            break;
+                        }
+                    }
                     false
                 }
                 Some(p) if !release && p.carrier == Carrier::Unclaimed => {
