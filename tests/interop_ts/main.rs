@@ -164,10 +164,20 @@ async fn typescript_sdk_tasks_client_interop() {
     let elicit = step("elicitation");
     assert_eq!(elicit["handlerCalls"], 1, "{elicit}");
     assert_eq!(elicit["result"]["texts"], json!(["Deleted ts.txt"]));
-    assert!(elicit["statuses"]
-        .as_array()
-        .unwrap()
-        .contains(&json!("input_required")));
+    // Whether a poll saw `input_required` depends on whether it ran before the handler's
+    // answer arrived over the GET stream: either is right, nothing else is.
+    assert_eq!(
+        elicit["kinds"].as_array().unwrap().last().unwrap(),
+        "result"
+    );
+    assert!(
+        elicit["statuses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| { ["working", "input_required", "completed"].contains(&s.as_str().unwrap()) }),
+        "{elicit}"
+    );
     let two = step("two_elicitations");
     assert_eq!(two["handlerCalls"], 2, "{two}");
     assert_eq!(two["result"]["texts"], json!(["Ada likes green"]));
