@@ -8,6 +8,7 @@
 use serde_json::json;
 
 mod input;
+mod resume;
 mod session;
 mod tasks;
 

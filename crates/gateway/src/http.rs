@@ -10,21 +10,19 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use futures::StreamExt;
 use serde_json::Value;
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, RequestId};
-use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
 use crate::dispatch::{self, Cx, Reply};
-use crate::session::SessionClaims;
-use crate::Gateway;
+use crate::resume::{self, EventId, Opening, Out, Reader, ResumeError};
+use crate::session::{OpenedStream, SessionClaims};
+use crate::{relay, Gateway};
 
 /// Header carrying the signed session id (`Mcp-Session-Id`), in lower case. Every request
 /// but `initialize` must send it; the `initialize` answer carries the new one.
@@ -284,7 +282,7 @@ async fn dispatch_message(gw: &Arc<Gateway>, cx: &Cx, msg: Message) -> Response 
         }
         Message::Response { id, outcome } => (dispatch::response(gw, cx, id, outcome), None),
     };
-    respond(gw, reply, id.as_ref()).await
+    respond(gw, cx, reply, id.as_ref()).await
 }
 
 fn json_response(body: Vec<u8>) -> Response {
@@ -300,7 +298,7 @@ fn is_response(json: &[u8]) -> bool {
     matches!(jsonrpc::parse_message(json), Ok(Message::Response { .. }))
 }
 
-async fn respond(gw: &Gateway, reply: Reply, id: Option<&RequestId>) -> Response {
+async fn respond(gw: &Arc<Gateway>, cx: &Cx, reply: Reply, id: Option<&RequestId>) -> Response {
     match reply {
         Reply::Json(body) => json_response(body),
         Reply::Accepted => StatusCode::ACCEPTED.into_response(),
@@ -314,6 +312,8 @@ async fn respond(gw: &Gateway, reply: Reply, id: Option<&RequestId>) -> Response
         Reply::Stream {
             mut rx,
             json_if_alone,
+            origin,
+            released,
         } => {
             let first = if json_if_alone {
                 match rx.recv().await {
@@ -329,26 +329,74 @@ async fn respond(gw: &Gateway, reply: Reply, id: Option<&RequestId>) -> Response
             } else {
                 None
             };
-            sse(gw, first, rx)
+            let Some((session, claims)) = &cx.session else {
+                // Streams exist only in a session (initialize is answered as JSON).
+                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+            };
+            let reader = gw.hub.open(
+                Opening {
+                    session,
+                    primes: primes(claims),
+                    origin,
+                    presence: None,
+                    gone: None,
+                    released,
+                },
+                first,
+                rx,
+            );
+            sse(gw, Source::Local(reader))
         }
     }
 }
 
-fn sse(
-    gw: &Gateway,
-    first: Option<Arc<Vec<u8>>>,
-    rx: tokio::sync::mpsc::Receiver<Arc<Vec<u8>>>,
-) -> Response {
-    let head = futures::stream::iter(first);
-    let events = head.chain(ReceiverStream::new(rx)).map(|m| {
-        Ok::<_, Infallible>(
-            Event::default()
-                .event("message")
-                .data(String::from_utf8_lossy(&m)),
-        )
+/// Whether a session's streams start with a priming event and may be closed on purpose: the
+/// 2025-11-25 transport has both; a client of an earlier version may not expect an event
+/// without data.
+fn primes(claims: &SessionClaims) -> bool {
+    claims.version.as_str() >= taskmesh_mcp::V2025_11_25
+}
+
+/// Where an SSE response reads its events: a stream this node holds, or one another node
+/// holds, relayed.
+enum Source {
+    Local(Reader),
+    Relayed(relay::Relayed),
+}
+
+impl Source {
+    async fn next(&mut self) -> Option<Out> {
+        match self {
+            Source::Local(r) => r.next().await,
+            Source::Relayed(r) => r.next().await,
+        }
+    }
+}
+
+/// An SSE response: the source's events framed with their ids, a keep-alive comment after
+/// every `sse_keepalive_ms` without one, the retry field on the priming event and before an
+/// on-purpose close.
+fn sse(gw: &Gateway, source: Source) -> Response {
+    let keepalive = Duration::from_millis(gw.cfg.sse_keepalive_ms.max(100));
+    let retry = gw.hub.settings().retry;
+    let body = futures::stream::unfold(source, move |mut source| async move {
+        let bytes = match tokio::time::timeout(keepalive, source.next()).await {
+            Err(_) => Bytes::from_static(b":\n\n"),
+            Ok(Some(out)) => Bytes::from(resume::frame(&out, retry)),
+            Ok(None) => return None,
+        };
+        Some((Ok::<_, Infallible>(bytes), source))
     });
-    let keep = KeepAlive::new().interval(Duration::from_millis(gw.cfg.sse_keepalive_ms.max(100)));
-    Sse::new(events).keep_alive(keep).into_response()
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
 }
 
 async fn handle_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
@@ -366,12 +414,98 @@ async fn handle_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Respo
             "Not Acceptable: GET /mcp serves text/event-stream",
         );
     }
-    let (id, _claims) = match session_of(&gw, &headers, &principal) {
+    let (id, claims) = match session_of(&gw, &headers, &principal) {
         Ok(s) => s,
         Err(r) => return r,
     };
-    match gw.sessions.open_stream(&id) {
-        Some((rx, tx, carried)) => {
+    if let Some(last) = headers.get(LAST_EVENT_ID) {
+        let Some(event) = last.to_str().ok().and_then(EventId::parse) else {
+            return plain(
+                StatusCode::BAD_REQUEST,
+                "Bad Request: Last-Event-ID is not an event id this server sent",
+            );
+        };
+        return reconnect(&gw, principal, id, claims, event).await;
+    }
+    open_get_stream(&gw, &id, &claims)
+}
+
+/// Header of a reconnection (`Last-Event-ID`), in lower case: the id of the last SSE event the
+/// client received.
+pub const LAST_EVENT_ID: &str = "last-event-id";
+
+/// A reconnection: the rest of the stream `event` names, from the node holding it. When no
+/// node can continue it (its holder restarted or is gone, its window passed, or it no longer
+/// holds the events after that id): a `tasks/result` stream is answered again (its
+/// unanswered requests and then its result come on the new stream), and a GET stream is
+/// replaced by a new one.
+async fn reconnect(
+    gw: &Arc<Gateway>,
+    principal: String,
+    session: String,
+    claims: SessionClaims,
+    event: EventId,
+) -> Response {
+    let resumed = if event.node == gw.hub.node() {
+        gw.hub.resume(&session, &event).map(Source::Local)
+    } else {
+        relay::resume(gw.router.peer_channel(event.node), &event, &session)
+            .await
+            .map(Source::Relayed)
+    };
+    let error = match resumed {
+        Ok(source) => return sse(gw, source),
+        Err(e) => e,
+    };
+    tracing::debug!(event_id = ?event, error = %error, "reconnection starts over");
+    let Some(origin) = event.origin else {
+        if event.node == gw.hub.node() && error == ResumeError::TooOld {
+            // It cannot be continued: what it carried goes elsewhere now.
+            gw.hub.drop_stream(event.stream);
+        }
+        return open_get_stream(gw, &session, &claims);
+    };
+    // A `tasks/result` stream held here that cannot be continued is taken over by the new
+    // answer (`Hub::take_over`), which waits until it has let go of the task.
+    let cx = Cx {
+        principal,
+        session: Some((session, claims)),
+    };
+    let mut params = serde_json::Map::new();
+    params.insert("taskId".into(), Value::String(origin.task_id.clone()));
+    let reply = dispatch::tasks::tasks_result(gw, &cx, origin.request_id, &params).await;
+    match reply {
+        // The answer is ready: it still goes out as the stream the client reconnected to.
+        Reply::Json(body) => {
+            let (_, rx) = tokio::sync::mpsc::channel(1);
+            let Some((session, claims)) = &cx.session else {
+                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+            };
+            let how = Opening {
+                session,
+                primes: primes(claims),
+                origin: None,
+                presence: None,
+                gone: None,
+                released: None,
+            };
+            let reader = gw.hub.open(how, Some(Arc::new(body)), rx);
+            sse(gw, Source::Local(reader))
+        }
+        other => respond(gw, &cx, other, None).await,
+    }
+}
+
+/// A new GET stream of the session, or HTTP 429 when it holds its limit of them.
+fn open_get_stream(gw: &Arc<Gateway>, id: &str, claims: &SessionClaims) -> Response {
+    match gw.sessions.open_stream(id) {
+        Some(OpenedStream {
+            rx,
+            tx,
+            carried,
+            present,
+            gone,
+        }) => {
             // When the stream ends, the requests it carried that are still unanswered go to
             // the task's next `tasks/result` stream: the client may not have read them.
             let gw2 = gw.clone();
@@ -383,7 +517,19 @@ async fn handle_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Respo
                     gw2.router.claim(&task_id, &request_id, true).await;
                 }
             });
-            sse(&gw, None, rx)
+            let reader = gw.hub.open(
+                Opening {
+                    session: id,
+                    primes: primes(claims),
+                    origin: None,
+                    presence: Some(present),
+                    gone: Some(gone),
+                    released: None,
+                },
+                None,
+                rx,
+            );
+            sse(gw, Source::Local(reader))
         }
         None => {
             let mut r = plain(

@@ -11,6 +11,8 @@ pub mod dispatch;
 pub mod http;
 mod inflight;
 mod limits;
+pub mod relay;
+pub mod resume;
 pub mod session;
 pub mod sign;
 pub mod wire;
@@ -28,8 +30,7 @@ pub use http::router as http_router;
 use session::Sessions;
 use sign::Signer;
 
-/// Gateway settings, documented in docs/configuration.md (`stream_buffer` keeps its default
-/// and is listed under "Fixed limits" there).
+/// Gateway settings, documented in docs/configuration.md.
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
     /// Origins allowed to call (DNS-rebinding protection). An entry without a port matches any
@@ -49,8 +50,18 @@ pub struct GatewayConfig {
     pub cursor_ttl_ms: u64,
     /// Interval of SSE keep-alive comments.
     pub sse_keepalive_ms: u64,
-    /// Queue length of one SSE stream; a client that reads slower loses progress messages.
+    /// Events one SSE stream keeps for a reconnection, and its queue length: a `tasks/result`
+    /// or plain-call stream holds its producer back when this many wait unread; a GET stream
+    /// takes no more messages then.
     pub stream_buffer: usize,
+    /// The reconnection delay sent in the SSE `retry` field.
+    pub sse_retry_ms: u64,
+    /// How long a stream whose connection ended is kept for a reconnection with
+    /// `Last-Event-ID`; 0: not kept.
+    pub sse_resume_window_ms: u64,
+    /// After how long an SSE connection is closed on purpose (the client reconnects with
+    /// `Last-Event-ID`), for 2025-11-25 sessions; 0: never.
+    pub sse_max_stream_ms: u64,
     /// Requests per second allowed per principal (token bucket); 0 = no limit.
     pub rate_limit_per_second: u32,
     /// Burst above the steady rate; 0 = the rate itself.
@@ -86,12 +97,27 @@ impl Default for GatewayConfig {
             cursor_ttl_ms: 3_600_000,
             sse_keepalive_ms: 15_000,
             stream_buffer: 256,
+            sse_retry_ms: 1000,
+            sse_resume_window_ms: 10_000,
+            sse_max_stream_ms: 300_000,
             rate_limit_per_second: 0,
             rate_limit_burst: 0,
             failed_lookup_alert_per_minute: 60,
             verified_session_cache: 65_536,
             max_inflight_per_session: 256,
             max_streams_per_session: 8,
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// How this node's SSE streams are kept (for its [`resume::Hub`]).
+    pub fn stream_settings(&self) -> resume::StreamSettings {
+        resume::StreamSettings {
+            buffer: self.stream_buffer,
+            window: std::time::Duration::from_millis(self.sse_resume_window_ms),
+            retry: std::time::Duration::from_millis(self.sse_retry_ms),
+            max_connected: std::time::Duration::from_millis(self.sse_max_stream_ms),
         }
     }
 }
@@ -104,6 +130,8 @@ pub struct Gateway {
     pub(crate) router: Router,
     pub(crate) tools: Arc<ToolRegistry>,
     pub(crate) sessions: Sessions,
+    /// This node's SSE streams, kept for reconnections.
+    pub(crate) hub: Arc<resume::Hub>,
     pub(crate) signer: Signer,
     /// In-flight requests that `notifications/cancelled` may cancel: (session nonce, id).
     pub(crate) inflight: inflight::Inflight,
@@ -113,8 +141,14 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// `ended_sessions` is a durable tree of this node for ended session ids.
-    pub fn new(cfg: GatewayConfig, router: Router, ended_sessions: sled::Tree) -> Arc<Self> {
+    /// `ended_sessions` is a durable tree of this node for ended session ids; `hub` holds this
+    /// node's SSE streams (its [`relay::StreamGrpc`] serves them to the other nodes).
+    pub fn new(
+        cfg: GatewayConfig,
+        router: Router,
+        ended_sessions: sled::Tree,
+        hub: Arc<resume::Hub>,
+    ) -> Arc<Self> {
         let signer = Signer::new(&cfg.secret);
         let cfg_limits = cfg.clone();
         let tools = router.host().tools().clone();
@@ -127,6 +161,7 @@ impl Gateway {
                 cfg.max_streams_per_session,
             ),
             signer,
+            hub,
             cfg,
             router,
             tools,

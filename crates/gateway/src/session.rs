@@ -8,11 +8,13 @@
 //! notifications reach them.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::sign::Signer;
 
@@ -26,18 +28,29 @@ type StreamSender = mpsc::Sender<JsonMessage>;
 /// back when the stream ends, so that a `tasks/result` stream carries them instead.
 pub type Carried = Arc<Mutex<Vec<(String, String)>>>;
 
-/// A GET stream just opened: its messages, a sender whose `closed()` tells when the stream has
-/// ended, and the requests it carried.
-pub type OpenedStream = (
-    mpsc::Receiver<JsonMessage>,
-    mpsc::Sender<JsonMessage>,
-    Carried,
-);
+/// A GET stream just opened.
+pub struct OpenedStream {
+    /// Its messages.
+    pub rx: mpsc::Receiver<JsonMessage>,
+    /// A sender whose `closed()` tells when the stream has ended.
+    pub tx: mpsc::Sender<JsonMessage>,
+    /// The requests it carried.
+    pub carried: Carried,
+    /// Whether a client reads it, kept by its SSE stream.
+    pub present: Arc<AtomicBool>,
+    /// Cancelled when the session lets the stream go (ended, or its place taken while no
+    /// client read it): its SSE stream ends.
+    pub gone: CancellationToken,
+}
 
-/// One open GET stream: where its messages go and the requests it carried.
+/// One open GET stream: where its messages go, the requests it carried and whether a client
+/// reads it now (a stream waiting for its client to reconnect takes a message only when no
+/// read stream does).
 struct GetStream {
     tx: StreamSender,
     carried: Carried,
+    present: Arc<AtomicBool>,
+    gone: CancellationToken,
 }
 
 /// What a session id says about its session.
@@ -137,28 +150,43 @@ impl Sessions {
     pub fn end(&self, id: &str, claims: &SessionClaims) -> Result<(), sled::Error> {
         self.ended
             .insert(claims.nonce.as_bytes(), &claims.issued_at_ms.to_be_bytes())?;
-        self.streams.lock().remove(id);
+        for s in self.streams.lock().remove(id).unwrap_or_default() {
+            s.gone.cancel();
+        }
         self.verified.lock().remove(id);
         Ok(())
     }
 
-    /// Open a GET stream for the session: its messages, a sender that tells (`closed()`) when
-    /// the stream has ended, and the requests it carried. `None` when the session already
-    /// holds its limit of open streams (closed ones do not count).
+    /// Open a GET stream for the session. At the session's limit of open streams (closed ones
+    /// do not count), the oldest one no client reads (it waits for a reconnection) is let go
+    /// to make room; `None` when every one is read.
     pub fn open_stream(&self, id: &str) -> Option<OpenedStream> {
         let mut streams = self.streams.lock();
         let list = streams.entry(id.to_string()).or_default();
-        list.retain(|s| !s.tx.is_closed());
+        list.retain(|s| !s.tx.is_closed() && !s.gone.is_cancelled());
         if list.len() >= self.max_streams {
-            return None;
+            let idle = list
+                .iter()
+                .position(|s| !s.present.load(Ordering::Relaxed))?;
+            list.remove(idle).gone.cancel();
         }
         let (tx, rx) = mpsc::channel(self.stream_buffer);
         let carried = Carried::default();
+        let present = Arc::new(AtomicBool::new(true));
+        let gone = CancellationToken::new();
         list.push(GetStream {
             tx: tx.clone(),
             carried: carried.clone(),
+            present: present.clone(),
+            gone: gone.clone(),
         });
-        Some((rx, tx, carried))
+        Some(OpenedStream {
+            rx,
+            tx,
+            carried,
+            present,
+            gone,
+        })
     }
 
     /// The most GET streams a session may hold open.
@@ -166,8 +194,9 @@ impl Sessions {
         self.max_streams
     }
 
-    /// Send a message on one open GET stream of the session (the oldest that has room: a
-    /// message goes out on one stream only, never on all of them). Returns whether one took it.
+    /// Send a message on one open GET stream of the session (the oldest read one that has room,
+    /// else the oldest waiting for its client to reconnect: a message goes out on one stream
+    /// only, never on all of them). Returns whether one took it.
     pub fn push(&self, id: &str, json: Arc<Vec<u8>>) -> bool {
         self.push_carrying(id, json, None)
     }
@@ -189,7 +218,12 @@ impl Sessions {
             return false;
         };
         list.retain(|s| !s.tx.is_closed());
-        let taker = list.iter().find(|s| s.tx.try_send(json.clone()).is_ok());
+        let present = |s: &&GetStream| s.present.load(Ordering::Relaxed);
+        let taker = list
+            .iter()
+            .filter(present)
+            .chain(list.iter().filter(|s| !present(s)))
+            .find(|s| s.tx.try_send(json.clone()).is_ok());
         if let (Some(s), Some(request)) = (taker, request) {
             s.carried.lock().push(request);
         }

@@ -16,6 +16,8 @@ use serde::Deserialize;
 
 /// The most runtime threads a node may be given.
 pub const MAX_WORKER_THREADS: usize = 1024;
+/// The most events `http.sse_buffer_events` may keep per stream.
+pub const MAX_SSE_BUFFER_EVENTS: usize = 65_536;
 
 /// The most logical shards a cluster may have: every node keeps per-shard state (a Raft group
 /// per replica it holds, its trees, its reconciler), and the shard count never changes.
@@ -161,6 +163,17 @@ pub struct HttpConfig {
     pub sse_keepalive_ms: u64,
     /// GET streams one session may hold open at once; one more gets HTTP 429. At least 1.
     pub max_streams_per_session: usize,
+    /// Events one SSE stream keeps for a reconnection with `Last-Event-ID`, and the most that
+    /// wait unread before its producer is held back. Default 256, between 1 and 65536.
+    pub sse_buffer_events: usize,
+    /// The reconnection delay sent in the SSE `retry` field, in ms. Default 1000.
+    pub sse_retry_ms: u64,
+    /// How long a stream whose connection ended is kept for a reconnection, in ms; 0: not
+    /// kept. Default 10000.
+    pub sse_resume_window_ms: u64,
+    /// After how long the server closes an SSE connection on purpose (the client reconnects
+    /// with `Last-Event-ID`), in ms, for 2025-11-25 sessions; 0: never. Default 300000.
+    pub sse_max_stream_ms: u64,
 }
 
 /// `[auth]`: bearer-token authentication of MCP requests.
@@ -301,6 +314,10 @@ impl Default for HttpConfig {
             allowed_origins: g.allowed_origins,
             sse_keepalive_ms: g.sse_keepalive_ms,
             max_streams_per_session: g.max_streams_per_session,
+            sse_buffer_events: g.stream_buffer,
+            sse_retry_ms: g.sse_retry_ms,
+            sse_resume_window_ms: g.sse_resume_window_ms,
+            sse_max_stream_ms: g.sse_max_stream_ms,
         }
     }
 }
@@ -450,6 +467,18 @@ impl Config {
         }
         if self.http.max_streams_per_session == 0 {
             bail!("http.max_streams_per_session must be at least 1");
+        }
+        if !(1..=MAX_SSE_BUFFER_EVENTS).contains(&self.http.sse_buffer_events) {
+            bail!(
+                "http.sse_buffer_events must be between 1 and {MAX_SSE_BUFFER_EVENTS} (got {})",
+                self.http.sse_buffer_events
+            );
+        }
+        if self.http.sse_max_stream_ms != 0 && self.http.sse_max_stream_ms < 1000 {
+            bail!(
+                "http.sse_max_stream_ms must be 0 (never) or at least 1000 (got {})",
+                self.http.sse_max_stream_ms
+            );
         }
         if self.tasks.max_live_tasks == 0 {
             bail!("tasks.max_live_tasks must be at least 1");
@@ -610,6 +639,10 @@ mod tests {
         .contains("nope"));
         assert!(err(vec![("TASKMESH_TASKS__MAX_LIVE_TASKS", "0")]).contains("max_live_tasks"));
         assert!(err(vec![("TASKMESH_WORKER_THREADS", "100000")]).contains("worker_threads"));
+        assert!(err(vec![("TASKMESH_HTTP__SSE_BUFFER_EVENTS", "0")]).contains("sse_buffer_events"));
+        assert!(
+            err(vec![("TASKMESH_HTTP__SSE_MAX_STREAM_MS", "999")]).contains("sse_max_stream_ms")
+        );
     }
 }
 

@@ -166,7 +166,12 @@ async fn start_single(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Resul
 
 /// A cluster member: the metadata group, the replicas stored here, the internal gRPC server,
 /// and the reconciler that creates or joins the cluster and follows its placement.
-async fn start_cluster(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Result<Running> {
+async fn start_cluster(
+    cfg: &Config,
+    db: &sled::Db,
+    host: &Host,
+    hub: &Arc<taskmesh_gateway::resume::Hub>,
+) -> anyhow::Result<Running> {
     let registry = taskmesh_transport::ReplicaRegistry::new();
     let pool = taskmesh_transport::PeerChannels::new(taskmesh_rpc::dial::CONNECT_TIMEOUT);
     let transport = transport_config(cfg);
@@ -274,6 +279,7 @@ async fn start_cluster(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Resu
         .into_server();
     let task_svc = taskmesh_router::service::TaskGrpc::new(host.clone(), book).into_server();
     let cluster_svc = cluster::ClusterGrpc::new(membership.clone()).into_server();
+    let stream_svc = taskmesh_gateway::relay::StreamGrpc::new(hub.clone()).into_server();
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let (grpc_stop_tx, grpc_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let grpc_server = tokio::spawn(async move {
@@ -282,6 +288,7 @@ async fn start_cluster(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Resu
             .add_service(raft_svc)
             .add_service(task_svc)
             .add_service(cluster_svc)
+            .add_service(stream_svc)
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = grpc_stop_rx.await;
             })
@@ -347,8 +354,11 @@ pub async fn serve(
         ToolRegistry::new()
     };
     let host = Host::new(cfg.host_config(), Arc::new(tools), cfg.shards);
+    // This node's SSE streams, served to the other nodes for reconnections that reach them.
+    let hub =
+        taskmesh_gateway::resume::Hub::new(cfg.node_id, cfg.gateway_config().stream_settings());
     let mut running = if clustered {
-        start_cluster(&cfg, &db, &host).await?
+        start_cluster(&cfg, &db, &host, &hub).await?
     } else {
         start_single(&cfg, &db, &host).await?
     };
@@ -362,6 +372,7 @@ pub async fn serve(
         gw_cfg,
         running.router.clone(),
         db.open_tree("sessions/ended")?,
+        hub,
     );
     let app = taskmesh_gateway::http_router(gateway);
 
@@ -493,8 +504,7 @@ impl Config {
     }
 
     /// The gateway's settings, taken from `[http]`, `[auth]`, `[session]`, `[tasks]`, `[tools]`
-    /// and `[limits]`. `secret` is left empty (the caller sets it) and `stream_buffer` keeps its
-    /// default.
+    /// and `[limits]`. `secret` is left empty (the caller sets it).
     pub fn gateway_config(&self) -> GatewayConfig {
         GatewayConfig {
             allowed_origins: self.http.allowed_origins.clone(),
@@ -510,6 +520,10 @@ impl Config {
             verified_session_cache: self.session.verified_cache,
             max_inflight_per_session: self.limits.max_inflight_per_session,
             max_streams_per_session: self.http.max_streams_per_session,
+            stream_buffer: self.http.sse_buffer_events,
+            sse_retry_ms: self.http.sse_retry_ms,
+            sse_resume_window_ms: self.http.sse_resume_window_ms,
+            sse_max_stream_ms: self.http.sse_max_stream_ms,
             ..GatewayConfig::default()
         }
     }

@@ -117,6 +117,12 @@ impl Router {
         self.node_id
     }
 
+    /// The gRPC channel to node `id` (with the peers' endpoint settings); `None` for a
+    /// single-node router or a node it has no address for.
+    pub fn peer_channel(&self, id: u64) -> Option<tonic::transport::Channel> {
+        self.peers.as_ref()?.channel(id)
+    }
+
     /// This node's host: the task runtime of the shard replicas it holds.
     pub fn host(&self) -> &Host {
         &self.host

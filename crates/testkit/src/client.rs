@@ -308,6 +308,30 @@ impl Client {
         }
     }
 
+    /// Reconnect to a stream with `GET` and `Last-Event-ID: last`, or the HTTP status and body
+    /// it was refused with.
+    pub async fn try_resume(&self, last: &str) -> Result<Sse, (u16, String)> {
+        let rb = self.with_session_headers(
+            self.http
+                .get(&self.url)
+                .header("accept", "text/event-stream")
+                .header("last-event-id", last),
+        );
+        let r = rb.send().await.expect("get");
+        match r.status().as_u16() {
+            200 => Ok(Sse::new(r)),
+            status => Err((status, r.text().await.unwrap_or_default())),
+        }
+    }
+
+    /// Reconnect to a stream with `Last-Event-ID: last`; panics if refused.
+    pub async fn resume(&self, last: &str) -> Sse {
+        match self.try_resume(last).await {
+            Ok(sse) => sse,
+            Err((status, body)) => panic!("GET /mcp with Last-Event-ID answered {status}: {body}"),
+        }
+    }
+
     /// Answer a server request.
     pub async fn answer(&self, id: &Value, result: Value) {
         let body = json!({"jsonrpc":"2.0","id":id,"result":result}).to_string();

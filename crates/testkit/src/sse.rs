@@ -1,6 +1,7 @@
 //! Server-sent events: [`Sse`] reads the JSON-RPC messages of a `text/event-stream` answer
 //! (a POST's stream, `tasks/result`, the session's GET stream) one at a time, skipping
-//! keep-alive comments; an `application/json` answer read through it is one message.
+//! keep-alive comments and events without data (a priming event), and remembering the last
+//! event id and `retry` it saw; an `application/json` answer read through it is one message.
 
 use std::time::Duration;
 
@@ -14,6 +15,12 @@ pub struct Sse {
     /// The answer's `content-type` (empty when absent); an `application/json` answer is read
     /// as a single message.
     pub content_type: String,
+    /// The id of the last event read (what a reconnection sends as `Last-Event-ID`).
+    pub last_event_id: Option<String>,
+    /// The last `retry` field read, in ms.
+    pub retry_ms: Option<u64>,
+    /// The ids of the message events read, in order (`None` for one without an id).
+    pub message_ids: Vec<Option<String>>,
 }
 
 /// The `content-type` of `r` (empty when it has none); panics if it is not visible ASCII.
@@ -36,6 +43,9 @@ impl Sse {
             stream: r.bytes_stream().boxed(),
             buf: String::new(),
             content_type,
+            last_event_id: None,
+            retry_ms: None,
+            message_ids: Vec::new(),
         }
     }
 
@@ -45,13 +55,25 @@ impl Sse {
         loop {
             if let Some(i) = self.buf.find("\n\n") {
                 let event: String = self.buf.drain(..i + 2).collect();
-                let data: Vec<&str> = event
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:").map(|d| d.trim_start()))
-                    .collect();
-                if data.is_empty() {
-                    continue; // keep-alive comment
+                let field = |name: &str| {
+                    event
+                        .lines()
+                        .filter_map(|l| l.strip_prefix(name))
+                        .map(|v| v.strip_prefix(' ').unwrap_or(v).to_string())
+                        .collect::<Vec<String>>()
+                };
+                let id = field("id:").pop();
+                if let Some(id) = &id {
+                    self.last_event_id = Some(id.clone());
                 }
+                if let Some(retry) = field("retry:").pop().and_then(|r| r.parse().ok()) {
+                    self.retry_ms = Some(retry);
+                }
+                let data = field("data:");
+                if data.concat().is_empty() {
+                    continue; // a keep-alive comment or a priming event
+                }
+                self.message_ids.push(id);
                 return serde_json::from_str(&data.join("\n"))
                     .map(Some)
                     .map_err(|e| format!("SSE data is not JSON: {e}"));
@@ -75,6 +97,11 @@ impl Sse {
                 Err(_) => return Err("SSE stream idle for 60 s".into()),
             }
         }
+    }
+
+    /// End the connection as a dropped network would, keeping what was read (its ids).
+    pub fn close(&mut self) {
+        self.stream = futures::stream::empty().boxed();
     }
 
     /// The next JSON message, or `None` when the stream ends or breaks. Panics after 60 s of

@@ -12,7 +12,7 @@
 //! (the `task` field is ignored and `tasks/*` methods do not exist).
 
 mod session;
-mod tasks;
+pub(crate) mod tasks;
 mod tools;
 
 use std::sync::Arc;
@@ -77,6 +77,12 @@ pub enum Reply {
         /// Answer `application/json` when the first message is already the response (set for a
         /// plain call without a progress token to a tool that is not task-required).
         json_if_alone: bool,
+        /// The `tasks/result` request the stream answers (carried in its event ids, so that a
+        /// reconnection can answer it again once the stream itself is gone).
+        origin: Option<crate::resume::ResultOrigin>,
+        /// Cancelled by the producer once it has let go of its task attachment (a
+        /// `tasks/result` stream; see [`crate::resume::Opening::released`]).
+        released: Option<tokio_util::sync::CancellationToken>,
     },
     /// HTTP 202, no body (notifications and client responses).
     Accepted,

@@ -13,9 +13,15 @@ use taskmesh_host::{now_ms, Attachment, HostError};
 use taskmesh_mcp::jsonrpc::{ErrorObject, RequestId};
 use taskmesh_mcp::{params, ListTasksResult};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::{answer, begin_cancellable, err, Cx, Reply};
+use crate::resume::ResultOrigin;
 use crate::{wire, Gateway};
+
+/// The longest a new `tasks/result` waits for the streams it takes over to let go of their
+/// task (their producers end at once; this only bounds a stuck one).
+const TAKE_OVER_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn task_id_param(p: &Map<String, Value>) -> Result<&str, ErrorObject> {
     params::req_str(p, "taskId")
@@ -127,7 +133,7 @@ fn audit_result(principal: &str, task_id: &str) {
     tracing::info!(target: "audit", event = "task_result_retrieved", task_id = %task_id, principal = %principal, "task result retrieved");
 }
 
-pub(super) async fn tasks_result(
+pub(crate) async fn tasks_result(
     gw: &Arc<Gateway>,
     cx: &Cx,
     id: RequestId,
@@ -137,6 +143,11 @@ pub(super) async fn tasks_result(
         Ok(t) => t.to_string(),
         Err(e) => return err(&id, &e),
     };
+    if let Some((session, _)) = &cx.session {
+        // A client that asks again for the result has given up the streams of this task it
+        // left unread: what they carried goes to this one.
+        gw.hub.take_over(session, &task_id, TAKE_OVER_BOUND).await;
+    }
     let attachment = match gw.router.attach(&task_id, &cx.principal).await {
         Ok(a) => a,
         Err(e) => return err(&id, &task_error(gw, cx, &task_id, &e)),
@@ -157,6 +168,9 @@ pub(super) async fn tasks_result(
     let nonce = cx.nonce().to_string();
     let gw = gw.clone();
     let principal = cx.principal.clone();
+    let (origin_task, origin_request) = (task_id.clone(), id.clone());
+    let released = CancellationToken::new();
+    let releasing = released.clone();
     tokio::spawn(async move {
         let mut messages_open = true;
         let final_answer = loop {
@@ -189,6 +203,9 @@ pub(super) async fn tasks_result(
             }
         };
         gw.inflight.end(&nonce, &id);
+        drop(messages);
+        drop(done);
+        releasing.cancel();
         if let Some(a) = final_answer {
             audit_result(&principal, &task_id);
             let _ = tx.send(Arc::new(answer(&id, a))).await;
@@ -197,5 +214,10 @@ pub(super) async fn tasks_result(
     Reply::Stream {
         rx,
         json_if_alone: false,
+        origin: Some(ResultOrigin {
+            task_id: origin_task,
+            request_id: origin_request,
+        }),
+        released: Some(released),
     }
 }

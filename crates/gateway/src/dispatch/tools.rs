@@ -262,5 +262,10 @@ fn call_plain(
             let _ = tx.send(Arc::new(answer(&id, r))).await;
         }
     });
-    Reply::Stream { rx, json_if_alone }
+    Reply::Stream {
+        rx,
+        json_if_alone,
+        origin: None,
+        released: None,
+    }
 }

@@ -41,10 +41,17 @@ pub struct PeerAddressError {
     pub source: taskmesh_rpc::dial::DialError,
 }
 
+/// How one other node is reached: its address, its task service, and the channel under it.
+struct Peer {
+    addr: String,
+    client: TaskServiceClient<Channel>,
+    channel: Channel,
+}
+
 /// The other nodes of the cluster, by node id. Nodes can be added (or re-addressed) and
 /// removed while requests run.
 pub struct Peers {
-    clients: RwLock<HashMap<u64, (String, TaskServiceClient<Channel>)>>,
+    clients: RwLock<HashMap<u64, Peer>>,
     request_timeout: Duration,
     batching: GetBatching,
     gets: parking_lot::Mutex<HashMap<u64, Arc<PeerReads>>>,
@@ -70,8 +77,8 @@ impl Peers {
 
     /// Reach node `id` at `addr` from now on. Returns whether the node is new.
     pub fn set(&self, id: u64, addr: String) -> Result<bool, PeerAddressError> {
-        if let Some((known, _)) = self.clients.read().get(&id) {
-            if *known == addr {
+        if let Some(known) = self.clients.read().get(&id) {
+            if known.addr == addr {
                 return Ok(false);
             }
         }
@@ -82,8 +89,20 @@ impl Peers {
                 source,
             })?
             .timeout(self.request_timeout);
-        let client = TaskServiceClient::new(ep.connect_lazy());
-        let new = self.clients.write().insert(id, (addr, client)).is_none();
+        let channel = ep.connect_lazy();
+        let client = TaskServiceClient::new(channel.clone());
+        let new = self
+            .clients
+            .write()
+            .insert(
+                id,
+                Peer {
+                    addr,
+                    client,
+                    channel,
+                },
+            )
+            .is_none();
         // Reads queued from now on go out through the new channel (calls under way finish on
         // the old one).
         self.gets.lock().remove(&id);
@@ -116,8 +135,14 @@ impl Peers {
         self.clients
             .read()
             .get(&id)
-            .map(|(_, c)| c.clone())
+            .map(|p| p.client.clone())
             .ok_or_else(|| HostError::Unavailable(format!("unknown node {id}")))
+    }
+
+    /// The channel to node `id`, for the other services a node serves (the gateway's stream
+    /// service); `None` for a node without an address here.
+    pub fn channel(&self, id: u64) -> Option<Channel> {
+        self.clients.read().get(&id).map(|p| p.channel.clone())
     }
 
     /// One request to node `id` about `shard`: `rpc` is the client method to call. The
