@@ -19,33 +19,13 @@ rounds=$1
 shift
 dirs=("$@")
 load=(--scenario poll --sessions 16 --concurrency 64 --tasks 1000)
-work=$(mktemp -d)
-pid=
-cleanup() {
-    if [ -n "$pid" ]; then
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+. "$(dirname "$0")/common.sh"
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 one_run() { # BIN_DIR -> "polls/s µs/poll"
-    local bin=$1 port data
-    port=$(free_port)
+    local bin=$1 data
+    start_serve "$bin/taskmesh"
     data=$(mktemp -d -p "$work")
-    "$bin/taskmesh" serve --listen "127.0.0.1:$port" --data-dir "$data" >"$data.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 1 300); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
-        sleep 0.1
-    done
-    local url=http://127.0.0.1:$port/mcp
     "$bin/loadgen" --url "$url" --target warmup "${load[@]}" --duration-s 3 \
         --json "$data.warm.json" >/dev/null
     local before after
@@ -53,9 +33,7 @@ one_run() { # BIN_DIR -> "polls/s µs/poll"
     "$bin/loadgen" --url "$url" --target run "${load[@]}" --duration-s 10 \
         --json "$data.json" >/dev/null
     after=$(ticks "$pid")
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
-    pid=
+    stop_serve
     python3 - "$data.json" "$(getconf CLK_TCK)" "$before" "$after" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

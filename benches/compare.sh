@@ -25,34 +25,12 @@ case "$mode" in single | cluster) ;; *)
 esac
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(--scenario poll --duration-s 10 --sessions 16 --concurrency 64 --tasks 1000)
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/common.sh"
+bench_cluster=$work/cluster
 out=${OUT:-$root/target/bench-results/$mode}
 mkdir -p "$out"
 (cd "$root" && cargo build --release -q -p taskmesh -p taskmesh-bench --bins)
 bin=$root/target/release
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    if [ -f "$work/cluster/node-1.toml" ]; then
-        "$root/cluster/stop.sh" "$work/cluster" >/dev/null 2>&1 || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-wait_port() {
-    for _ in $(seq 1 300); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "nothing listens on port $1" >&2
-    return 1
-}
 # Size in bytes of a tasks/get answer from the MCP endpoint $1.
 answer_bytes() {
     local u=$1 h=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
@@ -75,7 +53,7 @@ cpu_ticks() {
 if [ "$mode" = single ]; then
     port=$(free_port)
     "$bin/taskmesh" serve --listen "127.0.0.1:$port" --data-dir "$work/data" >"$work/taskmesh.log" 2>&1 &
-    pids+=($!)
+    bench_pids+=($!)
     tm_pids=($!)
     wait_port "$port"
     url=http://127.0.0.1:$port/mcp
@@ -99,7 +77,7 @@ for threads in cores 1; do
     [ "$threads" = cores ] || topt=(--threads "$threads")
     "$bin/ceiling" --listen "127.0.0.1:$cport" --body-bytes "$size" "${topt[@]}" >/dev/null &
     cpid=$!
-    pids+=($cpid)
+    bench_pids+=($cpid)
     wait_port "$cport"
     echo "== ceiling (threads: $threads)"
     "$bin/loadgen" --url "http://127.0.0.1:$cport/mcp" --target "ceiling-$threads" "${args[@]}" \

@@ -147,3 +147,78 @@ async fn next_request_of(get: &mut taskmesh_testkit::Sse, task: &str) -> serde_j
         }
     }
 }
+
+/// The session (issued by node 1) keeps a GET stream open through node 2 and another through
+/// node 3: both are held by node 1, so each status notification of its tasks goes out on one
+/// of them, never on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_notification_goes_out_once_across_gateways() {
+    let nodes = start_cluster();
+    let [c1, via_node2, via_node3] = one_session_on_each_node(&nodes).await;
+    let mut streams = vec![via_node2.open_get().await, via_node3.open_get().await];
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut readers = vec![];
+    for (n, mut sse) in streams.drain(..).enumerate() {
+        let seen = seen.clone();
+        readers.push(tokio::spawn(async move {
+            while let Some(m) = sse.next().await {
+                let id = sse.last_event_id.clone().unwrap_or_default();
+                seen.lock().unwrap().push((n, m, id));
+            }
+        }));
+    }
+    let mut ids = vec![];
+    for i in 0..3 {
+        let id = c1
+            .start_task(
+                "slow_compute",
+                json!({ "seconds": 0.2, "label": format!("n{i}") }),
+            )
+            .await;
+        c1.wait_status(&id, "completed").await;
+        ids.push(id);
+    }
+    // The last task's `completed` notification has reached one of the streams: every earlier
+    // one was sent before it, by the same node.
+    let last = ids.last().unwrap().clone();
+    for _ in 0..600 {
+        let done = seen.lock().unwrap().iter().any(|(_, m, _)| {
+            m["method"] == "notifications/tasks/status"
+                && m["params"]["taskId"] == json!(last)
+                && m["params"]["status"] == "completed"
+        });
+        if done {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    for r in &readers {
+        r.abort();
+    }
+    let seen = seen.lock().unwrap();
+    for id in &ids {
+        for status in ["working", "completed"] {
+            let on: Vec<usize> = seen
+                .iter()
+                .filter(|(_, m, _)| {
+                    m["method"] == "notifications/tasks/status"
+                        && m["params"]["taskId"] == json!(id)
+                        && m["params"]["status"] == status
+                })
+                .map(|(n, _, _)| *n)
+                .collect();
+            assert!(
+                on.len() <= 1,
+                "task {id} `{status}` went out on streams {on:?}"
+            );
+        }
+        let completed = seen.iter().any(|(_, m, _)| {
+            m["params"]["taskId"] == json!(id) && m["params"]["status"] == "completed"
+        });
+        assert!(completed, "task {id}: no `completed` notification");
+    }
+    assert!(
+        seen.iter().all(|(_, _, e)| e.starts_with("1.")),
+        "the streams are held by node 1, the session's home"
+    );
+}

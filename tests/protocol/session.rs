@@ -423,26 +423,21 @@ async fn per_session_streams_and_requests_in_flight_are_bounded() {
     }
     assert!(reopened.is_some(), "a closed stream never freed its place");
 
-    // One plain call held open; a second one is refused until the first ends.
-    let id = c.id();
-    let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"slow_compute","arguments":{"seconds":60}}}).to_string();
-    let c2 = c.clone();
-    let held = tokio::spawn(async move { c2.post(&body, &[]).await });
-    let mut refused = None;
-    for _ in 0..100 {
-        let r = c
-            .call(
-                "tools/call",
-                json!({"name": "slow_compute", "arguments": {"seconds": 0.01}}),
-            )
-            .await;
-        if r.get("error").is_some() {
-            refused = Some(r);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let refused = refused.expect("the second plain call was never refused");
+    // One plain call held open (its stream's headers say it is in flight); a second one is
+    // refused until the first ends.
+    let (id, mut held) = c
+        .open_stream(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 60},
+                   "_meta": {"progressToken": "held"}}),
+        )
+        .await;
+    let refused = c
+        .call(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0.01}}),
+        )
+        .await;
     assert_eq!(refused["error"]["code"], -32001, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(
@@ -461,7 +456,16 @@ async fn per_session_streams_and_requests_in_flight_are_bounded() {
         )
         .await;
     assert_eq!(n.status, 202);
-    assert_eq!(held.await.unwrap().json()["error"]["code"], -32800);
+    let answer = loop {
+        let m = held
+            .next()
+            .await
+            .expect("the held call's stream ends with its answer");
+        if m["id"] == json!(id) {
+            break m;
+        }
+    };
+    assert_eq!(answer["error"]["code"], -32800, "{answer}");
     let r = c
         .ok(
             "tools/call",

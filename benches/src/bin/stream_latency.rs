@@ -9,6 +9,13 @@
 //! of the status changes (`working`, then `completed`) on the task's shard, and across nodes
 //! the hops to and from the shard's leader.
 //!
+//! Each round then starts a `slow_compute` task of 50 ms with a progress token and takes its
+//! one progress notification from the GET stream. The tool reports it 50 ms after it starts (a
+//! timer that never fires early and may fire up to 1 ms late), and it starts after the call
+//! was sent and about when its `CreateTaskResult` is sent back; so the notification's arrival
+//! minus (call sent + 50 ms) bounds the delay from above, and minus (`CreateTaskResult`
+//! received + 50 ms) estimates it.
+//!
 //!     stream_latency --url http://127.0.0.1:8080/mcp --rounds 200
 
 use std::time::{Duration, Instant};
@@ -22,6 +29,8 @@ use tokio::sync::mpsc;
 
 /// Most rounds one run may ask for.
 const MAX_ROUNDS: u64 = 10_000;
+/// How long the progress round's tool works before it reports.
+const PROGRESS_AFTER: Duration = Duration::from_millis(50);
 /// How long one awaited message may take before the run fails.
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -203,6 +212,8 @@ async fn main() -> anyhow::Result<()> {
     let mut answer_rtt = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let mut status = answer_rtt.clone();
     let mut result = answer_rtt.clone();
+    let mut progress_bound = answer_rtt.clone();
+    let mut progress = answer_rtt.clone();
     for round in 0..args.rounds {
         let (_, call) = c.request(
             "tools/call",
@@ -246,6 +257,31 @@ async fn main() -> anyhow::Result<()> {
         micros(&mut answer_rtt, t_answer - t0);
         micros(&mut status, t_status - t0);
         micros(&mut result, t_result - t0);
+
+        let token = format!("p{round}");
+        let (_, call) = c.request(
+            "tools/call",
+            json!({"name":"slow_compute","arguments":{"seconds": PROGRESS_AFTER.as_secs_f64()},
+                   "task":{"ttl":60000},"_meta":{"progressToken": token}}),
+        );
+        let t_sent = Instant::now();
+        let created: Value = c.post(&c.url, &call).send().await?.json().await?;
+        let t_created = Instant::now();
+        if created["result"]["task"]["taskId"].as_str().is_none() {
+            bail!("create: {created}");
+        }
+        let (t_progress, _) = next_matching(&mut get, "the progress", |v| {
+            v["method"] == "notifications/progress" && v["params"]["progressToken"] == token
+        })
+        .await?;
+        micros(
+            &mut progress_bound,
+            t_progress.saturating_duration_since(t_sent + PROGRESS_AFTER),
+        );
+        micros(
+            &mut progress,
+            t_progress.saturating_duration_since(t_created + PROGRESS_AFTER),
+        );
     }
     println!(
         "{} rounds; ms after the client's answer was sent",
@@ -255,5 +291,8 @@ async fn main() -> anyhow::Result<()> {
     println!("{}", line("answer acknowledged (HTTP 202)", &answer_rtt));
     println!("{}", line("status `working` on the GET stream", &status));
     println!("{}", line("result on the tasks/result stream", &result));
+    println!("ms after the progress was due (50 ms after the call)");
+    println!("{}", line("progress, from the call sent", &progress_bound));
+    println!("{}", line("progress, from its CreateTaskResult", &progress));
     Ok(())
 }

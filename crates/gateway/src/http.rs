@@ -427,7 +427,7 @@ async fn handle_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Respo
         };
         return reconnect(&gw, principal, id, claims, event).await;
     }
-    open_get_stream(&gw, &id, &claims)
+    open_get_stream(&gw, &id, &claims).await
 }
 
 /// Header of a reconnection (`Last-Event-ID`), in lower case: the id of the last SSE event the
@@ -463,7 +463,7 @@ async fn reconnect(
             // It cannot be continued: what it carried goes elsewhere now.
             gw.hub.drop_stream(event.stream);
         }
-        return open_get_stream(gw, &session, &claims);
+        return open_get_stream(gw, &session, &claims).await;
     };
     // A `tasks/result` stream held here that cannot be continued is taken over by the new
     // answer (`Hub::take_over`), which waits until it has let go of the task.
@@ -496,8 +496,47 @@ async fn reconnect(
     }
 }
 
-/// A new GET stream of the session, or HTTP 429 when it holds its limit of them.
-fn open_get_stream(gw: &Arc<Gateway>, id: &str, claims: &SessionClaims) -> Response {
+/// A new GET stream of the session, on its home node (read from there when that is another
+/// node; held here when the home cannot be reached), or HTTP 429 when it holds its limit of
+/// them.
+async fn open_get_stream(gw: &Arc<Gateway>, id: &str, claims: &SessionClaims) -> Response {
+    if claims.home != 0 && claims.home != gw.hub.node() {
+        match relay::open(gw.router.peer_channel(claims.home), id).await {
+            Ok(relayed) => return sse(gw, Source::Relayed(relayed)),
+            Err(tonic::Code::ResourceExhausted) => return too_many_streams(),
+            Err(tonic::Code::NotFound) => {
+                return plain(StatusCode::NOT_FOUND, "Session not found");
+            }
+            Err(code) => {
+                // Its home is away: the stream is held here, so the session's messages are
+                // still delivered (and may go out on one stream of each node meanwhile).
+                tracing::debug!(home = claims.home, ?code, "GET stream held away from home");
+            }
+        }
+    }
+    match open_get_reader(gw, id, claims) {
+        Some(reader) => sse(gw, Source::Local(reader)),
+        None => too_many_streams(),
+    }
+}
+
+fn too_many_streams() -> Response {
+    let mut r = plain(
+        StatusCode::TOO_MANY_REQUESTS,
+        "Too Many Requests: this session holds http.max_streams_per_session open GET streams",
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+/// A new GET stream of the session held by this node, read from its start; `None` when the
+/// session holds its limit of them, every one read.
+pub(crate) fn open_get_reader(
+    gw: &Arc<Gateway>,
+    id: &str,
+    claims: &SessionClaims,
+) -> Option<Reader> {
     match gw.sessions.open_stream(id) {
         Some(OpenedStream {
             rx,
@@ -529,17 +568,9 @@ fn open_get_stream(gw: &Arc<Gateway>, id: &str, claims: &SessionClaims) -> Respo
                 None,
                 rx,
             );
-            sse(gw, Source::Local(reader))
+            Some(reader)
         }
-        None => {
-            let mut r = plain(
-                StatusCode::TOO_MANY_REQUESTS,
-                "Too Many Requests: this session holds http.max_streams_per_session open GET streams",
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            r
-        }
+        None => None,
     }
 }
 

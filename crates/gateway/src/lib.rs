@@ -169,6 +169,7 @@ impl Gateway {
             plain_pending: Mutex::new(HashMap::new()),
             limits: limits::Limits::new(&cfg_limits),
         });
+        gw.hub.set_gateway(&gw);
         gw.spawn_event_fanout();
         gw
     }

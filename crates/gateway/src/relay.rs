@@ -3,7 +3,10 @@
 //! An SSE event id names the node whose [`Hub`] holds the stream (see [`crate::resume`]). A
 //! `GET` with a `Last-Event-ID` of another node is relayed: this node calls that node's
 //! `StreamService.ResumeStream` and passes the frames on, under their own ids, so a later
-//! reconnection can again reach any node. [`StreamGrpc`] is the serving half.
+//! reconnection can again reach any node. A `GET` without one, for a session whose home is
+//! another node, is opened there (`OpenStream`) and relayed the same way, so that all of a
+//! session's GET streams are on one node, which sends each of the session's messages on one
+//! of them. [`StreamGrpc`] is the serving half.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::resume::{EventId, Hub, Out, ResumeError};
+use crate::resume::{EventId, Hub, Out, Reader, ResumeError};
 
 /// Frames of a relayed stream that may wait for the calling node to read them.
 const RELAY_BUFFER: usize = 16;
@@ -57,35 +60,61 @@ impl StreamService for StreamGrpc {
             seq: r.after,
             origin: None,
         };
-        let mut reader = self.hub.resume(&r.session, &id).map_err(|e| match e {
+        let reader = self.hub.resume(&r.session, &id).map_err(|e| match e {
             ResumeError::Unknown => Status::not_found(e.to_string()),
             ResumeError::TooOld => Status::out_of_range(e.to_string()),
         })?;
-        let (tx, rx) = mpsc::channel(RELAY_BUFFER);
-        tokio::spawn(async move {
-            loop {
-                // The caller going away ends the reader at once: the stream's window starts.
-                let out = tokio::select! {
-                    out = reader.next() => out,
-                    _ = tx.closed() => return,
-                };
-                let frame = match out {
-                    None => return,
-                    Some(Out::Prime(_)) => continue,
-                    Some(Out::Message(id, json)) => Frame::Event(v1::StreamEvent {
-                        id,
-                        json: json.to_vec(),
-                    }),
-                    Some(Out::Closing) => Frame::Closing(true),
-                };
-                let frame = v1::StreamFrame { frame: Some(frame) };
-                if tx.send(Ok(frame)).await.is_err() {
-                    return;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(forward(reader)))
     }
+
+    type OpenStreamStream = FrameStream;
+
+    async fn open_stream(
+        &self,
+        request: Request<v1::OpenStreamRequest>,
+    ) -> Result<Response<FrameStream>, Status> {
+        let session = request.into_inner().session;
+        let gw = self
+            .hub
+            .gateway()
+            .ok_or_else(|| Status::unavailable("the gateway is not serving yet"))?;
+        let claims = gw
+            .sessions
+            .check(&session)
+            .ok_or_else(|| Status::not_found("no such live session"))?;
+        let reader = crate::http::open_get_reader(&gw, &session, &claims).ok_or_else(|| {
+            Status::resource_exhausted("the session holds its limit of GET streams")
+        })?;
+        Ok(Response::new(forward(reader)))
+    }
+}
+
+/// The frames of `reader`, until it ends or the caller goes away (which ends the reader at
+/// once: the stream's window starts).
+fn forward(mut reader: Reader) -> FrameStream {
+    let (tx, rx) = mpsc::channel(RELAY_BUFFER);
+    tokio::spawn(async move {
+        loop {
+            let out = tokio::select! {
+                out = reader.next() => out,
+                _ = tx.closed() => return,
+            };
+            let frame = match out {
+                None => return,
+                Some(Out::Prime(id)) => Frame::Prime(id),
+                Some(Out::Message(id, json)) => Frame::Event(v1::StreamEvent {
+                    id,
+                    json: json.to_vec(),
+                }),
+                Some(Out::Closing) => Frame::Closing(true),
+            };
+            let frame = v1::StreamFrame { frame: Some(frame) };
+            if tx.send(Ok(frame)).await.is_err() {
+                return;
+            }
+        }
+    });
+    Box::pin(ReceiverStream::new(rx))
 }
 
 /// A stream read from the node holding it.
@@ -108,6 +137,7 @@ impl Relayed {
             };
             match frame {
                 Some(Frame::Event(e)) => return Some(Out::Message(e.id, Arc::new(e.json))),
+                Some(Frame::Prime(id)) => return Some(Out::Prime(id)),
                 Some(Frame::Closing(_)) => {
                     self.done = true;
                     return Some(Out::Closing);
@@ -141,5 +171,24 @@ pub async fn resume(
             tracing::debug!(node = id.node, status = %s, "stream not resumed on its node");
             Err(ResumeError::Unknown)
         }
+    }
+}
+
+/// A new GET stream of `session` on its home node, read from there; the status code the home
+/// refused it with (`Unavailable` when there is no channel to it).
+pub async fn open(
+    channel: Option<tonic::transport::Channel>,
+    session: &str,
+) -> Result<Relayed, tonic::Code> {
+    let channel = channel.ok_or(tonic::Code::Unavailable)?;
+    let req = v1::OpenStreamRequest {
+        session: session.to_string(),
+    };
+    match StreamServiceClient::new(channel).open_stream(req).await {
+        Ok(r) => Ok(Relayed {
+            frames: r.into_inner(),
+            done: false,
+        }),
+        Err(s) => Err(s.code()),
     }
 }

@@ -181,6 +181,8 @@ pub struct Hub {
     node: u64,
     settings: StreamSettings,
     streams: Mutex<HashMap<u64, Arc<Stream>>>,
+    /// The gateway whose streams these are, for GET streams other nodes open here.
+    gateway: std::sync::OnceLock<Weak<crate::Gateway>>,
 }
 
 /// What a new stream is: its session, whether it primes, what it answers, and who learns
@@ -209,7 +211,18 @@ impl Hub {
             node,
             settings,
             streams: Mutex::new(HashMap::new()),
+            gateway: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Tie the hub to its gateway (once, when the gateway is made).
+    pub(crate) fn set_gateway(&self, gw: &Arc<crate::Gateway>) {
+        let _ = self.gateway.set(Arc::downgrade(gw));
+    }
+
+    /// The gateway whose streams these are, once it runs.
+    pub(crate) fn gateway(&self) -> Option<Arc<crate::Gateway>> {
+        self.gateway.get().and_then(Weak::upgrade)
     }
 
     /// The node whose streams these are.

@@ -75,6 +75,14 @@ pub struct SessionClaims {
     /// Issued at, ms since the epoch.
     #[serde(rename = "t")]
     pub issued_at_ms: u64,
+    /// The session's home: the node that issued it, whose gateway holds all its GET streams
+    /// (0, in ids issued before homes existed: each node holds its own).
+    #[serde(rename = "h", default, skip_serializing_if = "is_zero")]
+    pub home: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The sessions seen by this node: mints and checks signed session ids, records ended ones
@@ -255,6 +263,7 @@ mod tests {
             sampling: false,
             nonce: n.into(),
             issued_at_ms: 1,
+            home: 0,
         }
     }
 

@@ -41,6 +41,7 @@ pub(super) fn initialize(
         sampling: caps.contains_key("sampling"),
         nonce: nonce.iter().map(|b| format!("{b:02x}")).collect(),
         issued_at_ms: now_ms(),
+        home: gw.hub.node(),
     };
     let session_id = gw.sessions.mint(&claims);
     let tasks = taskmesh_mcp::version_has_tasks(version);

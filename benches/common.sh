@@ -1,0 +1,59 @@
+# Sourced by the bench scripts. Sets `root` (the repository) and `work` (a temporary
+# directory), and on exit stops every process recorded in `bench_pids` and the cluster in
+# `bench_cluster` (a cluster/start.sh directory, when set), then removes `work`.
+#
+#   free_port            a free loopback TCP port
+#   wait_port PORT       wait (up to 30 s) until something listens on PORT
+#   start_serve BIN [TOML]
+#                        `BIN serve` on a free loopback port with a fresh data directory
+#                        under `work` (and TOML as its configuration); sets `port`, `pid`
+#                        and `url`, and waits until it listens
+#   stop_serve           stop the server start_serve started last
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+work=$(mktemp -d)
+bench_pids=()
+bench_cluster=
+bench_cleanup() {
+    local p
+    for p in "${bench_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${bench_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    if [ -n "$bench_cluster" ] && [ -f "$bench_cluster/node-1.toml" ]; then
+        "$root/cluster/stop.sh" "$bench_cluster" >/dev/null 2>&1 || true
+    fi
+    rm -rf "$work"
+}
+trap bench_cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_port() {
+    for _ in $(seq 1 300); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "nothing listens on port $1" >&2
+    return 1
+}
+
+start_serve() {
+    local bin=$1 config=${2:-} data
+    local opts=()
+    port=$(free_port)
+    data=$(mktemp -d -p "$work")
+    if [ -n "$config" ]; then
+        printf '%s\n' "$config" >"$data.toml"
+        opts=(--config "$data.toml")
+    fi
+    "$bin" serve "${opts[@]}" --listen "127.0.0.1:$port" --data-dir "$data" >"$data.log" 2>&1 &
+    pid=$!
+    bench_pids+=("$pid")
+    url=http://127.0.0.1:$port/mcp
+    wait_port "$port"
+}
+
+stop_serve() {
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
