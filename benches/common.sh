@@ -9,6 +9,8 @@
 #                        under `work` (and TOML as its configuration); sets `port`, `pid`
 #                        and `url`, and waits until it listens
 #   stop_serve           stop the server start_serve started last
+#   start_cluster3 BIN   a 3-node cluster (cluster/start.sh) under `work`, given time to elect;
+#                        sets `url_of N` (node N's MCP URL)
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d)
 bench_pids=()
@@ -51,6 +53,18 @@ start_serve() {
     bench_pids+=("$pid")
     url=http://127.0.0.1:$port/mcp
     wait_port "$port"
+}
+
+start_cluster3() {
+    bench_cluster=$work/cluster
+    BASE_PORT=${BASE_PORT:-$(($(free_port) / 200 * 200 % 60000))} NODE_BIN=$1 \
+        "$root/cluster/start.sh" 3 "$bench_cluster" >"$work/start.log"
+    # Let the groups elect and settle on their preferred leaders.
+    sleep 8
+}
+
+url_of() {
+    awk -v n="node $1" '$0 ~ n {for(i=1;i<=NF;i++) if($i ~ /^http/) print $i}' "$work/start.log" | head -1
 }
 
 stop_serve() {

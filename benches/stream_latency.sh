@@ -21,12 +21,8 @@ single)
     urls=(--url "$url")
     ;;
 cluster)
-    bench_cluster=$work/cluster
-    BASE_PORT=${BASE_PORT:-$(($(free_port) / 200 * 200 % 60000))} NODE_BIN=$server \
-        "$root/cluster/start.sh" 3 "$work/cluster" >"$work/start.log"
-    url_of() { awk -v n="node $1" '$0 ~ n {for(i=1;i<=NF;i++) if($i ~ /^http/) print $i}' "$work/start.log" | head -1; }
+    start_cluster3 "$server"
     urls=(--url "$(url_of 1)" --get-url "$(url_of 2)")
-    sleep 8
     ;;
 *)
     echo "usage: $0 single|cluster [ROUNDS]" >&2
