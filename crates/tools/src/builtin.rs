@@ -115,12 +115,14 @@ fn cancelled() -> ErrorObject {
 pub fn greet() -> Builtin {
     Builtin {
         spec: ToolSpec {
-            name: "greet",
-            title: "Greet",
-            description: "Answers at once with a greeting for `name`.",
+            name: "greet".into(),
+            title: Some("Greet".into()),
+            description: Some("Answers at once with a greeting for `name`.".into()),
             input_schema: one_string("name"),
             task_support: TaskSupport::Forbidden,
             resume: ResumePolicy::Rerun,
+            output_schema: None,
+            annotations: None,
         },
         validate: |args| params::req_str(args, "name").map(|_| ()),
         run: |args, _ctx| {
@@ -136,9 +138,9 @@ pub fn greet() -> Builtin {
 pub fn slow_compute() -> Builtin {
     Builtin {
         spec: ToolSpec {
-            name: "slow_compute",
-            title: "Slow compute",
-            description: "Works for `seconds` seconds, reporting progress about every second, then answers with the label and the seconds.",
+            name: "slow_compute".into(),
+            title: Some("Slow compute".into()),
+            description: Some("Works for `seconds` seconds, reporting progress about every second, then answers with the label and the seconds.".into()),
             input_schema: json!({
                 "type": "object",
                 "properties": {
@@ -149,6 +151,8 @@ pub fn slow_compute() -> Builtin {
             }),
             task_support: TaskSupport::Optional,
             resume: ResumePolicy::Rerun,
+            output_schema: None,
+            annotations: None,
         },
         validate: |args| {
             let s = params::req_f64(args, "seconds")?;
@@ -209,12 +213,16 @@ async fn run_slow_compute(seconds: f64, label: String, ctx: ToolContext) -> Tool
 pub fn failing_job() -> Builtin {
     Builtin {
         spec: ToolSpec {
-            name: "failing_job",
-            title: "Failing job",
-            description: "Runs about one second, then answers with a tool error (isError: true).",
+            name: "failing_job".into(),
+            title: Some("Failing job".into()),
+            description: Some(
+                "Runs about one second, then answers with a tool error (isError: true).".into(),
+            ),
             input_schema: empty_schema(),
             task_support: TaskSupport::Required,
             resume: ResumePolicy::Rerun,
+            output_schema: None,
+            annotations: None,
         },
         validate: no_args,
         run: |_args, ctx| {
@@ -236,12 +244,14 @@ pub fn failing_job() -> Builtin {
 pub fn protocol_error_job() -> Builtin {
     Builtin {
         spec: ToolSpec {
-            name: "protocol_error_job",
-            title: "Protocol error job",
-            description: "Fails with JSON-RPC error -32603.",
+            name: "protocol_error_job".into(),
+            title: Some("Protocol error job".into()),
+            description: Some("Fails with JSON-RPC error -32603.".into()),
             input_schema: empty_schema(),
             task_support: TaskSupport::Optional,
             resume: ResumePolicy::Rerun,
+            output_schema: None,
+            annotations: None,
         },
         validate: no_args,
         run: |_args, _ctx| {
@@ -296,12 +306,16 @@ async fn elicit(
 pub fn confirm_delete() -> Builtin {
     Builtin {
         spec: ToolSpec {
-            name: "confirm_delete",
-            title: "Confirm delete",
-            description: "Asks the user to confirm, then says whether it deleted `filename`.",
+            name: "confirm_delete".into(),
+            title: Some("Confirm delete".into()),
+            description: Some(
+                "Asks the user to confirm, then says whether it deleted `filename`.".into(),
+            ),
             input_schema: one_string("filename"),
             task_support: TaskSupport::Required,
             resume: ResumePolicy::Fail,
+            output_schema: None,
+            annotations: None,
         },
         validate: |args| params::req_str(args, "filename").map(|_| ()),
         run: |args, ctx| {
@@ -335,12 +349,16 @@ pub fn confirm_delete() -> Builtin {
 pub fn multi_input() -> Builtin {
     Builtin {
         spec: ToolSpec {
-            name: "multi_input",
-            title: "Multi input",
-            description: "Asks two questions (a name, then a colour) before it answers.",
+            name: "multi_input".into(),
+            title: Some("Multi input".into()),
+            description: Some(
+                "Asks two questions (a name, then a colour) before it answers.".into(),
+            ),
             input_schema: empty_schema(),
             task_support: TaskSupport::Required,
             resume: ResumePolicy::Fail,
+            output_schema: None,
+            annotations: None,
         },
         validate: no_args,
         run: |_args, ctx| {
@@ -372,12 +390,16 @@ pub fn multi_input() -> Builtin {
 pub fn ask_model() -> Builtin {
     Builtin {
         spec: ToolSpec {
-            name: "ask_model",
-            title: "Ask model",
-            description: "Asks the client's model (sampling/createMessage) and returns its text.",
+            name: "ask_model".into(),
+            title: Some("Ask model".into()),
+            description: Some(
+                "Asks the client's model (sampling/createMessage) and returns its text.".into(),
+            ),
             input_schema: one_string("prompt"),
             task_support: TaskSupport::Required,
             resume: ResumePolicy::Rerun,
+            output_schema: None,
+            annotations: None,
         },
         validate: |args| params::req_str(args, "prompt").map(|_| ()),
         run: |args, ctx| {

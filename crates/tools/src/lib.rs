@@ -42,11 +42,11 @@ impl ResumePolicy {
 #[derive(Debug, Clone)]
 pub struct ToolSpec {
     /// The name the tool is listed and called by (`name`); unique in a registry.
-    pub name: &'static str,
+    pub name: String,
     /// Display name for people (`title`).
-    pub title: &'static str,
+    pub title: Option<String>,
     /// What the tool does (`description`).
-    pub description: &'static str,
+    pub description: Option<String>,
     /// JSON Schema of the call's `arguments` (`inputSchema`).
     pub input_schema: Value,
     /// Whether the tool may, must or must not be called as a task (`execution.taskSupport`).
@@ -54,6 +54,11 @@ pub struct ToolSpec {
     /// What becomes of a task of this tool whose execution was lost to a node restart or a
     /// failover.
     pub resume: ResumePolicy,
+    /// JSON Schema of the result's `structuredContent` (`outputSchema`), when the tool has one.
+    pub output_schema: Option<Value>,
+    /// Hints about the tool's behaviour (`annotations`: `readOnlyHint` and the like), as the
+    /// tool declares them.
+    pub annotations: Option<Value>,
 }
 
 impl ToolSpec {
@@ -61,10 +66,20 @@ impl ToolSpec {
     pub fn to_wire(&self, with_execution: bool) -> Value {
         let mut v = json!({
             "name": self.name,
-            "title": self.title,
-            "description": self.description,
             "inputSchema": self.input_schema,
         });
+        if let Some(title) = &self.title {
+            v["title"] = json!(title);
+        }
+        if let Some(description) = &self.description {
+            v["description"] = json!(description);
+        }
+        if let Some(schema) = &self.output_schema {
+            v["outputSchema"] = schema.clone();
+        }
+        if let Some(annotations) = &self.annotations {
+            v["annotations"] = annotations.clone();
+        }
         if with_execution {
             v["execution"] = json!({ "taskSupport": self.task_support });
         }
@@ -119,7 +134,7 @@ pub trait Tool: Send + Sync {
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     order: Vec<Arc<dyn Tool>>,
-    by_name: HashMap<&'static str, Arc<dyn Tool>>,
+    by_name: HashMap<String, Arc<dyn Tool>>,
 }
 
 impl ToolRegistry {
@@ -140,8 +155,8 @@ impl ToolRegistry {
     /// Add `tool`; one registered earlier under the same name is replaced, keeping its place in
     /// the order.
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        let name = tool.spec().name;
-        if self.by_name.insert(name, tool.clone()).is_none() {
+        let name = tool.spec().name.clone();
+        if self.by_name.insert(name.clone(), tool.clone()).is_none() {
             self.order.push(tool);
         } else if let Some(slot) = self.order.iter_mut().find(|t| t.spec().name == name) {
             *slot = tool;
@@ -184,4 +199,45 @@ pub fn first_text(result: &Value) -> Option<&str> {
         .as_array()?
         .iter()
         .find_map(|c| (c.get("type")?.as_str()? == "text").then(|| c.get("text")?.as_str())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> ToolSpec {
+        ToolSpec {
+            name: name.to_string(),
+            title: None,
+            description: None,
+            input_schema: json!({"type": "object"}),
+            task_support: TaskSupport::Optional,
+            resume: ResumePolicy::Fail,
+            output_schema: None,
+            annotations: None,
+        }
+    }
+
+    /// A tool's entry carries only what it declares: a name made at run time, no title or
+    /// description when it has none, its output schema and annotations as given.
+    #[test]
+    fn a_tools_list_entry_has_what_the_tool_declares() {
+        let bare = spec(&format!("up_{}", 7)).to_wire(true);
+        assert_eq!(
+            bare,
+            json!({"name": "up_7", "inputSchema": {"type": "object"},
+                   "execution": {"taskSupport": "optional"}})
+        );
+        let mut full = spec("echo");
+        full.title = Some("Echo".into());
+        full.description = Some("Says it back.".into());
+        full.output_schema = Some(json!({"type": "object", "properties": {"text": {}}}));
+        full.annotations = Some(json!({"readOnlyHint": true}));
+        let v = full.to_wire(false);
+        assert_eq!(v["title"], "Echo");
+        assert_eq!(v["description"], "Says it back.");
+        assert_eq!(v["outputSchema"]["type"], "object");
+        assert_eq!(v["annotations"]["readOnlyHint"], true);
+        assert!(v.get("execution").is_none());
+    }
 }
