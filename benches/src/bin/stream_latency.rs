@@ -9,6 +9,11 @@
 //! of the status changes (`working`, then `completed`) on the task's shard, and across nodes
 //! the hops to and from the shard's leader.
 //!
+//! The call carries a progress token, and `confirm_delete` reports progress the moment it has
+//! the answer: that notification, on the open `tasks/result` stream, follows the answer with
+//! no durable write between (the answer's request, its way to the task's actor, the tool, and
+//! back to the stream).
+//!
 //! Each round then starts a `slow_compute` task of 50 ms with a progress token and takes its
 //! one progress notification from the GET stream. The tool reports it 50 ms after it starts (a
 //! timer that never fires early and may fire up to 1 ms late), and it starts after the call
@@ -214,11 +219,12 @@ async fn main() -> anyhow::Result<()> {
     let mut result = answer_rtt.clone();
     let mut progress_bound = answer_rtt.clone();
     let mut progress = answer_rtt.clone();
+    let mut answered_progress = answer_rtt.clone();
     for round in 0..args.rounds {
         let (_, call) = c.request(
             "tools/call",
             json!({"name":"confirm_delete","arguments":{"filename": format!("r{round}")},
-                   "task":{"ttl":60000}}),
+                   "task":{"ttl":60000},"_meta":{"progressToken": format!("a{round}")}}),
         );
         let created: Value = c.post(&c.url, &call).send().await?.json().await?;
         let task_id = created["result"]["task"]["taskId"]
@@ -250,6 +256,13 @@ async fn main() -> anyhow::Result<()> {
                 && v["params"]["status"] == "working"
         })
         .await?;
+        // The tool reports progress as soon as it has the answer (no durable write between):
+        // it comes on the open tasks/result stream, before the result.
+        let (t_answered, _) = next_matching(&mut held, "the progress after the answer", |v| {
+            v["method"] == "notifications/progress"
+                && v["params"]["progressToken"] == format!("a{round}")
+        })
+        .await?;
         let (t_result, resp) = next_matching(&mut held, "the result", |v| v["id"] == rid).await?;
         if resp.get("result").is_none() {
             bail!("tasks/result: {resp}");
@@ -257,6 +270,7 @@ async fn main() -> anyhow::Result<()> {
         micros(&mut answer_rtt, t_answer - t0);
         micros(&mut status, t_status - t0);
         micros(&mut result, t_result - t0);
+        micros(&mut answered_progress, t_answered - t0);
 
         let token = format!("p{round}");
         let (_, call) = c.request(
@@ -291,6 +305,10 @@ async fn main() -> anyhow::Result<()> {
     println!("{}", line("answer acknowledged (HTTP 202)", &answer_rtt));
     println!("{}", line("status `working` on the GET stream", &status));
     println!("{}", line("result on the tasks/result stream", &result));
+    println!(
+        "{}",
+        line("progress on tasks/result (answer in)", &answered_progress)
+    );
     println!("ms after the progress was due (50 ms after the call)");
     println!("{}", line("progress, from the call sent", &progress_bound));
     println!("{}", line("progress, from its CreateTaskResult", &progress));

@@ -301,8 +301,9 @@ async fn elicit(
 }
 
 /// `confirm_delete {filename}`: asks the user to confirm (`elicitation/create`), then says
-/// whether it deleted the file (it touches no file). Task only; needs the client's
-/// `elicitation` capability; not rerun after a failover.
+/// whether it deleted the file (it touches no file). With a progress token it reports progress
+/// 1 of 1 as soon as the answer is in. Task only; needs the client's `elicitation`
+/// capability; not rerun after a failover.
 pub fn confirm_delete() -> Builtin {
     Builtin {
         spec: ToolSpec {
@@ -327,6 +328,10 @@ pub fn confirm_delete() -> Builtin {
                     "required": ["confirm"],
                 });
                 let answer = elicit(&ctx, format!("Delete {filename}?"), schema).await?;
+                if ctx.has_progress_token {
+                    ctx.io
+                        .progress(1.0, Some(1.0), Some("answer received".into()));
+                }
                 let confirmed = answer
                     .as_ref()
                     .and_then(|c| c.get("confirm"))
@@ -544,6 +549,11 @@ mod tests {
             .unwrap();
         assert_eq!(first_text(&out), Some("Deleted a.txt"));
         assert_eq!(io.asked.lock().unwrap()[0].0, "elicitation/create");
+        assert_eq!(
+            *io.progress.lock().unwrap(),
+            vec![1.0],
+            "progress once answered"
+        );
 
         let (c, _) = ctx(vec![json!({"action":"decline"})]);
         let out = confirm_delete()
