@@ -11,6 +11,9 @@
 #   stop_serve           stop the server start_serve started last
 #   start_cluster3 BIN   a 3-node cluster (cluster/start.sh) under `work`, given time to elect;
 #                        sets `url_of N` (node N's MCP URL)
+#   report_delivery single|cluster
+#                        the stream delivery delays the server (or the 3 nodes) measured,
+#                        from GET /status (benches/delivery.py)
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d)
 bench_pids=()
@@ -70,4 +73,11 @@ url_of() {
 stop_serve() {
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
+}
+
+report_delivery() {
+    case "$1" in
+    single) python3 "$root/benches/delivery.py" "$url" ;;
+    cluster) python3 "$root/benches/delivery.py" "$(url_of 1)" "$(url_of 2)" "$(url_of 3)" ;;
+    esac
 }

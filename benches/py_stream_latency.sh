@@ -30,3 +30,4 @@ cluster)
     ;;
 esac
 "$venv/bin/python" "$root/benches/py_stream_latency.py" "$url" "$rounds"
+report_delivery "$mode"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stream latency as a client sees it (see benches/src/bin/stream_latency.rs): the status
 # notification on the GET stream and the result on an open tasks/result stream, after the
-# client's answer to a task's elicitation.
+# client's answer to a task's elicitation; then the delivery delays the servers measured
+# (benches/delivery.py).
 #
 #   benches/stream_latency.sh single  [ROUNDS]   one `taskmesh serve`
 #   benches/stream_latency.sh cluster [ROUNDS]   3 nodes: requests to node 1, the GET stream
@@ -30,3 +31,4 @@ cluster)
     ;;
 esac
 "$root/target/release/stream_latency" "${urls[@]}" --rounds "$rounds"
+report_delivery "$mode"

@@ -34,3 +34,4 @@ cluster)
     ;;
 esac
 node "$dir/ts_stream_latency.mjs" "$url" "$rounds"
+report_delivery "$mode"

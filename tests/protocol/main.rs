@@ -7,6 +7,7 @@
 
 use serde_json::json;
 
+mod delivery;
 mod input;
 mod resume;
 mod session;

@@ -19,6 +19,7 @@ use serde_json::Value;
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, RequestId};
 use tracing::Instrument;
 
+use crate::delivery::JsonMessage;
 use crate::dispatch::{self, Cx, Reply};
 use crate::resume::{self, EventId, Opening, Out, Reader, ResumeError};
 use crate::session::{OpenedStream, SessionClaims};
@@ -323,7 +324,7 @@ async fn respond(gw: &Arc<Gateway>, cx: &Cx, reply: Reply, id: Option<&RequestId
                             &dispatch::cancelled_error(),
                         ));
                     }
-                    Some(m) if is_response(&m) => return json_response(m.to_vec()),
+                    Some(m) if is_response(&m.json) => return json_response(m.json.to_vec()),
                     Some(m) => Some(m),
                 }
             } else {
@@ -376,16 +377,26 @@ impl Source {
 /// An SSE response: the source's events framed with their ids, a keep-alive comment after
 /// every `sse_keepalive_ms` without one, the retry field on the priming event and before an
 /// on-purpose close.
-fn sse(gw: &Gateway, source: Source) -> Response {
+fn sse(gw: &Arc<Gateway>, source: Source) -> Response {
     let keepalive = Duration::from_millis(gw.cfg.sse_keepalive_ms.max(100));
     let retry = gw.hub.settings().retry;
-    let body = futures::stream::unfold(source, move |mut source| async move {
-        let bytes = match tokio::time::timeout(keepalive, source.next()).await {
-            Err(_) => Bytes::from_static(b":\n\n"),
-            Ok(Some(out)) => Bytes::from(resume::frame(&out, retry)),
-            Ok(None) => return None,
-        };
-        Some((Ok::<_, Infallible>(bytes), source))
+    let gw = Arc::downgrade(gw);
+    let body = futures::stream::unfold(source, move |mut source| {
+        let gw = gw.clone();
+        async move {
+            let bytes = match tokio::time::timeout(keepalive, source.next()).await {
+                Err(_) => Bytes::from_static(b":\n\n"),
+                Ok(Some(out)) => {
+                    let bytes = Bytes::from(resume::frame(&out, retry));
+                    if let (Out::Message(_, m), Some(gw)) = (&out, gw.upgrade()) {
+                        gw.delivery.written(m);
+                    }
+                    bytes
+                }
+                Ok(None) => return None,
+            };
+            Some((Ok::<_, Infallible>(bytes), source))
+        }
     });
     (
         StatusCode::OK,
@@ -489,7 +500,9 @@ async fn reconnect(
                 gone: None,
                 released: None,
             };
-            let reader = gw.hub.open(how, Some(Arc::new(body)), rx);
+            let reader = gw
+                .hub
+                .open(how, Some(JsonMessage::plain(Arc::new(body))), rx);
             sse(gw, Source::Local(reader))
         }
         other => respond(gw, &cx, other, None).await,
@@ -627,6 +640,7 @@ async fn handle_status(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Re
         "node": node,
         "liveTasks": gw.router.host().live_tasks(),
         "shards": shards,
+        "streamDelivery": gw.delivery.to_json(),
     });
     (
         StatusCode::OK,

@@ -7,6 +7,7 @@
 //! plain `tools/call` that reports progress or asks the client something). The gateway holds
 //! no task state: it translates and routes.
 
+pub mod delivery;
 pub mod dispatch;
 pub mod http;
 mod inflight;
@@ -26,6 +27,7 @@ use taskmesh_router::Router;
 use taskmesh_tools::{ToolRegistry, ToolResult};
 use tokio::sync::oneshot;
 
+use delivery::{DeliveryStats, JsonMessage, Kind};
 pub use http::router as http_router;
 use session::Sessions;
 use sign::Signer;
@@ -138,6 +140,8 @@ pub struct Gateway {
     /// Requests sent to clients by plain (non-task) tool calls, by id.
     pub(crate) plain_pending: Mutex<HashMap<String, oneshot::Sender<ToolResult>>>,
     pub(crate) limits: limits::Limits,
+    /// How long the messages this node wrote to clients' streams took to get there.
+    pub(crate) delivery: DeliveryStats,
 }
 
 impl Gateway {
@@ -168,6 +172,7 @@ impl Gateway {
             inflight: inflight::Inflight::new(cfg_limits.max_inflight_per_session),
             plain_pending: Mutex::new(HashMap::new()),
             limits: limits::Limits::new(&cfg_limits),
+            delivery: DeliveryStats::default(),
         });
         gw.hub.set_gateway(&gw);
         gw.spawn_event_fanout();
@@ -195,19 +200,22 @@ impl Gateway {
                 };
                 let Some(gw) = weak.upgrade() else { break };
                 match ev {
-                    HostEvent::Status { task } => {
+                    HostEvent::Status { task, at_us } => {
                         if let Some(session) = &task.session {
                             let json = Arc::new(wire::status_notification(&task));
-                            gw.sessions.push(session, json);
+                            gw.sessions
+                                .push(session, JsonMessage::stamped(json, Kind::Status, at_us));
                         }
                     }
                     HostEvent::SessionMessage {
                         session,
                         json,
                         request_id: None,
+                        at_us,
                         ..
                     } => {
-                        gw.sessions.push(&session, json);
+                        gw.sessions
+                            .push(&session, JsonMessage::stamped(json, Kind::Message, at_us));
                     }
                     // A server request goes out on one stream only: a GET stream here sends
                     // it once the task's leader grants the claim (an attached `tasks/result`
@@ -217,8 +225,10 @@ impl Gateway {
                         task_id,
                         json,
                         request_id: Some(request_id),
+                        at_us,
                     } if gw.sessions.has_stream(&session) => {
                         let gw = gw.clone();
+                        let json = JsonMessage::stamped(json, Kind::Message, at_us);
                         tokio::spawn(async move {
                             let request = (task_id.clone(), request_id.clone());
                             if gw.router.claim(&task_id, &request_id, false).await

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use crate::delivery::{JsonMessage, Kind};
 use crate::resume::{EventId, Hub, Out, Reader, ResumeError};
 
 /// Frames of a relayed stream that may wait for the calling node to read them.
@@ -102,9 +103,11 @@ fn forward(mut reader: Reader) -> FrameStream {
             let frame = match out {
                 None => return,
                 Some(Out::Prime(id)) => Frame::Prime(id),
-                Some(Out::Message(id, json)) => Frame::Event(v1::StreamEvent {
+                Some(Out::Message(id, m)) => Frame::Event(v1::StreamEvent {
                     id,
-                    json: json.to_vec(),
+                    json: m.json.to_vec(),
+                    at_unix_us: m.stamp.map_or(0, |s| s.at_us),
+                    kind: m.stamp.map_or(0, |s| s.kind.to_wire()),
                 }),
                 Some(Out::Closing) => Frame::Closing(true),
             };
@@ -136,7 +139,14 @@ impl Relayed {
                 _ => return None,
             };
             match frame {
-                Some(Frame::Event(e)) => return Some(Out::Message(e.id, Arc::new(e.json))),
+                Some(Frame::Event(e)) => {
+                    let json = Arc::new(e.json);
+                    let m = match Kind::from_wire(e.kind) {
+                        Some(kind) => JsonMessage::stamped(json, kind, e.at_unix_us),
+                        None => JsonMessage::plain(json),
+                    };
+                    return Some(Out::Message(e.id, m));
+                }
                 Some(Frame::Prime(id)) => return Some(Out::Prime(id)),
                 Some(Frame::Closing(_)) => {
                     self.done = true;

@@ -126,6 +126,10 @@ struct State {
     events: VecDeque<JsonMessage>,
     /// The next position the current reader sends.
     read: u64,
+    /// When the current reader attached, µs since the epoch: a message that came to be before
+    /// then waited for a reader, or is sent again, and its delay is not the stream's (its
+    /// stamp is dropped).
+    attached_us: u64,
     /// The producer ended: nothing follows the last event.
     finished: bool,
     /// Generation of the current reader; a reader of another generation ends.
@@ -170,6 +174,9 @@ impl Stream {
 
     fn set_attached(&self, st: &mut State, attached: bool) {
         st.attached = attached;
+        if attached {
+            st.attached_us = taskmesh_host::now_us();
+        }
         if let Some(p) = &self.presence {
             p.store(attached, Ordering::Relaxed);
         }
@@ -277,6 +284,7 @@ impl Hub {
                 first: 1,
                 events: first.into_iter().collect(),
                 read: 1,
+                attached_us: 0,
                 finished: false,
                 reader: 0,
                 attached: false,
@@ -491,8 +499,12 @@ impl Reader {
                     return None;
                 }
                 if self.pos < st.next() {
-                    let m = st.events[(self.pos - st.first) as usize].clone();
                     let seq = self.pos;
+                    let m = &st.events[(seq - st.first) as usize];
+                    let m = match m.stamp {
+                        Some(s) if s.at_us >= st.attached_us => m.clone(),
+                        _ => m.unstamped(),
+                    };
                     self.pos += 1;
                     st.read = self.pos;
                     drop(st);
@@ -550,11 +562,11 @@ pub fn frame(out: &Out, retry: Duration) -> Vec<u8> {
                 format!("id: {id}\nretry: {}\ndata: \n\n", retry.as_millis()).as_bytes(),
             );
         }
-        Out::Message(id, json) => {
+        Out::Message(id, m) => {
             b.extend_from_slice(format!("id: {id}\nevent: message\n").as_bytes());
             // A serialised message has no raw line breaks; one that had would be split into
             // data lines, which a client joins back.
-            for line in json.split(|c| *c == b'\n') {
+            for line in m.json.split(|c| *c == b'\n') {
                 b.extend_from_slice(b"data: ");
                 b.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
                 b.push(b'\n');
@@ -582,7 +594,12 @@ mod tests {
     }
 
     fn msg(n: u32) -> JsonMessage {
-        Arc::new(format!("{{\"n\":{n}}}").into_bytes())
+        let json = Arc::new(format!("{{\"n\":{n}}}").into_bytes());
+        JsonMessage::stamped(
+            json,
+            crate::delivery::Kind::Message,
+            taskmesh_host::now_us(),
+        )
     }
 
     fn opening(session: &str) -> Opening<'_> {
@@ -642,24 +659,27 @@ mod tests {
             tx.send(msg(n)).await.unwrap();
         }
         let (second, m) = message(&mut r).await;
-        assert_eq!(&**m, br#"{"n":1}"#);
+        assert_eq!(&**m.json, br#"{"n":1}"#);
+        assert!(m.stamp.is_some(), "a first delivery is measured");
         drop(r);
         // The client saw up to the second event: the third and fourth come again, once each.
         let mut again = hub.resume("s", &EventId::parse(&second).unwrap()).unwrap();
-        assert_eq!(&*message(&mut again).await.1, br#"{"n":2}"#);
-        assert_eq!(&*message(&mut again).await.1, br#"{"n":3}"#);
+        assert_eq!(&**message(&mut again).await.1.json, br#"{"n":2}"#);
+        assert_eq!(&**message(&mut again).await.1.json, br#"{"n":3}"#);
         // A reconnection from the first event replaces this reader.
         let mut third = hub.resume("s", &EventId::parse(&first).unwrap()).unwrap();
         assert!(again.next().await.is_none());
-        assert_eq!(&*message(&mut third).await.1, br#"{"n":1}"#);
+        let m = message(&mut third).await.1;
+        assert_eq!(&**m.json, br#"{"n":1}"#);
+        assert!(m.stamp.is_none(), "a message sent again is not measured");
         // Another session cannot take the stream over.
         assert_eq!(
             hub.resume("t", &EventId::parse(&first).unwrap()).err(),
             Some(ResumeError::Unknown)
         );
         drop(tx);
-        assert_eq!(&*message(&mut third).await.1, br#"{"n":2}"#);
-        assert_eq!(&*message(&mut third).await.1, br#"{"n":3}"#);
+        assert_eq!(&**message(&mut third).await.1.json, br#"{"n":2}"#);
+        assert_eq!(&**message(&mut third).await.1.json, br#"{"n":3}"#);
         assert!(third.next().await.is_none(), "the producer ended");
     }
 
@@ -681,7 +701,11 @@ mod tests {
         let mut ids = Vec::new();
         for n in 1..=3 {
             let (id, m) = message(&mut r).await;
-            assert_eq!(&*m, format!("{{\"n\":{n}}}").as_bytes());
+            assert_eq!(&**m.json, format!("{{\"n\":{n}}}").as_bytes());
+            assert!(
+                m.stamp.is_none(),
+                "it waited for the client, not the stream"
+            );
             ids.push(id);
         }
         // Two events are kept: the priming id is now too old, the first event's is not.

@@ -20,8 +20,7 @@ use crate::sign::Signer;
 
 const DOMAIN: &str = "mcp-session";
 
-/// One serialised JSON-RPC message, shared between the streams it goes to.
-pub type JsonMessage = Arc<Vec<u8>>;
+pub use crate::delivery::JsonMessage;
 type StreamSender = mpsc::Sender<JsonMessage>;
 
 /// The server requests a GET stream sent, by (task id, request id): claims its gateway gives
@@ -205,20 +204,20 @@ impl Sessions {
     /// Send a message on one open GET stream of the session (the oldest read one that has room,
     /// else the oldest waiting for its client to reconnect: a message goes out on one stream
     /// only, never on all of them). Returns whether one took it.
-    pub fn push(&self, id: &str, json: Arc<Vec<u8>>) -> bool {
+    pub fn push(&self, id: &str, json: JsonMessage) -> bool {
         self.push_carrying(id, json, None)
     }
 
     /// [`Sessions::push`] for a server request `(task id, request id)` whose claim this
     /// gateway holds: the stream that sends it records it among the requests it carried.
-    pub fn push_request(&self, id: &str, json: Arc<Vec<u8>>, request: (String, String)) -> bool {
+    pub fn push_request(&self, id: &str, json: JsonMessage, request: (String, String)) -> bool {
         self.push_carrying(id, json, Some(request))
     }
 
     fn push_carrying(
         &self,
         id: &str,
-        json: Arc<Vec<u8>>,
+        json: JsonMessage,
         request: Option<(String, String)>,
     ) -> bool {
         let mut streams = self.streams.lock();

@@ -32,14 +32,14 @@ use taskmesh_tools::{first_text, Tool, ToolContext, ToolIo, ToolResult};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::{now_ms, Host, HostEvent};
+use crate::{now_ms, now_us, Host, HostEvent, Stamped};
 
 /// The messages a task actor handles: from the host (attach, a client's answer, stop), from
 /// its running tool (requests, progress, the outcome) and from itself (a write retry).
 pub enum TaskMsg {
     /// A `tasks/result` reader attached: it gets the pending requests no open stream carries
     /// (see `Carrier`) and the task's messages from now on.
-    Attach(mpsc::Sender<Arc<Vec<u8>>>),
+    Attach(mpsc::Sender<Stamped>),
     /// A GET stream of the task's session asks to carry request `request_id` (or, with
     /// `release`, gives its claim back); `reply` gets whether it is the one to send it.
     Claim {
@@ -154,7 +154,7 @@ pub struct State {
     retry_pause: Option<Duration>,
     cancel: CancellationToken,
     /// The attached `tasks/result` streams, by number.
-    sinks: Vec<(u64, mpsc::Sender<Arc<Vec<u8>>>)>,
+    sinks: Vec<(u64, mpsc::Sender<Stamped>)>,
     /// The number the next attached stream gets.
     next_sink: u64,
     /// Requests delivered to the client and not answered yet.
@@ -371,7 +371,7 @@ async fn handle_msg(
                     Carrier::Sink(n) => open.contains(&n),
                     Carrier::Unclaimed => false,
                 };
-                if !carried && sink.try_send(p.json.clone()).is_ok() {
+                if !carried && sink.try_send(again(&p.json)).is_ok() {
                     p.carrier = Carrier::Sink(number);
                 }
             }
@@ -389,7 +389,7 @@ async fn handle_msg(
                     // or the next one to attach.
                     p.carrier = Carrier::Unclaimed;
                     for (number, s) in &st.sinks {
-                        if s.try_send(p.json.clone()).is_ok() {
+                        if s.try_send(again(&p.json)).is_ok() {
                             p.carrier = Carrier::Sink(*number);
                             break;
                         }
@@ -604,8 +604,13 @@ async fn write(myself: &ActorRef<TaskMsg>, st: &mut State, retry: bool) {
 /// first). Returns what carries it.
 fn deliver(st: &mut State, json: Arc<Vec<u8>>, request_id: Option<&str>) -> Carrier {
     st.sinks.retain(|(_, s)| !s.is_closed());
+    let at_us = now_us();
     for (number, s) in &st.sinks {
-        if s.try_send(json.clone()).is_ok() {
+        let m = Stamped {
+            json: json.clone(),
+            at_us,
+        };
+        if s.try_send(m).is_ok() {
             return Carrier::Sink(*number);
         }
     }
@@ -615,9 +620,18 @@ fn deliver(st: &mut State, json: Arc<Vec<u8>>, request_id: Option<&str>) -> Carr
             task_id: st.task_id.clone(),
             request_id: request_id.map(str::to_string),
             json,
+            at_us,
         });
     }
     Carrier::Unclaimed
+}
+
+/// A pending request sent again, to a stream that was not there when it was first handed out.
+fn again(json: &Arc<Vec<u8>>) -> Stamped {
+    Stamped {
+        json: json.clone(),
+        at_us: 0,
+    }
 }
 
 /// The terminal status, status message and stored outcome of a tool run. An outcome of more than

@@ -21,7 +21,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use ractor::ActorRef;
 
-use crate::{actor, now_ms, Host, HostEvent, TaskMsg};
+use crate::{actor, now_ms, now_us, Ended, Host, HostEvent, TaskMsg};
 
 pub(crate) fn spawn_shard_loops(
     host: Host,
@@ -36,10 +36,14 @@ pub(crate) fn spawn_shard_loops(
             loop {
                 match events.recv().await {
                     Ok(ShardEvent::Changed { record, .. }) => {
+                        let at_us = now_us();
                         if record.status.is_terminal() {
                             let waiters = host.inner.waiters.lock().remove(&record.task_id);
                             for w in waiters.into_iter().flatten() {
-                                let _ = w.send(record.clone());
+                                let _ = w.send(Ended {
+                                    record: record.clone(),
+                                    at_us,
+                                });
                             }
                             host.stop_actor(&record.task_id);
                         }
@@ -47,7 +51,7 @@ pub(crate) fn spawn_shard_loops(
                         // cluster that merges all nodes' announcements sends each one once.
                         if shard.is_leader() {
                             let task = taskmesh_task::TaskView::from(&record);
-                            let _ = host.inner.events.send(HostEvent::Status { task });
+                            let _ = host.inner.events.send(HostEvent::Status { task, at_us });
                         }
                     }
                     Ok(ShardEvent::Expired { task_ids, .. }) => {
@@ -117,7 +121,10 @@ fn recheck_waiters(host: &Host, shard: &ShardReplica) {
         match rec {
             Some(r) if r.status.is_terminal() => {
                 for w in host.inner.waiters.lock().remove(&id).into_iter().flatten() {
-                    let _ = w.send(r.clone());
+                    let _ = w.send(Ended {
+                        record: r.clone(),
+                        at_us: 0,
+                    });
                 }
             }
             None if taskmesh_task::shard_of(&id, host.shard_count()) == shard.shard_id() => {

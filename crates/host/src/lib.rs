@@ -39,7 +39,7 @@ use tokio::sync::{broadcast, oneshot};
 pub use actor::TaskMsg;
 pub use config::HostConfig;
 pub use error::HostError;
-pub use types::{Attachment, Created, HostEvent, NewTask, ShardStatus};
+pub use types::{Attachment, Created, Ended, HostEvent, NewTask, ShardStatus, Stamped};
 
 use shards::Hosted;
 
@@ -48,6 +48,14 @@ pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Microseconds since the Unix epoch (the start of a message's delivery delay, [`Stamped`]).
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
         .unwrap_or(0)
 }
 
@@ -65,7 +73,7 @@ pub(crate) struct Inner {
     /// leaves them to the create.
     pub(crate) starting: Mutex<HashSet<String>>,
     pub(crate) live: AtomicUsize,
-    pub(crate) waiters: Mutex<HashMap<String, Vec<oneshot::Sender<TaskRecord>>>>,
+    pub(crate) waiters: Mutex<HashMap<String, Vec<oneshot::Sender<Ended>>>>,
     pub(crate) events: broadcast::Sender<HostEvent>,
 }
 

@@ -15,6 +15,8 @@ pub enum HostEvent {
     Status {
         /// The task as it stands after the change.
         task: TaskView,
+        /// When the shard's leader applied the change, µs since the epoch (see [`Stamped`]).
+        at_us: u64,
     },
     /// A task-related JSON-RPC message (request or notification) for a session, delivered on
     /// one of its GET streams because no `tasks/result` stream is attached.
@@ -29,7 +31,32 @@ pub enum HostEvent {
         request_id: Option<String>,
         /// The serialised JSON-RPC message.
         json: Arc<Vec<u8>>,
+        /// When the task handed the message out, µs since the epoch (see [`Stamped`]).
+        at_us: u64,
     },
+}
+
+/// A serialised JSON-RPC message a task sends its client, with the moment the task handed it
+/// out: the start of its delivery delay, which the gateway measures when it writes the
+/// message to a client's stream. The moment is the wall clock of the node that handed it out
+/// (µs since the epoch), so across machines the delay includes their clocks' offset.
+#[derive(Debug, Clone)]
+pub struct Stamped {
+    /// The message.
+    pub json: Arc<Vec<u8>>,
+    /// µs since the epoch; 0 for a message sent again (to a reader that attached after it was
+    /// first handed out), whose wait was not the stream's.
+    pub at_us: u64,
+}
+
+/// A task's end, as a `tasks/result` reader learns it.
+#[derive(Debug, Clone)]
+pub struct Ended {
+    /// The record in its terminal status, with its outcome.
+    pub record: TaskRecord,
+    /// When the leader applied the terminal status, µs since the epoch; 0 when not known (a
+    /// waiter resolved by a recheck after its event was missed).
+    pub at_us: u64,
 }
 
 /// A new task as the gateway validated it.
@@ -81,10 +108,10 @@ pub enum Attachment {
         task: TaskView,
         /// The task's messages (its requests to the client, progress notifications), serialised,
         /// starting with the requests still unanswered.
-        messages: mpsc::Receiver<Arc<Vec<u8>>>,
+        messages: mpsc::Receiver<Stamped>,
         /// Yields the terminal record when the task ends; closes without one when the task
         /// expired or its shard moved.
-        done: oneshot::Receiver<TaskRecord>,
+        done: oneshot::Receiver<Ended>,
     },
 }
 

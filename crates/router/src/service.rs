@@ -245,6 +245,7 @@ impl TaskService for TaskGrpc {
                 let _ = tx
                     .send(Ok(v1::AttachResultEvent {
                         event: Some(Event::Terminal(record_to_pb(record))),
+                        at_unix_us: 0,
                     }))
                     .await;
             }
@@ -254,15 +255,18 @@ impl TaskService for TaskGrpc {
                 mut done,
             } => {
                 tokio::spawn(async move {
-                    let send = |e: Event| {
+                    let send = |e: Event, at_unix_us: u64| {
                         let tx = tx.clone();
                         async move {
-                            tx.send(Ok(v1::AttachResultEvent { event: Some(e) }))
-                                .await
-                                .is_ok()
+                            tx.send(Ok(v1::AttachResultEvent {
+                                event: Some(e),
+                                at_unix_us,
+                            }))
+                            .await
+                            .is_ok()
                         }
                     };
-                    if !send(Event::Current(view_to_pb(current))).await {
+                    if !send(Event::Current(view_to_pb(current)), 0).await {
                         return;
                     }
                     let mut open = true;
@@ -270,7 +274,7 @@ impl TaskService for TaskGrpc {
                         tokio::select! {
                             m = messages.recv(), if open => match m {
                                 Some(m) => {
-                                    if !send(Event::MessageJson(m.to_vec())).await {
+                                    if !send(Event::MessageJson(m.json.to_vec()), m.at_us).await {
                                         return;
                                     }
                                 }
@@ -278,8 +282,8 @@ impl TaskService for TaskGrpc {
                             },
                             d = &mut done => {
                                 match d {
-                                    Ok(record) => {
-                                        let _ = send(Event::Terminal(record_to_pb(record))).await;
+                                    Ok(ended) => {
+                                        let _ = send(Event::Terminal(record_to_pb(ended.record)), ended.at_us).await;
                                     }
                                     Err(_) => {
                                         // Expired or the shard moved: the caller attaches again.
@@ -316,9 +320,9 @@ impl TaskService for TaskGrpc {
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(_) => return,
                 };
-                let out = match ev {
-                    HostEvent::Status { task } => match &task.session {
-                        Some(s) if wanted(s) => Event::Status(view_to_pb(task)),
+                let (out, at_unix_us) = match ev {
+                    HostEvent::Status { task, at_us } => match &task.session {
+                        Some(s) if wanted(s) => (Event::Status(view_to_pb(task)), at_us),
                         _ => continue,
                     },
                     HostEvent::SessionMessage {
@@ -326,16 +330,23 @@ impl TaskService for TaskGrpc {
                         task_id,
                         request_id,
                         json,
-                    } if wanted(&session) => Event::Message(v1::SessionMessage {
-                        session,
-                        task_id,
-                        message_json: json.to_vec(),
-                        request_id: request_id.unwrap_or_default(),
-                    }),
+                        at_us,
+                    } if wanted(&session) => (
+                        Event::Message(v1::SessionMessage {
+                            session,
+                            task_id,
+                            message_json: json.to_vec(),
+                            request_id: request_id.unwrap_or_default(),
+                        }),
+                        at_us,
+                    ),
                     HostEvent::SessionMessage { .. } => continue,
                 };
                 if tx
-                    .send(Ok(v1::WatchStatusEvent { event: Some(out) }))
+                    .send(Ok(v1::WatchStatusEvent {
+                        event: Some(out),
+                        at_unix_us,
+                    }))
                     .await
                     .is_err()
                 {

@@ -73,7 +73,7 @@ pub enum Reply {
     /// `application/json` when that first message is already the response.
     Stream {
         /// The messages to send, serialised, in order; the stream ends when the sender is dropped.
-        rx: mpsc::Receiver<Arc<Vec<u8>>>,
+        rx: mpsc::Receiver<crate::delivery::JsonMessage>,
         /// Answer `application/json` when the first message is already the response (set for a
         /// plain call without a progress token to a tool that is not task-required).
         json_if_alone: bool,

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{answer, begin_cancellable, err, Cx, Reply};
+use crate::delivery::{JsonMessage, Kind};
 use crate::resume::ResultOrigin;
 use crate::{wire, Gateway};
 
@@ -177,6 +178,7 @@ pub(crate) async fn tasks_result(
             tokio::select! {
                 m = messages.recv(), if messages_open => match m {
                     Some(m) => {
+                        let m = JsonMessage::stamped(m.json, Kind::Message, m.at_us);
                         if tx.send(m).await.is_err() {
                             break None;
                         }
@@ -184,17 +186,17 @@ pub(crate) async fn tasks_result(
                     None => messages_open = false,
                 },
                 r = &mut done => match r {
-                    Ok(record) => break Some(wire::terminal_answer(&record)),
+                    Ok(ended) => break Some((wire::terminal_answer(&ended.record), ended.at_us)),
                     Err(_) => {
                         // The waiter was dropped: expired, or the shard moved. Look again.
                         match gw.router.attach(&task_id, &principal).await {
-                            Ok(Attachment::Terminal(record)) => break Some(wire::terminal_answer(&record)),
+                            Ok(Attachment::Terminal(record)) => break Some((wire::terminal_answer(&record), 0)),
                             Ok(Attachment::Live { messages: m, done: d, .. }) => {
                                 messages = m;
                                 messages_open = true;
                                 done = d;
                             }
-                            Err(e) => break Some(Err(wire::host_error(&e))),
+                            Err(e) => break Some((Err(wire::host_error(&e)), 0)),
                         }
                     }
                 },
@@ -206,9 +208,10 @@ pub(crate) async fn tasks_result(
         drop(messages);
         drop(done);
         releasing.cancel();
-        if let Some(a) = final_answer {
+        if let Some((a, at_us)) = final_answer {
             audit_result(&principal, &task_id);
-            let _ = tx.send(Arc::new(answer(&id, a))).await;
+            let m = JsonMessage::stamped(Arc::new(answer(&id, a)), Kind::Result, at_us);
+            let _ = tx.send(m).await;
         }
     });
     Reply::Stream {

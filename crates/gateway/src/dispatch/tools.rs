@@ -21,6 +21,7 @@ use taskmesh_tools::{Tool, ToolContext, ToolIo, ToolResult};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{answer, begin_cancellable, err, ok, Cx, Reply};
+use crate::delivery::{JsonMessage, Kind};
 use crate::{wire, Gateway};
 
 #[derive(Serialize, Deserialize)]
@@ -167,7 +168,7 @@ pub(super) async fn tools_call(
 /// Side channel of a plain (non-task) call: messages go on the POST's SSE stream.
 struct PlainIo {
     gw: std::sync::Weak<Gateway>,
-    tx: mpsc::Sender<Arc<Vec<u8>>>,
+    tx: mpsc::Sender<JsonMessage>,
     progress_token: Option<Value>,
     nonce: String,
     seq: std::sync::atomic::AtomicU64,
@@ -183,10 +184,9 @@ impl ToolIo for PlainIo {
             if let Some(m) = message {
                 p["message"] = json!(m);
             }
-            let _ = self.tx.try_send(Arc::new(jsonrpc::notification(
-                "notifications/progress",
-                &p,
-            )));
+            let json = Arc::new(jsonrpc::notification("notifications/progress", &p));
+            let m = JsonMessage::stamped(json, Kind::Message, taskmesh_host::now_us());
+            let _ = self.tx.try_send(m);
         }
     }
 
@@ -206,7 +206,8 @@ impl ToolIo for PlainIo {
             };
             gw.plain_pending.lock().insert(rid.clone(), reply);
             let msg = jsonrpc::request(&RequestId::String(rid.clone()), method, &params);
-            if tx.send(Arc::new(msg)).await.is_err() {
+            let msg = JsonMessage::stamped(Arc::new(msg), Kind::Message, taskmesh_host::now_us());
+            if tx.send(msg).await.is_err() {
                 gw.plain_pending.lock().remove(&rid);
                 return Err(ErrorObject::internal("the client went away"));
             }
@@ -259,7 +260,7 @@ fn call_plain(
         };
         gw2.inflight.end(&nonce, &id);
         if let Some(r) = result {
-            let _ = tx.send(Arc::new(answer(&id, r))).await;
+            let _ = tx.send(JsonMessage::plain(Arc::new(answer(&id, r)))).await;
         }
     });
     Reply::Stream {

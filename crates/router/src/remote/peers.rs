@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use parking_lot::RwLock;
 use serde_json::Value;
-use taskmesh_host::{Attachment, Created, HostError, NewTask};
+use taskmesh_host::{Attachment, Created, Ended, HostError, NewTask, Stamped};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
 use taskmesh_rpc::trace;
 use taskmesh_rpc::v1::{self, task_service_client::TaskServiceClient};
@@ -345,15 +345,19 @@ impl Peers {
         let (done_tx, done) = oneshot::channel();
         tokio::spawn(async move {
             while let Some(item) = stream.next().await {
-                match item.map(|e| e.event) {
-                    Ok(Some(Event::MessageJson(m))) => {
-                        if msg_tx.send(Arc::new(m)).await.is_err() {
+                match item.map(|e| (e.event, e.at_unix_us)) {
+                    Ok((Some(Event::MessageJson(m)), at_us)) => {
+                        let m = Stamped {
+                            json: Arc::new(m),
+                            at_us,
+                        };
+                        if msg_tx.send(m).await.is_err() {
                             return;
                         }
                     }
-                    Ok(Some(Event::Terminal(r))) => {
-                        if let Some(r) = record_from_pb(r) {
-                            let _ = done_tx.send(r);
+                    Ok((Some(Event::Terminal(r)), at_us)) => {
+                        if let Some(record) = record_from_pb(r) {
+                            let _ = done_tx.send(Ended { record, at_us });
                         }
                         return;
                     }

@@ -39,9 +39,10 @@ pub(crate) async fn watch(peers: Arc<Peers>, id: u64, out: broadcast::Sender<Hos
             if let Ok(resp) = client.watch_status(req).await {
                 let mut stream = resp.into_inner();
                 while let Some(Ok(ev)) = stream.next().await {
+                    let at_us = ev.at_unix_us;
                     let ev = match ev.event {
                         Some(Event::Status(v)) => match view_from_pb(v) {
-                            Some(task) => HostEvent::Status { task },
+                            Some(task) => HostEvent::Status { task, at_us },
                             None => continue,
                         },
                         Some(Event::Message(m)) => HostEvent::SessionMessage {
@@ -49,6 +50,7 @@ pub(crate) async fn watch(peers: Arc<Peers>, id: u64, out: broadcast::Sender<Hos
                             task_id: m.task_id,
                             request_id: (!m.request_id.is_empty()).then_some(m.request_id),
                             json: Arc::new(m.message_json),
+                            at_us,
                         },
                         None => continue,
                     };
