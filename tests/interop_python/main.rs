@@ -27,10 +27,7 @@ use checks::check_run;
 /// The server executable under test.
 const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
 
-const MCP_PACKAGE: &str = "mcp==1.30.0";
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
-const VENV_TIMEOUT: Duration = Duration::from_secs(120);
-const PIP_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The tasks the script creates, by role, with the status each one ends in.
 const ROLES: [(&str, &str); 5] = [
@@ -45,60 +42,6 @@ const AUTH_CONFIG: &str = r#"
 [auth.tokens]
 "py-interop-token" = "py-interop"
 "#;
-
-/// The virtualenv's interpreter, with `mcp==1.30.0` installed. A marker file written after
-/// a verified install lets later runs skip the provisioning.
-fn provision_venv() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-mcp-1.30.0");
-    let marker = dir.join("taskmesh-interop-installed");
-    let python = dir.join("bin").join("python");
-    if python.exists() && std::fs::read_to_string(&marker).ok().as_deref() == Some(MCP_PACKAGE) {
-        return python;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-
-    let venv = run_bounded(
-        Command::new("python3").arg("-m").arg("venv").arg(&dir),
-        VENV_TIMEOUT,
-    );
-    assert!(
-        venv.ok(),
-        "`python3 -m venv {}` failed:\n{}",
-        dir.display(),
-        venv.describe()
-    );
-
-    let pip = run_bounded(
-        Command::new(dir.join("bin").join("pip"))
-            .args([
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                MCP_PACKAGE,
-            ])
-            .env("PIP_NO_INPUT", "1"),
-        PIP_TIMEOUT,
-    );
-    assert!(
-        pip.ok(),
-        "`pip install {MCP_PACKAGE}` failed:\n{}",
-        pip.describe()
-    );
-
-    let check = run_bounded(
-        Command::new(&python).arg("-c").arg(
-            "import importlib.metadata as m, mcp.client.experimental; print(m.version('mcp'))",
-        ),
-        VENV_TIMEOUT,
-    );
-    assert!(
-        check.ok() && check.stdout.trim() == "1.30.0",
-        "the virtualenv does not import mcp 1.30.0:\n{}",
-        check.describe()
-    );
-    std::fs::write(&marker, MCP_PACKAGE).expect("write the virtualenv marker");
-    python
-}
 
 fn script_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -284,9 +227,11 @@ async fn cross_check(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_tasks_client_interop() {
-    let python = tokio::task::spawn_blocking(provision_venv)
-        .await
-        .expect("provision the virtualenv");
+    let python = tokio::task::spawn_blocking(|| {
+        taskmesh_testkit::python::mcp_venv(Path::new(env!("CARGO_TARGET_TMPDIR")))
+    })
+    .await
+    .expect("provision the virtualenv");
 
     // Without authentication: tasks are scoped to the MCP session and tasks/list is not offered.
     let server = Server::start(TASKMESH, "");

@@ -10,6 +10,7 @@
 //! - `cluster`: node configurations, free ports, retried reads, `GET /status`, the wait for a
 //!   ready cluster.
 //! - [`History`] (`history`): what clients observed, checked against the invariants.
+//! - [`python`]: the virtualenv with the official MCP Python SDK.
 //!
 //! The crate cannot name the `taskmesh` executable itself (`CARGO_BIN_EXE_taskmesh` is set only
 //! for the test targets of the package that builds it): each test passes
@@ -19,6 +20,7 @@ mod client;
 mod cluster;
 mod history;
 mod process;
+pub mod python;
 mod server;
 mod sse;
 

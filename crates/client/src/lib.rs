@@ -1,0 +1,666 @@
+//! An MCP client, for taskmesh's calls to the MCP servers it stands in front of (upstreams).
+//!
+//! [`Client::connect`] starts a stdio server process ([`StdioSpec`]) or opens a Streamable
+//! HTTP session ([`HttpSpec`]), and runs the `initialize` handshake at the newest protocol
+//! version both sides know (or the one asked for). Then:
+//!
+//! - [`Client::list_tools`] reads every page of `tools/list`;
+//! - [`Client::call_tool`] sends a plain `tools/call` and returns a [`ToolCall`]: what the
+//!   server sends about that call while it runs (progress, its `elicitation/create` and
+//!   `sampling/createMessage` requests, which the caller answers, its log messages) comes out
+//!   of [`ToolCall::next`] before the result, and [`ToolCall::cancel`] sends
+//!   `notifications/cancelled`;
+//! - [`Client::tools_changed`] tells when the server sent `notifications/tools/list_changed`;
+//! - [`Client::closed`] tells when the connection ended (the process exited, the session was
+//!   ended by the server), and why.
+//!
+//! What belongs to a call: progress by its progress token (one per call, set by the client);
+//! over HTTP, requests and log messages by the response stream of the call they came on; over
+//! stdio, where nothing ties them to a call, they belong to the call in flight when exactly
+//! one is (callers that relay them run one call at a time per process). A request that belongs
+//! to no call is answered with an error; `ping` is answered at once.
+
+#![allow(clippy::module_name_repetitions)]
+
+mod http;
+mod sse;
+mod stdio;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::{json, Map, Value};
+use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, RequestId};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// A stdio server: the process to start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StdioSpec {
+    /// The program, looked up on taskmesh's own `PATH` when it has no `/`.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its whole environment: nothing of taskmesh's environment is passed on.
+    pub env: BTreeMap<String, String>,
+    /// Its working directory; taskmesh's when `None`.
+    pub cwd: Option<PathBuf>,
+}
+
+/// A Streamable HTTP server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpSpec {
+    /// The MCP endpoint, e.g. `http://127.0.0.1:9000/mcp`.
+    pub url: String,
+    /// Headers sent with every request (an `Authorization` header, say).
+    pub headers: Vec<(String, String)>,
+}
+
+/// Which server to connect to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A process spoken to over its stdin and stdout.
+    Stdio(StdioSpec),
+    /// A Streamable HTTP endpoint.
+    Http(HttpSpec),
+}
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The name the client gives itself in `clientInfo`, and in logs about this server.
+    pub name: String,
+    /// The protocol version to speak; `None`: the newest taskmesh knows, or the one the server
+    /// answers with when it is one taskmesh knows.
+    pub protocol_version: Option<String>,
+    /// The largest message accepted from the server, in bytes; a larger one ends the
+    /// connection (stdio) or fails the call it answers (HTTP).
+    pub max_message_bytes: usize,
+    /// How long `initialize` may take.
+    pub connect_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            name: "taskmesh".into(),
+            protocol_version: None,
+            max_message_bytes: 16 << 20,
+            connect_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a request to the server did not get a result.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with a JSON-RPC error.
+    #[error("the server answered error {}: {}", .0.code, .0.message)]
+    Rpc(ErrorObject),
+    /// The connection ended (the process exited, the session ended, the stream of the
+    /// answer broke off) before the answer came.
+    #[error("the connection ended: {0}")]
+    Closed(String),
+    /// The server could not be reached or refused the request at the HTTP level.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// The server sent something that is not what MCP says it sends.
+    #[error("protocol: {0}")]
+    Protocol(String),
+    /// No answer within the time allowed.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// What the server sends about a running call before its result.
+#[derive(Debug)]
+pub enum CallEvent {
+    /// `notifications/progress` for the call.
+    Progress {
+        /// Progress so far.
+        progress: f64,
+        /// What it goes up to, when the server knows.
+        total: Option<f64>,
+        /// Text describing it.
+        message: Option<String>,
+    },
+    /// A request to the client (`elicitation/create`, `sampling/createMessage`): the caller
+    /// answers through `reply` (dropping it answers with an error).
+    Request {
+        /// The request's method.
+        method: String,
+        /// Its params, as sent.
+        params: Value,
+        /// Takes the answer: a result or a JSON-RPC error.
+        reply: oneshot::Sender<Result<Value, ErrorObject>>,
+    },
+    /// `notifications/message`: a log message (its params: `level`, `logger`, `data`).
+    Log(Value),
+}
+
+/// The server's side of the handshake.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    /// The protocol version in use.
+    pub protocol_version: String,
+    /// The server's `capabilities`.
+    pub capabilities: Value,
+    /// The server's `serverInfo`.
+    pub server_info: Value,
+}
+
+/// The events a call may queue before its caller takes them; progress and log messages past
+/// it are dropped, requests past it are answered with an error.
+const CALL_EVENTS: usize = 256;
+
+/// The most pages of `tools/list` read before the list is taken as endless.
+const MAX_TOOL_PAGES: usize = 1000;
+
+struct Pending {
+    reply: oneshot::Sender<Result<Value, ClientError>>,
+    /// Where the call's events go (tools/call only).
+    events: Option<mpsc::Sender<CallEvent>>,
+    /// The call's progress token.
+    token: Option<String>,
+}
+
+enum Link {
+    Stdio(stdio::Stdio),
+    Http(http::Http),
+}
+
+struct Inner {
+    name: String,
+    link: Link,
+    next_id: AtomicI64,
+    pending: Mutex<HashMap<i64, Pending>>,
+    /// Why the connection ended, once it has.
+    closed: watch::Sender<Option<String>>,
+    /// Bumped on every `notifications/tools/list_changed`.
+    tools_changed: watch::Sender<u64>,
+    max_message_bytes: usize,
+}
+
+/// A connection to one MCP server. Cheap to clone; the connection ends when the last clone
+/// is dropped or [`Client::close`] is called.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+    server: Arc<ServerInfo>,
+}
+
+impl Client {
+    /// Connect to `endpoint` and run the handshake.
+    pub async fn connect(endpoint: &Endpoint, opts: &Options) -> Result<Client, ClientError> {
+        let inner = Arc::new_cyclic(|weak| Inner {
+            name: opts.name.clone(),
+            link: match endpoint {
+                Endpoint::Stdio(_) => Link::Stdio(stdio::Stdio::unstarted()),
+                Endpoint::Http(spec) => Link::Http(http::Http::new(spec, weak.clone())),
+            },
+            next_id: AtomicI64::new(1),
+            pending: Mutex::new(HashMap::new()),
+            closed: watch::channel(None).0,
+            tools_changed: watch::channel(0).0,
+            max_message_bytes: opts.max_message_bytes,
+        });
+        if let (Endpoint::Stdio(spec), Link::Stdio(s)) = (endpoint, &inner.link) {
+            s.start(spec, &inner)?;
+        }
+        let wanted = opts
+            .protocol_version
+            .clone()
+            .unwrap_or_else(|| taskmesh_mcp::V2025_11_25.to_string());
+        let params = json!({
+            "protocolVersion": wanted,
+            "capabilities": { "elicitation": {}, "sampling": {} },
+            "clientInfo": { "name": opts.name, "version": env!("CARGO_PKG_VERSION") },
+        });
+        let handshake = inner.request("initialize", params, None);
+        let result = match tokio::time::timeout(opts.connect_timeout, handshake).await {
+            Ok(r) => r,
+            Err(_) => {
+                inner.close("no answer to initialize");
+                return Err(ClientError::Timeout(opts.connect_timeout));
+            }
+        };
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => {
+                inner.close("initialize failed");
+                return Err(e);
+            }
+        };
+        let version = result["protocolVersion"].as_str().unwrap_or_default();
+        let acceptable = match &opts.protocol_version {
+            Some(v) => version == v,
+            None => taskmesh_mcp::is_supported_version(version),
+        };
+        if !acceptable {
+            inner.close("unsupported protocol version");
+            return Err(ClientError::Protocol(format!(
+                "the server speaks protocol version {version:?}, not one asked for"
+            )));
+        }
+        let server = ServerInfo {
+            protocol_version: version.to_string(),
+            capabilities: result.get("capabilities").cloned().unwrap_or(json!({})),
+            server_info: result.get("serverInfo").cloned().unwrap_or(json!({})),
+        };
+        if let Link::Http(h) = &inner.link {
+            h.set_version(version);
+        }
+        inner
+            .notify(jsonrpc::notification(
+                "notifications/initialized",
+                &json!({}),
+            ))
+            .await?;
+        if let Link::Http(h) = &inner.link {
+            h.listen(&inner);
+        }
+        Ok(Client {
+            inner,
+            server: Arc::new(server),
+        })
+    }
+
+    /// The server's side of the handshake.
+    pub fn server(&self) -> &ServerInfo {
+        &self.server
+    }
+
+    /// Every tool the server lists, all pages, as it lists them.
+    pub async fn list_tools(&self) -> Result<Vec<Value>, ClientError> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_TOOL_PAGES {
+            let params = match &cursor {
+                Some(c) => json!({ "cursor": c }),
+                None => json!({}),
+            };
+            let page = self.inner.request("tools/list", params, None).await?;
+            match page.get("tools") {
+                Some(Value::Array(list)) => tools.extend(list.iter().cloned()),
+                _ => {
+                    return Err(ClientError::Protocol(
+                        "tools/list result has no tools array".into(),
+                    ))
+                }
+            }
+            match page.get("nextCursor") {
+                Some(Value::String(c)) => cursor = Some(c.clone()),
+                None | Some(Value::Null) => return Ok(tools),
+                Some(_) => {
+                    return Err(ClientError::Protocol(
+                        "tools/list nextCursor is not a string".into(),
+                    ))
+                }
+            }
+        }
+        Err(ClientError::Protocol(format!(
+            "tools/list did not end within {MAX_TOOL_PAGES} pages"
+        )))
+    }
+
+    /// Send a plain `tools/call` of `name` with `arguments`; `meta` is the request's `_meta`
+    /// (the client adds its progress token to it).
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        meta: Option<Map<String, Value>>,
+    ) -> Result<ToolCall, ClientError> {
+        let (tx, rx) = mpsc::channel(CALL_EVENTS);
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let token = format!("taskmesh-{id}");
+        let mut meta = meta.unwrap_or_default();
+        meta.insert("progressToken".into(), Value::String(token.clone()));
+        let params = json!({ "name": name, "arguments": arguments, "_meta": meta });
+        let result = self
+            .inner
+            .start(id, "tools/call", params, Some((tx, token)))
+            .await?;
+        Ok(ToolCall {
+            id,
+            events: rx,
+            result,
+            inner: self.inner.clone(),
+            outcome: None,
+            done: false,
+        })
+    }
+
+    /// Send request `method` and wait for its result.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, ClientError> {
+        self.inner.request(method, params, None).await
+    }
+
+    /// Changes when the server says its tool list changed.
+    pub fn tools_changed(&self) -> watch::Receiver<u64> {
+        self.inner.tools_changed.subscribe()
+    }
+
+    /// Why the connection ended, once it has (`None` while it is open).
+    pub fn closed(&self) -> watch::Receiver<Option<String>> {
+        self.inner.closed.subscribe()
+    }
+
+    /// Whether the connection has ended.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.borrow().is_some()
+    }
+
+    /// End the connection: stop the process, or end the HTTP session. Calls in flight fail.
+    pub async fn close(&self) {
+        if let Link::Http(h) = &self.inner.link {
+            h.end_session().await;
+        }
+        self.inner.close("closed by the client");
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Link::Stdio(s) = &self.link {
+            s.kill();
+        }
+    }
+}
+
+/// A `tools/call` in flight.
+pub struct ToolCall {
+    id: i64,
+    events: mpsc::Receiver<CallEvent>,
+    result: oneshot::Receiver<Result<Value, ClientError>>,
+    inner: Arc<Inner>,
+    outcome: Option<Result<Value, ClientError>>,
+    done: bool,
+}
+
+/// What [`ToolCall::next`] yields.
+#[derive(Debug)]
+pub enum Step {
+    /// Something the server sent about the call.
+    Event(CallEvent),
+    /// The call's outcome: its `CallToolResult`, or why there is none.
+    Done(Result<Value, ClientError>),
+}
+
+impl ToolCall {
+    /// The request id of the call.
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// The next event of the call, or its outcome (the last item). Events the server sent
+    /// before the result come first.
+    pub async fn next(&mut self) -> Step {
+        loop {
+            if let Some(outcome) = self.outcome.take() {
+                // What arrived before the result is still queued: it comes first.
+                if let Ok(ev) = self.events.try_recv() {
+                    self.outcome = Some(outcome);
+                    return Step::Event(ev);
+                }
+                self.done = true;
+                return Step::Done(outcome);
+            }
+            if self.done {
+                return Step::Done(Err(ClientError::Closed("the call has ended".into())));
+            }
+            tokio::select! {
+                biased;
+                Some(ev) = self.events.recv() => return Step::Event(ev),
+                r = &mut self.result => {
+                    self.outcome = Some(r.unwrap_or_else(|_| Err(self.inner.why_closed())));
+                }
+            }
+        }
+    }
+
+    /// Cancel the call: `notifications/cancelled` with `reason`. The call's outcome is not
+    /// awaited.
+    pub async fn cancel(mut self, reason: &str) {
+        self.done = true;
+        if self.inner.pending.lock().remove(&self.id).is_none() {
+            return;
+        }
+        let n = jsonrpc::notification(
+            "notifications/cancelled",
+            &json!({ "requestId": self.id, "reason": reason }),
+        );
+        if let Err(e) = self.inner.notify(n).await {
+            tracing::debug!(upstream = %self.inner.name, error = %e, "cancellation not sent");
+        }
+    }
+}
+
+impl Drop for ToolCall {
+    fn drop(&mut self) {
+        self.inner.pending.lock().remove(&self.id);
+    }
+}
+
+impl Inner {
+    fn why_closed(&self) -> ClientError {
+        ClientError::Closed(
+            self.closed
+                .borrow()
+                .clone()
+                .unwrap_or_else(|| "the answer was lost".into()),
+        )
+    }
+
+    /// Register request `id` and send it; the receiver gets its result.
+    async fn start(
+        self: &Arc<Self>,
+        id: i64,
+        method: &str,
+        params: Value,
+        call: Option<(mpsc::Sender<CallEvent>, String)>,
+    ) -> Result<oneshot::Receiver<Result<Value, ClientError>>, ClientError> {
+        if self.closed.borrow().is_some() {
+            return Err(self.why_closed());
+        }
+        let (reply, rx) = oneshot::channel();
+        let (events, token) = match call {
+            Some((e, t)) => (Some(e), Some(t)),
+            None => (None, None),
+        };
+        self.pending.lock().insert(
+            id,
+            Pending {
+                reply,
+                events,
+                token,
+            },
+        );
+        let json = jsonrpc::request(&RequestId::Number(id), method, &params);
+        match &self.link {
+            Link::Stdio(s) => {
+                if let Err(e) = s.send(json).await {
+                    self.pending.lock().remove(&id);
+                    return Err(e);
+                }
+            }
+            Link::Http(h) => h.post_request(self, id, json),
+        }
+        Ok(rx)
+    }
+
+    async fn request(
+        self: &Arc<Self>,
+        method: &str,
+        params: Value,
+        call: Option<(mpsc::Sender<CallEvent>, String)>,
+    ) -> Result<Value, ClientError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let rx = self.start(id, method, params, call).await?;
+        rx.await.unwrap_or_else(|_| Err(self.why_closed()))
+    }
+
+    /// Send a notification or a response.
+    async fn notify(&self, json: Vec<u8>) -> Result<(), ClientError> {
+        match &self.link {
+            Link::Stdio(s) => s.send(json).await,
+            Link::Http(h) => h.post_message(json).await,
+        }
+    }
+
+    /// Request `id` failed.
+    fn fail(&self, id: i64, e: ClientError) {
+        if let Some(p) = self.pending.lock().remove(&id) {
+            let _ = p.reply.send(Err(e));
+        }
+    }
+
+    /// The connection ended: every request in flight fails with `why`.
+    fn close(&self, why: &str) {
+        let first = self.closed.send_if_modified(|c| {
+            if c.is_none() {
+                *c = Some(why.to_string());
+                true
+            } else {
+                false
+            }
+        });
+        if first {
+            tracing::info!(upstream = %self.name, why, "upstream connection ended");
+        }
+        let pending: Vec<Pending> = self.pending.lock().drain().map(|(_, p)| p).collect();
+        for p in pending {
+            let _ = p.reply.send(Err(ClientError::Closed(why.to_string())));
+        }
+        if let Link::Stdio(s) = &self.link {
+            s.kill();
+        }
+    }
+
+    /// One message from the server; `origin` is the request whose HTTP response carried it.
+    fn handle(self: &Arc<Self>, raw: &[u8], origin: Option<i64>) {
+        let msg = match jsonrpc::parse_message(raw) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(upstream = %self.name, error = %e, "the upstream sent a message that is not JSON-RPC; ignored");
+                return;
+            }
+        };
+        match msg {
+            Message::Response { id, outcome } => {
+                let RequestId::Number(n) = id else {
+                    tracing::debug!(upstream = %self.name, %id, "answer to no request of ours");
+                    return;
+                };
+                if let Some(p) = self.pending.lock().remove(&n) {
+                    let _ = p.reply.send(outcome.map_err(ClientError::Rpc));
+                }
+            }
+            Message::Notification { method, params } => {
+                let params = params.unwrap_or(Value::Null);
+                match method.as_str() {
+                    "notifications/progress" => self.progress(&params),
+                    "notifications/message" => {
+                        if let Some(tx) = self.call_of(origin) {
+                            let _ = tx.try_send(CallEvent::Log(params));
+                        } else {
+                            tracing::info!(upstream = %self.name, message = %params, "upstream log message");
+                        }
+                    }
+                    "notifications/tools/list_changed" => {
+                        self.tools_changed.send_modify(|n| *n += 1);
+                    }
+                    other => {
+                        tracing::debug!(upstream = %self.name, method = other, "upstream notification ignored")
+                    }
+                }
+            }
+            Message::Request { id, method, params } => {
+                self.server_request(id, method, params, origin)
+            }
+        }
+    }
+
+    fn progress(&self, params: &Value) {
+        let token = match &params["progressToken"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let Some(progress) = params["progress"].as_f64() else {
+            return;
+        };
+        let tx = self
+            .pending
+            .lock()
+            .values()
+            .find(|p| p.token.as_deref() == Some(token.as_str()))
+            .and_then(|p| p.events.clone());
+        if let Some(tx) = tx {
+            let _ = tx.try_send(CallEvent::Progress {
+                progress,
+                total: params["total"].as_f64(),
+                message: params["message"].as_str().map(str::to_string),
+            });
+        }
+    }
+
+    /// The call a request or log message belongs to: the one whose response stream carried
+    /// it, else the only call in flight.
+    fn call_of(&self, origin: Option<i64>) -> Option<mpsc::Sender<CallEvent>> {
+        let pending = self.pending.lock();
+        if let Some(p) = origin.and_then(|o| pending.get(&o)) {
+            return p.events.clone();
+        }
+        let mut calls = pending.values().filter_map(|p| p.events.as_ref());
+        match (calls.next(), calls.next()) {
+            (Some(only), None) => Some(only.clone()),
+            _ => None,
+        }
+    }
+
+    fn server_request(
+        self: &Arc<Self>,
+        id: RequestId,
+        method: String,
+        params: Option<Value>,
+        origin: Option<i64>,
+    ) {
+        if method == "ping" {
+            let inner = self.clone();
+            tokio::spawn(async move {
+                let _ = inner.notify(jsonrpc::response(&id, &json!({}))).await;
+            });
+            return;
+        }
+        let (reply, answer) = oneshot::channel();
+        let event = CallEvent::Request {
+            method: method.clone(),
+            params: params.unwrap_or(json!({})),
+            reply,
+        };
+        let taken = match self.call_of(origin) {
+            Some(tx) => tx.try_send(event).is_ok(),
+            None => false,
+        };
+        let inner = self.clone();
+        tokio::spawn(async move {
+            let outcome = if taken {
+                answer
+                    .await
+                    .unwrap_or_else(|_| Err(ErrorObject::internal("the request was not answered")))
+            } else {
+                Err(ErrorObject::method_not_found(&method))
+            };
+            let json = match outcome {
+                Ok(v) => jsonrpc::response(&id, &v),
+                Err(e) => jsonrpc::error_response(Some(&id), &e),
+            };
+            if let Err(e) = inner.notify(json).await {
+                tracing::debug!(upstream = %inner.name, error = %e, "answer to the upstream's request not sent");
+            }
+        });
+    }
+}

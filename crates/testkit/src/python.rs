@@ -1,0 +1,70 @@
+//! The official MCP Python SDK for the tests that run it: a virtualenv with `mcp==1.30.0`,
+//! made once under the test target's temporary directory and reused.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::run_bounded;
+
+/// The SDK release the tests use.
+pub const MCP_PACKAGE: &str = "mcp==1.30.0";
+const VENV_TIMEOUT: Duration = Duration::from_secs(120);
+const PIP_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The virtualenv's interpreter, with `mcp==1.30.0` installed. A marker file written after
+/// a verified install lets later runs skip the provisioning.
+///
+/// `tmp` is the test's `CARGO_TARGET_TMPDIR`. It needs `python3` with the `venv` module, and
+/// PyPI the first time; when either is missing it panics with the output.
+pub fn mcp_venv(tmp: &Path) -> PathBuf {
+    let dir = tmp.join("py-mcp-1.30.0");
+    let marker = dir.join("taskmesh-interop-installed");
+    let python = dir.join("bin").join("python");
+    if python.exists() && std::fs::read_to_string(&marker).ok().as_deref() == Some(MCP_PACKAGE) {
+        return python;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let venv = run_bounded(
+        Command::new("python3").arg("-m").arg("venv").arg(&dir),
+        VENV_TIMEOUT,
+    );
+    assert!(
+        venv.ok(),
+        "`python3 -m venv {}` failed:\n{}",
+        dir.display(),
+        venv.describe()
+    );
+
+    let pip = run_bounded(
+        Command::new(dir.join("bin").join("pip"))
+            .args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                MCP_PACKAGE,
+            ])
+            .env("PIP_NO_INPUT", "1"),
+        PIP_TIMEOUT,
+    );
+    assert!(
+        pip.ok(),
+        "`pip install {MCP_PACKAGE}` failed:\n{}",
+        pip.describe()
+    );
+
+    let check = run_bounded(
+        Command::new(&python).arg("-c").arg(
+            "import importlib.metadata as m, mcp.client.experimental; print(m.version('mcp'))",
+        ),
+        VENV_TIMEOUT,
+    );
+    assert!(
+        check.ok() && check.stdout.trim() == "1.30.0",
+        "the virtualenv does not import mcp 1.30.0:\n{}",
+        check.describe()
+    );
+    std::fs::write(&marker, MCP_PACKAGE).expect("write the virtualenv marker");
+    python
+}

@@ -1,0 +1,293 @@
+//! Upstream MCP servers: taskmesh's MCP client (`taskmesh-client`) against a real server on
+//! the official Python SDK (`tests/upstream/server.py`, `mcp==1.30.0`), over stdio and over
+//! Streamable HTTP: the handshake, the tool list, calls with their progress, elicitation,
+//! sampling and log messages relayed to the caller, tool errors and JSON-RPC errors,
+//! `list_changed`, cancellation reaching the server, and a server process that dies mid-call.
+
+// A test binary: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use taskmesh_client::{
+    CallEvent, Client, ClientError, Endpoint, HttpSpec, Options, StdioSpec, Step,
+};
+
+fn python() -> PathBuf {
+    taskmesh_testkit::python::mcp_venv(Path::new(env!("CARGO_TARGET_TMPDIR")))
+}
+
+fn server_script() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/upstream/server.py")
+        .display()
+        .to_string()
+}
+
+fn stdio_endpoint(python: &Path) -> Endpoint {
+    Endpoint::Stdio(StdioSpec {
+        command: python.display().to_string(),
+        args: vec![server_script(), "stdio".into()],
+        env: BTreeMap::from([("PYTHONUNBUFFERED".into(), "1".into())]),
+        cwd: None,
+    })
+}
+
+/// The HTTP server process, killed when dropped.
+struct HttpServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn http_server(python: &Path) -> HttpServer {
+    let port = taskmesh_testkit::free_ports(1)[0];
+    let child = std::process::Command::new(python)
+        .args([server_script(), "http".into(), port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = HttpServer {
+        child,
+        url: format!("http://127.0.0.1:{port}/mcp"),
+    };
+    for _ in 0..300 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return server;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the upstream HTTP server never listened on {port}");
+}
+
+fn args(v: Value) -> Map<String, Value> {
+    v.as_object().cloned().unwrap()
+}
+
+fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+/// Run a call to its end, answering its requests with `answer`; its events, and its outcome.
+async fn run(
+    c: &Client,
+    tool: &str,
+    a: Value,
+    answer: impl Fn(&str, &Value) -> Value,
+) -> (Vec<String>, Result<Value, ClientError>) {
+    let mut call = c.call_tool(tool, args(a), None).await.unwrap();
+    let mut seen = vec![];
+    loop {
+        match call.next().await {
+            Step::Event(CallEvent::Progress {
+                progress, total, ..
+            }) => seen.push(format!("progress {progress}/{}", total.unwrap_or(0.0))),
+            Step::Event(CallEvent::Request {
+                method,
+                params,
+                reply,
+            }) => {
+                seen.push(format!("request {method}"));
+                let _ = reply.send(Ok(answer(&method, &params)));
+            }
+            Step::Event(CallEvent::Log(p)) => seen.push(format!("log {}", p["data"])),
+            Step::Done(r) => return (seen, r),
+        }
+    }
+}
+
+fn no_requests(_: &str, _: &Value) -> Value {
+    panic!("no request expected")
+}
+
+/// Everything a relay needs, against one connected server.
+async fn exercise(c: &Client) {
+    assert_eq!(c.server().protocol_version, "2025-11-25");
+    assert_eq!(c.server().server_info["name"], "upstream-under-test");
+    let tools = c.list_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    for want in ["echo", "slow", "ask", "sample", "fail", "chatty", "grow"] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    let echo = tools.iter().find(|t| t["name"] == "echo").unwrap();
+    assert_eq!(echo["inputSchema"]["properties"]["text"]["type"], "string");
+
+    let (seen, r) = run(c, "echo", json!({"text": "hi"}), no_requests).await;
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(text(&r.unwrap()), "hi");
+
+    let (seen, r) = run(c, "slow", json!({"steps": 3}), no_requests).await;
+    assert_eq!(seen, ["progress 1/3", "progress 2/3", "progress 3/3"]);
+    assert_eq!(text(&r.unwrap()), "slept 3 steps");
+
+    let (seen, r) = run(c, "ask", json!({}), |method, params| {
+        assert_eq!(method, "elicitation/create");
+        assert_eq!(params["message"], "What is your name?");
+        json!({"action": "accept", "content": {"name": "Ada"}})
+    })
+    .await;
+    assert_eq!(seen, ["request elicitation/create"]);
+    assert_eq!(text(&r.unwrap()), "hello Ada");
+
+    let (seen, r) = run(
+        c,
+        "sample",
+        json!({"prompt": "say hi"}),
+        |method, params| {
+            assert_eq!(method, "sampling/createMessage");
+            assert_eq!(params["messages"][0]["content"]["text"], "say hi");
+            json!({"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"})
+        },
+    )
+    .await;
+    assert_eq!(seen, ["request sampling/createMessage"]);
+    assert_eq!(text(&r.unwrap()), "model said: hi");
+
+    let (_, r) = run(c, "fail", json!({}), no_requests).await;
+    let r = r.unwrap();
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(text(&r).contains("the tool failed on purpose"), "{r}");
+
+    // A JSON-RPC error is the server's answer, exactly (here: a call without a tool name).
+    match c.request("tools/call", json!({"arguments": {}})).await {
+        Err(ClientError::Rpc(e)) => assert_eq!(e.code, -32602, "{e:?}"),
+        other => panic!("expected the JSON-RPC error, got {other:?}"),
+    }
+
+    let (seen, r) = run(c, "chatty", json!({}), no_requests).await;
+    assert_eq!(seen, ["log \"thinking\""]);
+    assert_eq!(text(&r.unwrap()), "done talking");
+
+    let mut changed = c.tools_changed();
+    let (_, r) = run(c, "grow", json!({}), no_requests).await;
+    assert_eq!(text(&r.unwrap()), "grown");
+    tokio::time::timeout(Duration::from_secs(10), changed.changed())
+        .await
+        .expect("list_changed within 10 s")
+        .unwrap();
+    let names: Vec<String> = c
+        .list_tools()
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect();
+    assert!(names.contains(&"extra".to_string()), "{names:?}");
+
+    // A cancelled call is cancelled on the server.
+    let call = c.call_tool("wait_cancel", Map::new(), None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    call.cancel("the task was cancelled").await;
+    let mut count = String::new();
+    for _ in 0..100 {
+        let (_, r) = run(c, "cancelled", json!({}), no_requests).await;
+        count = text(&r.unwrap()).to_string();
+        if count == "1" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(count, "1", "the server never saw the cancellation");
+}
+
+#[tokio::test]
+async fn a_stdio_server_relays_everything_a_call_sends() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let c = Client::connect(&stdio_endpoint(&python), &Options::default())
+        .await
+        .unwrap();
+    exercise(&c).await;
+    c.close().await;
+    assert!(c.is_closed());
+}
+
+#[tokio::test]
+async fn an_http_server_relays_everything_a_call_sends() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let server = http_server(&python).await;
+    let endpoint = Endpoint::Http(HttpSpec {
+        url: server.url.clone(),
+        headers: vec![("x-upstream-test".into(), "1".into())],
+    });
+    let c = Client::connect(&endpoint, &Options::default())
+        .await
+        .unwrap();
+    exercise(&c).await;
+    c.close().await;
+}
+
+/// A stdio process that exits in the middle of a call: the call fails with the connection's
+/// end, naming the exit, and so does every later request.
+#[tokio::test]
+async fn a_stdio_server_that_dies_mid_call_fails_the_call() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let c = Client::connect(&stdio_endpoint(&python), &Options::default())
+        .await
+        .unwrap();
+    let (_, r) = run(&c, "crash", json!({}), no_requests).await;
+    match r {
+        Err(ClientError::Closed(why)) => assert!(why.contains("exit status: 3"), "{why}"),
+        other => panic!("expected the connection's end, got {other:?}"),
+    }
+    assert!(c.is_closed());
+    assert!(matches!(c.list_tools().await, Err(ClientError::Closed(_))));
+}
+
+/// A program that cannot be started is refused clearly; one that writes what is not JSON-RPC
+/// and never answers is given up on after `connect_timeout`, and stopped with what it started.
+#[tokio::test]
+async fn what_is_not_an_mcp_server_is_refused() {
+    let missing = Endpoint::Stdio(StdioSpec {
+        command: "/nonexistent/upstream".into(),
+        ..StdioSpec::default()
+    });
+    match Client::connect(&missing, &Options::default()).await {
+        Err(ClientError::Transport(m)) => assert!(m.contains("cannot start"), "{m}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("child.pid");
+    let silent = Endpoint::Stdio(StdioSpec {
+        command: "/bin/sh".into(),
+        args: vec![
+            "-c".into(),
+            format!(
+                "sleep 300 & echo $! > {}; echo not json; wait",
+                pid_file.display()
+            ),
+        ],
+        ..StdioSpec::default()
+    });
+    let opts = Options {
+        connect_timeout: Duration::from_secs(1),
+        ..Options::default()
+    };
+    match Client::connect(&silent, &opts).await {
+        Err(ClientError::Timeout(_)) => {}
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    // What the process started ends with it.
+    let child = std::fs::read_to_string(&pid_file).unwrap();
+    let proc_dir = PathBuf::from(format!("/proc/{}", child.trim()));
+    for _ in 0..100 {
+        if !proc_dir.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the upstream's child process {} outlived it", child.trim());
+}

@@ -1,0 +1,112 @@
+"""An MCP server on the official Python SDK, for the upstream tests.
+
+    python server.py stdio
+    python server.py http PORT
+
+Tools: echo, add, slow (sleeps, reporting progress), ask (elicits a name), sample (asks the
+client's model), fail (a tool error, isError), chatty (logs, then
+answers), grow (adds the tool `extra` and says the list changed), wait_cancel (waits until it
+is cancelled; `cancelled` then reports how many were), crash (the process exits mid-call).
+"""
+import sys
+
+import anyio
+from pydantic import BaseModel
+
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.types import SamplingMessage, TextContent
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "stdio"
+port = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+mcp = FastMCP("upstream-under-test", host="127.0.0.1", port=port or 8000, log_level="WARNING")
+cancellations = {"n": 0}
+
+
+@mcp.tool(description="Echo the text back.")
+def echo(text: str) -> str:
+    return text
+
+
+@mcp.tool(description="Add two numbers.")
+def add(a: float, b: float) -> str:
+    return str(a + b)
+
+
+@mcp.tool(description="Sleep, reporting progress each step.")
+async def slow(steps: int, ctx: Context) -> str:
+    for i in range(steps):
+        await anyio.sleep(0.05)
+        await ctx.report_progress(i + 1, steps, f"step {i + 1}")
+    return f"slept {steps} steps"
+
+
+class Name(BaseModel):
+    name: str
+
+
+@mcp.tool(description="Ask the user for a name.")
+async def ask(ctx: Context) -> str:
+    r = await ctx.elicit("What is your name?", Name)
+    if r.action == "accept":
+        return f"hello {r.data.name}"
+    return f"no name ({r.action})"
+
+
+@mcp.tool(description="Ask the client's model.")
+async def sample(prompt: str, ctx: Context) -> str:
+    r = await ctx.session.create_message(
+        [SamplingMessage(role="user", content=TextContent(type="text", text=prompt))],
+        max_tokens=20,
+        related_request_id=ctx.request_id,
+    )
+    return f"model said: {r.content.text}"
+
+
+@mcp.tool(description="Fail as a tool.")
+def fail() -> str:
+    raise ValueError("the tool failed on purpose")
+
+
+@mcp.tool(description="Log, then answer.")
+async def chatty(ctx: Context) -> str:
+    await ctx.info("thinking")
+    return "done talking"
+
+
+@mcp.tool(description="Add a tool and say the list changed.")
+async def grow(ctx: Context) -> str:
+    def extra() -> str:
+        """A tool added at run time."""
+        return "extra"
+
+    mcp.add_tool(extra)
+    await ctx.session.send_tool_list_changed()
+    return "grown"
+
+
+@mcp.tool(description="Wait until cancelled.")
+async def wait_cancel() -> str:
+    try:
+        await anyio.sleep(60)
+    except anyio.get_cancelled_exc_class():
+        cancellations["n"] += 1
+        raise
+    return "not cancelled"
+
+
+@mcp.tool(description="Exit the process in the middle of the call.")
+def crash() -> str:
+    import os
+
+    os._exit(3)
+
+
+@mcp.tool(description="How many wait_cancel calls were cancelled.")
+def cancelled() -> str:
+    return str(cancellations["n"])
+
+
+if mode == "http":
+    mcp.run(transport="streamable-http")
+else:
+    mcp.run(transport="stdio")
