@@ -21,6 +21,11 @@ async fn initialize_negotiates_versions_and_capabilities() {
         json!({})
     );
     assert_eq!(v["result"]["capabilities"]["tasks"]["cancel"], json!({}));
+    // The tool list changes when an upstream's does, and the node says so.
+    assert_eq!(
+        v["result"]["capabilities"]["tools"],
+        json!({"listChanged": true})
+    );
     // No authentication: tasks cannot be scoped to a requestor, so no tasks.list.
     assert!(v["result"]["capabilities"]["tasks"].get("list").is_none());
     // No log messages are sent, so no logging capability is declared.

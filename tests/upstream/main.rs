@@ -2,7 +2,8 @@
 //! the official Python SDK (`tests/upstream/server.py`, `mcp==1.30.0`), over stdio and over
 //! Streamable HTTP: the handshake, the tool list, calls with their progress, elicitation,
 //! sampling and log messages relayed to the caller, tool errors and JSON-RPC errors,
-//! `list_changed`, cancellation reaching the server, and a server process that dies mid-call.
+//! `list_changed`, cancellation reaching the server, and a server process that dies mid-call;
+//! and (`served`) a `taskmesh serve` process serving that server's tools as its own.
 
 // A test binary: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
@@ -16,6 +17,8 @@ use serde_json::{json, Map, Value};
 use taskmesh_client::{
     CallEvent, Client, ClientError, Endpoint, HttpSpec, Options, StdioSpec, Step,
 };
+
+mod served;
 
 fn python() -> PathBuf {
     taskmesh_testkit::python::mcp_venv(Path::new(env!("CARGO_TARGET_TMPDIR")))
@@ -51,7 +54,11 @@ impl Drop for HttpServer {
 }
 
 async fn http_server(python: &Path) -> HttpServer {
-    let port = taskmesh_testkit::free_ports(1)[0];
+    http_server_on(python, taskmesh_testkit::free_ports(1)[0]).await
+}
+
+/// The HTTP server on `port`, once it listens.
+async fn http_server_on(python: &Path, port: u16) -> HttpServer {
     let child = std::process::Command::new(python)
         .args([server_script(), "http".into(), port.to_string()])
         .stdout(Stdio::null())
@@ -189,8 +196,12 @@ async fn exercise(c: &Client) {
     assert!(names.contains(&"extra".to_string()), "{names:?}");
 
     // A cancelled call is cancelled on the server.
-    let call = c.call_tool("wait_cancel", Map::new(), None).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // (It reports progress once it runs: then the cancellation finds it running.)
+    let mut call = c.call_tool("wait_cancel", Map::new(), None).await.unwrap();
+    match call.next().await {
+        Step::Event(CallEvent::Progress { progress, .. }) => assert_eq!(progress, 0.0),
+        other => panic!("expected wait_cancel's progress, got {other:?}"),
+    }
     call.cancel("the task was cancelled").await;
     let mut count = String::new();
     for _ in 0..100 {

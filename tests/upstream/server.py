@@ -5,8 +5,9 @@
 
 Tools: echo, add, slow (sleeps, reporting progress), ask (elicits a name), sample (asks the
 client's model), fail (a tool error, isError), chatty (logs, then
-answers), grow (adds the tool `extra` and says the list changed), wait_cancel (waits until it
-is cancelled; `cancelled` then reports how many were), crash (the process exits mid-call).
+answers), grow (adds the tool `extra` and says the list changed), wait_cancel (reports progress 0, then
+waits until it is cancelled; `cancelled` then reports how many were), crash (the process exits
+mid-call), refuse (answered with a JSON-RPC error).
 """
 import sys
 
@@ -14,7 +15,8 @@ import anyio
 from pydantic import BaseModel
 
 from mcp.server.fastmcp import Context, FastMCP
-from mcp.types import SamplingMessage, TextContent
+from mcp.shared.exceptions import McpError
+from mcp.types import CallToolRequest, ErrorData, SamplingMessage, TextContent
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "stdio"
 port = int(sys.argv[2]) if len(sys.argv) > 2 else 0
@@ -84,8 +86,9 @@ async def grow(ctx: Context) -> str:
     return "grown"
 
 
-@mcp.tool(description="Wait until cancelled.")
-async def wait_cancel() -> str:
+@mcp.tool(description="Report progress 0, then wait until cancelled.")
+async def wait_cancel(ctx: Context) -> str:
+    await ctx.report_progress(0, 1, "waiting")
     try:
         await anyio.sleep(60)
     except anyio.get_cancelled_exc_class():
@@ -105,6 +108,24 @@ def crash() -> str:
 def cancelled() -> str:
     return str(cancellations["n"])
 
+
+@mcp.tool(description="Answer with a JSON-RPC error.")
+def refuse() -> str:
+    return "never: the handler below answers first"
+
+
+# A JSON-RPC error as the answer of tools/call: FastMCP turns what a tool raises into a tool
+# error (isError), so `refuse` is answered before it reaches the tool.
+tool_call = mcp._mcp_server.request_handlers[CallToolRequest]
+
+
+async def call_or_refuse(req: CallToolRequest):
+    if req.params.name == "refuse":
+        raise McpError(ErrorData(code=-32602, message="refused on purpose", data={"why": "test"}))
+    return await tool_call(req)
+
+
+mcp._mcp_server.request_handlers[CallToolRequest] = call_or_refuse
 
 if mode == "http":
     mcp.run(transport="streamable-http")

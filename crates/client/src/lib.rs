@@ -440,8 +440,23 @@ impl ToolCall {
 }
 
 impl Drop for ToolCall {
+    /// A call given up before its outcome is cancelled on the server.
     fn drop(&mut self) {
-        self.inner.pending.lock().remove(&self.id);
+        let was_pending = self.inner.pending.lock().remove(&self.id).is_some();
+        if !was_pending || self.done {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = self.inner.clone();
+        let n = jsonrpc::notification(
+            "notifications/cancelled",
+            &json!({ "requestId": self.id, "reason": "the caller gave up the call" }),
+        );
+        rt.spawn(async move {
+            let _ = inner.notify(n).await;
+        });
     }
 }
 

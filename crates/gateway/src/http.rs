@@ -641,6 +641,7 @@ async fn handle_status(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Re
         "liveTasks": gw.router.host().live_tasks(),
         "shards": shards,
         "streamDelivery": gw.delivery.to_json(),
+        "upstreams": gw.tools.source_reports(),
     });
     (
         StatusCode::OK,

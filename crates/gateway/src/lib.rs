@@ -176,7 +176,30 @@ impl Gateway {
         });
         gw.hub.set_gateway(&gw);
         gw.spawn_event_fanout();
+        gw.spawn_tools_changed();
         gw
+    }
+
+    /// Tell every session with a GET stream on this node when the tools served change
+    /// (`notifications/tools/list_changed`); changes close together are told once.
+    fn spawn_tools_changed(self: &Arc<Self>) {
+        let mut changes = self.tools.changes();
+        let weak = Arc::downgrade(self);
+        let json = Arc::new(
+            serde_json::to_vec(&serde_json::json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/tools/list_changed",
+            }))
+            .unwrap_or_default(),
+        );
+        tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                changes.borrow_and_update();
+                let Some(gw) = weak.upgrade() else { break };
+                let told = gw.sessions.push_all(JsonMessage::plain(json.clone()));
+                tracing::debug!(sessions = told, "tools/list changed");
+            }
+        });
     }
 
     /// Whether tasks can be scoped to an authenticated principal (then `tasks.list` exists).

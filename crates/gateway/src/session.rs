@@ -241,6 +241,13 @@ impl Sessions {
         sent
     }
 
+    /// Send a message to every session that has an open GET stream on this node, on one of
+    /// its streams each (as [`Sessions::push`]). Returns how many sessions took it.
+    pub fn push_all(&self, json: JsonMessage) -> usize {
+        let ids: Vec<String> = self.streams.lock().keys().cloned().collect();
+        ids.iter().filter(|id| self.push(id, json.clone())).count()
+    }
+
     /// Whether the session has an open GET stream on this node.
     pub fn has_stream(&self, id: &str) -> bool {
         self.streams

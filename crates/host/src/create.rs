@@ -21,14 +21,9 @@ impl Host {
                 leader_hint: shard.leadership().borrow().leader,
             });
         }
-        let tool = self
-            .inner
-            .tools
-            .get(&new.tool)
-            .ok_or_else(|| {
-                HostError::Misconfigured(format!("tool '{}' is not served by this node", new.tool))
-            })?
-            .clone();
+        let tool = self.inner.tools.get(&new.tool).ok_or_else(|| {
+            HostError::Misconfigured(format!("tool '{}' is not served by this node", new.tool))
+        })?;
         // Reserve a live-task slot before anything is written.
         let limit = self.inner.cfg.max_live_tasks;
         if self

@@ -255,7 +255,7 @@ async fn take_over(host: &Host, shard: &ShardReplica, task_id: &str, term: u64) 
     if record.status.is_terminal() {
         return true;
     }
-    let tool = host.inner.tools.get(&record.request.tool).cloned();
+    let tool = host.inner.tools.get(&record.request.tool);
     let policy = tool.as_ref().map(|t| t.spec().resume);
     let cmd = match policy {
         Some(ResumePolicy::Rerun) => Command::Resume {

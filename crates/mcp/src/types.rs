@@ -115,7 +115,7 @@ pub enum TaskSupport {
 /// tasks can be scoped to an authenticated principal.
 pub fn server_capabilities(with_tasks: bool, with_list: bool) -> Value {
     let mut caps = json!({
-        "tools": { "listChanged": false },
+        "tools": { "listChanged": true },
     });
     if with_tasks {
         let mut tasks = json!({

@@ -58,6 +58,9 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// `[cluster]`: multi-node operation; without `peers` the node runs as a single server.
     pub cluster: ClusterConfig,
+    /// `[[upstream]]`: MCP servers whose tools this node serves as its own (every node of a
+    /// cluster reads the same list).
+    pub upstream: Vec<taskmesh_upstream::UpstreamConfig>,
 }
 
 /// Multi-node operation. With no peers the node is the embedded single-node server.
@@ -302,6 +305,7 @@ impl Default for Config {
             log: LogConfig::default(),
             limits: LimitsConfig::default(),
             cluster: ClusterConfig::default(),
+            upstream: Vec::new(),
         }
     }
 }
@@ -447,6 +451,7 @@ impl Config {
 
     /// Reject settings that cannot work, with a message naming the setting.
     pub fn validate(&self) -> anyhow::Result<()> {
+        taskmesh_upstream::validate_all(&self.upstream)?;
         if self.shards == 0 || !self.shards.is_power_of_two() || self.shards > MAX_SHARDS {
             bail!(
                 "shards must be a power of two between 1 and {MAX_SHARDS} (got {})",

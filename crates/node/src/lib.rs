@@ -22,6 +22,7 @@ use taskmesh_router::Router;
 use taskmesh_rpc::METADATA_GROUP;
 use taskmesh_shard::{MetaReplica, ShardConfig, ShardReplica};
 use taskmesh_tools::ToolRegistry;
+use tokio_util::sync::CancellationToken;
 
 pub use config::Config;
 
@@ -331,6 +332,33 @@ async fn start_cluster(
     })
 }
 
+/// The configured upstreams, each listed once (so that the node serves their tools from its
+/// first request when they answer) and then kept up to date by its supervisor until `stop`.
+async fn start_upstreams(
+    cfg: &Config,
+    tools: &Arc<ToolRegistry>,
+    stop: &CancellationToken,
+) -> Vec<Arc<taskmesh_upstream::Upstream>> {
+    let mut upstreams = Vec::new();
+    for u in &cfg.upstream {
+        let up = taskmesh_upstream::Upstream::new(u.clone());
+        let listed = match up.refresh(tools, 0).await {
+            Ok(served) => {
+                tracing::info!(upstream = %up.name(), tools = served, "upstream tools served");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(upstream = %up.name(), error = %e,
+                    "upstream not reached; its tools are absent until it answers");
+                false
+            }
+        };
+        tokio::spawn(up.clone().supervise(tools.clone(), listed, stop.clone()));
+        upstreams.push(up);
+    }
+    upstreams
+}
+
 /// Run a node until `shutdown` resolves: the embedded single-node server when
 /// `cluster.peers` is empty, a cluster member otherwise.
 pub async fn serve(
@@ -348,12 +376,14 @@ pub async fn serve(
     check_identity(&db, cfg.shards)?;
     let clustered = !cfg.cluster.peers.is_empty();
 
-    let tools = if cfg.tools.builtin {
+    let tools = Arc::new(if cfg.tools.builtin {
         ToolRegistry::with_builtins()
     } else {
         ToolRegistry::new()
-    };
-    let host = Host::new(cfg.host_config(), Arc::new(tools), cfg.shards);
+    });
+    let stop_upstreams = CancellationToken::new();
+    let upstreams = start_upstreams(&cfg, &tools, &stop_upstreams).await;
+    let host = Host::new(cfg.host_config(), tools, cfg.shards);
     // This node's SSE streams, served to the other nodes for reconnections that reach them.
     let hub =
         taskmesh_gateway::resume::Hub::new(cfg.node_id, cfg.gateway_config().stream_settings());
@@ -433,6 +463,10 @@ pub async fn serve(
         );
     }
     host.stop_all(ACTOR_STOP_WAIT).await;
+    stop_upstreams.cancel();
+    for up in &upstreams {
+        up.shutdown().await;
+    }
     for s in host.replicas() {
         if let Err(e) = s.shutdown().await {
             tracing::warn!(shard = s.shard_id(), error = %e, "shard shutdown");

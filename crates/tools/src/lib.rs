@@ -8,13 +8,14 @@
 
 pub mod builtin;
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::{json, Value};
 use taskmesh_mcp::{ErrorObject, TaskSupport};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// What happens to a task whose execution was running on a node that died or restarted.
@@ -130,11 +131,66 @@ pub trait Tool: Send + Sync {
     ) -> BoxFuture<'static, ToolResult>;
 }
 
-/// The tools this node serves, in a stable order.
-#[derive(Clone, Default)]
+/// The tools this node serves, in a stable order, and what changes them.
+///
+/// Tools come from sources: the built-in ones ([`ToolRegistry::register`]) and each upstream
+/// server, whose whole set [`ToolRegistry::set_source`] replaces when it is listed again (or
+/// withdrawn when it cannot be reached). Readers take a [`Listing`], a snapshot that stays
+/// consistent while the registry changes; [`ToolRegistry::changes`] says when it did, so that
+/// clients can be sent `notifications/tools/list_changed`. A name belongs to the first source
+/// that served it: another source's tool of the same name is left out.
 pub struct ToolRegistry {
-    order: Vec<Arc<dyn Tool>>,
+    listing: RwLock<Arc<Listing>>,
+    changes: watch::Sender<u64>,
+    /// What each source reports about itself, for `GET /status`.
+    sources: Mutex<BTreeMap<String, Value>>,
+}
+
+/// The tools served at one moment, in `tools/list` order.
+#[derive(Clone, Default)]
+pub struct Listing {
+    order: Vec<(String, Arc<dyn Tool>)>,
     by_name: HashMap<String, Arc<dyn Tool>>,
+}
+
+impl Listing {
+    /// The tool named `name`, if served.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.by_name.get(name)
+    }
+
+    /// Every tool, in `tools/list` order.
+    pub fn tools(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
+        self.order.iter().map(|(_, t)| t)
+    }
+
+    /// How many tools are served.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether no tool is served.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The `tools/list` entries, for telling whether a change changed anything.
+    fn wire(&self) -> Vec<Value> {
+        self.tools().map(|t| t.spec().to_wire(true)).collect()
+    }
+}
+
+/// The source of the built-in tools.
+const BUILTIN: &str = "";
+
+impl Default for ToolRegistry {
+    fn default() -> Self {
+        Self {
+            listing: RwLock::new(Arc::new(Listing::default())),
+            changes: watch::Sender::new(0),
+            sources: Mutex::new(BTreeMap::new()),
+        }
+    }
 }
 
 impl ToolRegistry {
@@ -145,42 +201,117 @@ impl ToolRegistry {
 
     /// A registry of the built-in tools, in the order of [`builtin::all`].
     pub fn with_builtins() -> Self {
-        let mut r = Self::new();
+        let r = Self::new();
         for t in builtin::all() {
             r.register(t);
         }
         r
     }
 
-    /// Add `tool`; one registered earlier under the same name is replaced, keeping its place in
-    /// the order.
-    pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        let name = tool.spec().name.clone();
-        if self.by_name.insert(name.clone(), tool.clone()).is_none() {
-            self.order.push(tool);
-        } else if let Some(slot) = self.order.iter_mut().find(|t| t.spec().name == name) {
-            *slot = tool;
+    /// Add a built-in `tool`; one registered earlier under the same name is replaced, keeping
+    /// its place in the order.
+    pub fn register(&self, tool: Arc<dyn Tool>) {
+        self.update(|l| {
+            let name = tool.spec().name.clone();
+            if l.by_name.insert(name.clone(), tool.clone()).is_none() {
+                l.order.push((BUILTIN.to_string(), tool));
+            } else if let Some(slot) = l.order.iter_mut().find(|(_, t)| t.spec().name == name) {
+                *slot = (BUILTIN.to_string(), tool);
+            }
+        });
+    }
+
+    /// Serve exactly `tools` for `source` (an upstream's name, not empty): its earlier tools are
+    /// replaced, in the place the first of them had (at the end for a new source); an empty
+    /// list withdraws them. Returns the names left out because another source serves them.
+    pub fn set_source(&self, source: &str, tools: Vec<Arc<dyn Tool>>) -> Vec<String> {
+        let mut left_out = Vec::new();
+        self.update(|l| {
+            let at = l
+                .order
+                .iter()
+                .position(|(s, _)| s == source)
+                .unwrap_or(l.order.len());
+            let before = l.order[..at].iter().filter(|(s, _)| s != source).count();
+            for (s, t) in &l.order {
+                if s == source {
+                    l.by_name.remove(&t.spec().name);
+                }
+            }
+            l.order.retain(|(s, _)| s != source);
+            let mut added = Vec::new();
+            for t in tools {
+                let name = t.spec().name.clone();
+                if l.by_name.contains_key(&name) {
+                    left_out.push(name);
+                    continue;
+                }
+                l.by_name.insert(name, t.clone());
+                added.push((source.to_string(), t));
+            }
+            l.order.splice(before..before, added);
+        });
+        left_out
+    }
+
+    /// Apply `change` to a copy of the listing and publish it; readers holding the old one keep
+    /// it. A change that leaves `tools/list` as it was is not announced.
+    fn update(&self, change: impl FnOnce(&mut Listing)) {
+        let mut listing = self.listing.write().unwrap_or_else(|e| e.into_inner());
+        let mut next = Listing::clone(&listing);
+        change(&mut next);
+        let changed = next.wire() != listing.wire();
+        *listing = Arc::new(next);
+        drop(listing);
+        if changed {
+            self.changes.send_modify(|v| *v += 1);
         }
     }
 
-    /// The tool named `name`, if registered.
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.by_name.get(name)
+    /// The tools served now.
+    pub fn snapshot(&self) -> Arc<Listing> {
+        self.listing
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
-    /// Every registered tool, in registration order (the order of `tools/list`).
-    pub fn all(&self) -> &[Arc<dyn Tool>] {
-        &self.order
+    /// The tool named `name`, if served now.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.snapshot().get(name).cloned()
     }
 
-    /// How many tools are registered.
+    /// How many tools are served now.
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.snapshot().len()
     }
 
-    /// Whether no tool is registered.
+    /// Whether no tool is served now.
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.snapshot().is_empty()
+    }
+
+    /// Bumped each time what `tools/list` shows changes.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Record what `source` reports about itself (its state, for `GET /status`).
+    pub fn report_source(&self, source: &str, status: Value) {
+        self.sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(source.to_string(), status);
+    }
+
+    /// What every source last reported, in name order.
+    pub fn source_reports(&self) -> Vec<Value> {
+        self.sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 }
 
@@ -239,5 +370,79 @@ mod tests {
         assert_eq!(v["outputSchema"]["type"], "object");
         assert_eq!(v["annotations"]["readOnlyHint"], true);
         assert!(v.get("execution").is_none());
+    }
+
+    /// A tool with only a spec, for the registry's tests.
+    struct Named(ToolSpec);
+
+    impl Tool for Named {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+        fn validate(&self, _: &serde_json::Map<String, Value>) -> Result<(), ErrorObject> {
+            Ok(())
+        }
+        fn call(
+            &self,
+            _: serde_json::Map<String, Value>,
+            _: ToolContext,
+        ) -> BoxFuture<'static, ToolResult> {
+            Box::pin(async { Ok(text_result("", false)) })
+        }
+    }
+
+    fn tools(names: &[&str]) -> Vec<Arc<dyn Tool>> {
+        names
+            .iter()
+            .map(|n| Arc::new(Named(spec(n))) as Arc<dyn Tool>)
+            .collect()
+    }
+
+    fn names(r: &ToolRegistry) -> Vec<String> {
+        r.snapshot()
+            .tools()
+            .map(|t| t.spec().name.clone())
+            .collect()
+    }
+
+    /// A source's tools are replaced as a whole in their place; a name another source has is
+    /// left out; a snapshot taken before a change keeps what it saw; only changes of what
+    /// `tools/list` shows are announced.
+    #[test]
+    fn sources_replace_their_tools_in_place_and_announce_real_changes() {
+        let r = ToolRegistry::new();
+        let mut changes = r.changes();
+        r.register(tools(&["greet"]).remove(0));
+        assert!(r.set_source("a", tools(&["a1", "a2"])).is_empty());
+        assert!(r.set_source("b", tools(&["b1"])).is_empty());
+        assert_eq!(names(&r), ["greet", "a1", "a2", "b1"]);
+        assert!(changes.has_changed().unwrap());
+        changes.borrow_and_update();
+
+        let before = r.snapshot();
+        assert_eq!(
+            r.set_source("a", tools(&["a3", "greet", "b1"])),
+            ["greet", "b1"]
+        );
+        assert_eq!(names(&r), ["greet", "a3", "b1"]);
+        assert_eq!(before.len(), 4, "an earlier snapshot is unchanged");
+        assert!(r.get("a1").is_none() && r.get("a3").is_some());
+        assert!(changes.has_changed().unwrap());
+        changes.borrow_and_update();
+
+        // The same tools again: nothing to announce.
+        r.set_source("a", tools(&["a3"]));
+        assert!(!changes.has_changed().unwrap());
+
+        r.set_source("a", Vec::new());
+        assert_eq!(names(&r), ["greet", "b1"]);
+        assert!(changes.has_changed().unwrap());
+        changes.borrow_and_update();
+        r.set_source("a", tools(&["a1"]));
+        assert_eq!(
+            names(&r),
+            ["greet", "b1", "a1"],
+            "a source back after a withdrawal goes last"
+        );
     }
 }

@@ -34,28 +34,29 @@ pub(super) fn tools_list(
     cx: &Cx,
     p: &Map<String, Value>,
 ) -> Result<Value, ErrorObject> {
+    // One snapshot for the whole page: the list may change meanwhile (clients hear of it by
+    // notifications/tools/list_changed), and a cursor past its end is then refused.
+    let listing = gw.tools.snapshot();
     let offset = match params::opt_str(p, "cursor")? {
         None => 0,
         Some(c) => {
             gw.signer
                 .verify::<ToolsCursor>("tools-cursor", c)
-                .filter(|c| c.offset < gw.tools.len())
+                .filter(|c| c.offset < listing.len())
                 .ok_or_else(|| ErrorObject::invalid_params("Invalid params: invalid cursor"))?
                 .offset
         }
     };
     let page = gw.cfg.tools_page_size.max(1);
     let tasks = cx.tasks_enabled();
-    let tools: Vec<Value> = gw
-        .tools
-        .all()
-        .iter()
+    let tools: Vec<Value> = listing
+        .tools()
         .skip(offset)
         .take(page)
         .map(|t| t.spec().to_wire(tasks))
         .collect();
     let mut out = json!({ "tools": tools });
-    if offset + page < gw.tools.len() {
+    if offset + page < listing.len() {
         out["nextCursor"] = json!(gw.signer.sign(
             "tools-cursor",
             &ToolsCursor {
@@ -100,7 +101,7 @@ pub(super) async fn tools_call(
             )
         }
     };
-    let Some(tool) = gw.tools.get(name).cloned() else {
+    let Some(tool) = gw.tools.get(name) else {
         return err(
             &id,
             &ErrorObject::invalid_params(format!("Invalid params: unknown tool '{name}'")),

@@ -1,0 +1,410 @@
+//! A `taskmesh serve` process with the Python server as its `[[upstream]]` (over stdio, and
+//! over Streamable HTTP), reached by an MCP session: the upstream's tools in `tools/list` with
+//! the prefix and the configured `taskSupport`, plain calls proxied, task-augmented calls as
+//! durable tasks with the upstream's progress, elicitation and sampling relayed through the
+//! task, its tool errors and JSON-RPC errors as the task's outcome, `tasks/cancel` reaching
+//! the upstream, a changed tool list told to clients, an upstream process that dies mid-task,
+//! and an upstream that is not there yet.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+use taskmesh_testkit::{Client, Server};
+
+use super::{http_server, http_server_on, python, server_script};
+
+const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
+
+/// A node serving only the upstream described by `endpoint` (its `url` or `command` lines),
+/// as `py_` tools, without `crash`, with `echo` forbidden as a task.
+fn config(endpoint: &str) -> String {
+    config_with(
+        endpoint,
+        "tools = { exclude = [\"crash\"] }\n\n[upstream.overrides.echo]\ntask_support = \"forbidden\"",
+        "",
+    )
+}
+
+/// A node serving only the upstream of `endpoint` as `py_` tools, with `more` settings of
+/// the upstream and `top` settings of the node.
+fn config_with(endpoint: &str, more: &str, top: &str) -> String {
+    format!(
+        r#"
+{top}
+[tools]
+builtin = false
+
+[[upstream]]
+name = "py"
+{endpoint}
+prefix = "py_"
+processes = 1
+{more}
+"#
+    )
+}
+
+fn stdio_lines(python: &Path) -> String {
+    format!(
+        "command = {:?}\nargs = [{:?}, \"stdio\"]\nenv = {{ PYTHONUNBUFFERED = \"1\" }}",
+        python.display().to_string(),
+        server_script()
+    )
+}
+
+fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+fn related(m: &Value) -> &Value {
+    &m["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"]
+}
+
+/// Start a task of `tool`, wait for input_required, open `tasks/result`, answer its one
+/// request with `answer`; the request and the final response.
+async fn answer_once(c: &Client, tool: &str, args: Value, answer: Value) -> (Value, Value) {
+    let id = c.start_task(tool, args).await;
+    c.wait_status(&id, "input_required").await;
+    let (rid, mut stream) = c.open_stream("tasks/result", json!({"taskId": id})).await;
+    let request = stream.next().await.expect("the upstream's request");
+    assert!(request.get("id").is_some(), "{request}");
+    assert_eq!(related(&request), &json!(id), "{request}");
+    c.answer(&request["id"], answer).await;
+    loop {
+        let m = stream.next().await.expect("the result follows the answer");
+        if m["id"] == json!(rid) {
+            assert_eq!(c.status(&id).await, "completed");
+            return (request, m);
+        }
+    }
+}
+
+/// Everything a session sees of the upstream's tools through the node.
+async fn exercise(s: &Server) {
+    let c = Client::new_session(&s.url).await;
+
+    let listed = c.ok("tools/list", json!({})).await;
+    let tools = listed["tools"].as_array().unwrap();
+    let mut names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "py_add",
+            "py_ask",
+            "py_cancelled",
+            "py_chatty",
+            "py_echo",
+            "py_fail",
+            "py_grow",
+            "py_refuse",
+            "py_sample",
+            "py_slow",
+            "py_wait_cancel"
+        ],
+        "only the upstream's tools, prefixed, without the excluded one"
+    );
+    let tool = |n: &str| tools.iter().find(|t| t["name"] == n).unwrap();
+    assert_eq!(tool("py_echo")["execution"]["taskSupport"], "forbidden");
+    assert_eq!(tool("py_slow")["execution"]["taskSupport"], "optional");
+    assert_eq!(
+        tool("py_echo")["inputSchema"]["properties"]["text"]["type"],
+        "string"
+    );
+    assert_eq!(tool("py_echo")["description"], "Echo the text back.");
+
+    // A plain call is proxied; a task of a tool forbidden as a task is refused.
+    let r = c
+        .ok(
+            "tools/call",
+            json!({"name": "py_echo", "arguments": {"text": "hi"}}),
+        )
+        .await;
+    assert_eq!(text(&r), "hi");
+    assert_eq!(r["isError"], false);
+    let code = c
+        .err_code(
+            "tools/call",
+            json!({"name": "py_echo", "arguments": {"text": "hi"}, "task": {}}),
+        )
+        .await;
+    assert_eq!(
+        code, -32601,
+        "a task of a tool whose taskSupport is forbidden"
+    );
+
+    // A task: the upstream's progress on the task's token, with the related task; then the
+    // result, stored.
+    let mut get = c.open_get().await;
+    let created = c
+        .ok(
+            "tools/call",
+            json!({"name": "py_slow", "arguments": {"steps": 3}, "task": {},
+                   "_meta": {"progressToken": "tp"}}),
+        )
+        .await;
+    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    let mut progress = vec![];
+    loop {
+        let m = get.next().await.expect("GET stream open");
+        if m["method"] == "notifications/progress" {
+            assert_eq!(m["params"]["progressToken"], "tp");
+            assert_eq!(related(&m), &json!(id));
+            progress.push(m["params"]["progress"].as_f64().unwrap());
+        }
+        if m["method"] == "notifications/tasks/status"
+            && m["params"]["taskId"] == json!(id)
+            && m["params"]["status"] == "completed"
+        {
+            break;
+        }
+    }
+    assert_eq!(progress, [1.0, 2.0, 3.0]);
+    let r = c.ok("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(text(&r), "slept 3 steps");
+    drop(get);
+
+    // Elicitation and sampling asked upstream reach the client through the task.
+    let (request, r) = answer_once(
+        &c,
+        "py_ask",
+        json!({}),
+        json!({"action": "accept", "content": {"name": "Ada"}}),
+    )
+    .await;
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "What is your name?");
+    assert_eq!(text(&r["result"]), "hello Ada");
+    let (request, r) = answer_once(
+        &c,
+        "py_sample",
+        json!({"prompt": "say hi"}),
+        json!({"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"}),
+    )
+    .await;
+    assert_eq!(request["method"], "sampling/createMessage");
+    assert_eq!(
+        request["params"]["messages"][0]["content"]["text"],
+        "say hi"
+    );
+    assert_eq!(text(&r["result"]), "model said: hi");
+
+    // A tool error fails the task and is its result; a JSON-RPC error is replayed exactly.
+    let id = c.start_task("py_fail", json!({})).await;
+    c.wait_status(&id, "failed").await;
+    let r = c.ok("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(r["isError"], true);
+    assert!(text(&r).contains("the tool failed on purpose"), "{r}");
+    let id = c.start_task("py_refuse", json!({})).await;
+    c.wait_status(&id, "failed").await;
+    let r = c.call("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(r["error"]["message"], "refused on purpose");
+    assert_eq!(r["error"]["data"], json!({"why": "test"}));
+
+    // tasks/cancel cancels the call upstream (the upstream counts it) once it runs (its first
+    // progress report says it does).
+    let mut get = c.open_get().await;
+    let created = c
+        .ok(
+            "tools/call",
+            json!({"name": "py_wait_cancel", "arguments": {}, "task": {},
+                   "_meta": {"progressToken": "wc"}}),
+        )
+        .await;
+    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    loop {
+        let m = get.next().await.expect("GET stream open");
+        if m["method"] == "notifications/progress" && related(&m) == &json!(id) {
+            break;
+        }
+    }
+    let cancelled = c.ok("tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(cancelled["status"], "cancelled");
+    let mut count = String::new();
+    for _ in 0..100 {
+        let r = c
+            .ok(
+                "tools/call",
+                json!({"name": "py_cancelled", "arguments": {}}),
+            )
+            .await;
+        count = text(&r).to_string();
+        if count == "1" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(count, "1", "the upstream never saw the cancellation");
+    assert_eq!(c.status(&id).await, "cancelled");
+}
+
+#[tokio::test]
+async fn a_stdio_upstream_s_tools_are_served_as_durable_tasks() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let s = Server::start(TASKMESH, &config(&stdio_lines(&python)));
+    exercise(&s).await;
+}
+
+#[tokio::test]
+async fn an_http_upstream_s_tools_are_served_as_durable_tasks() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let upstream = http_server(&python).await;
+    let s = Server::start(TASKMESH, &config(&format!("url = {:?}", upstream.url)));
+    exercise(&s).await;
+}
+
+/// The node's `GET /status` entry of the upstream.
+async fn upstream_status(s: &Server) -> Value {
+    let status = taskmesh_testkit::status_of(s, "").await;
+    status["upstreams"]
+        .as_array()
+        .and_then(|a| a.iter().find(|u| u["name"] == "py"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no upstream py in {status}"))
+}
+
+/// Read the GET stream until `notifications/tools/list_changed`.
+async fn until_list_changed(get: &mut taskmesh_testkit::Sse) {
+    loop {
+        let m = get.next().await.expect("GET stream open");
+        if m["method"] == "notifications/tools/list_changed" {
+            assert!(m.get("id").is_none(), "{m}");
+            return;
+        }
+    }
+}
+
+async fn tool_names(c: &Client) -> Vec<String> {
+    let listed = c.ok("tools/list", json!({})).await;
+    let mut names: Vec<String> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort_unstable();
+    names
+}
+
+/// An upstream that adds a tool and says so: the node lists it again and tells its clients,
+/// whose next `tools/list` has the new tool.
+#[tokio::test]
+async fn an_upstream_s_changed_tool_list_reaches_the_clients() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let upstream = http_server(&python).await;
+    let s = Server::start(TASKMESH, &config(&format!("url = {:?}", upstream.url)));
+    let c = Client::new_session(&s.url).await;
+    assert!(!tool_names(&c).await.contains(&"py_extra".to_string()));
+    let mut get = c.open_get().await;
+    let r = c
+        .ok("tools/call", json!({"name": "py_grow", "arguments": {}}))
+        .await;
+    assert_eq!(text(&r), "grown");
+    until_list_changed(&mut get).await;
+    assert!(tool_names(&c).await.contains(&"py_extra".to_string()));
+    let r = c
+        .ok("tools/call", json!({"name": "py_extra", "arguments": {}}))
+        .await;
+    assert_eq!(text(&r), "extra");
+}
+
+/// An upstream that is not there when the node starts: its tools are absent and `GET /status`
+/// says why; once it listens, the node's retries find it, its tools are served and clients are
+/// told. When it goes away again, a call fails naming it, and its tools are withdrawn.
+#[tokio::test]
+async fn an_upstream_that_is_not_there_yet_is_retried_until_it_answers() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let port = taskmesh_testkit::free_ports(1)[0];
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let s = Server::start(
+        TASKMESH,
+        &config_with(
+            &format!("url = {url:?}"),
+            "retry_initial_ms = 100\nretry_max_ms = 400",
+            "",
+        ),
+    );
+    let c = Client::new_session(&s.url).await;
+    assert!(tool_names(&c).await.is_empty());
+    let st = upstream_status(&s).await;
+    assert_eq!(st["state"], "unreachable", "{st}");
+    assert_eq!(st["transport"], "http");
+    assert!(st["failedAttempts"].as_u64().unwrap() >= 1, "{st}");
+    assert!(!st["lastError"].as_str().unwrap().is_empty(), "{st}");
+    assert!(
+        !st.to_string().contains(&port.to_string()),
+        "no address in {st}"
+    );
+
+    let mut get = c.open_get().await;
+    let upstream = http_server_on(&python, port).await;
+    until_list_changed(&mut get).await;
+    assert!(tool_names(&c).await.contains(&"py_echo".to_string()));
+    let st = upstream_status(&s).await;
+    assert_eq!(st["state"], "serving", "{st}");
+    assert_eq!(st["tools"], 12, "{st}");
+    let r = c
+        .ok(
+            "tools/call",
+            json!({"name": "py_add", "arguments": {"a": 1, "b": 2}}),
+        )
+        .await;
+    assert_eq!(text(&r), "3.0");
+
+    // Gone again: the task that finds it gone fails naming it; the tools are withdrawn.
+    drop(upstream);
+    let id = c.start_task("py_add", json!({"a": 1, "b": 2})).await;
+    let t = c.wait_status(&id, "failed").await;
+    let why = t["statusMessage"].as_str().unwrap_or_default();
+    assert!(why.contains("upstream py"), "{t}");
+    until_list_changed(&mut get).await;
+    assert!(tool_names(&c).await.is_empty());
+    assert_eq!(upstream_status(&s).await["state"], "unreachable");
+}
+
+/// A stdio process that exits in the middle of a task's call: the task fails with a status
+/// message naming the upstream and the exit, and the next call gets a new process. A result
+/// larger than `tasks.max_result_bytes` fails its task, naming the setting.
+#[tokio::test]
+async fn a_stdio_upstream_that_dies_mid_task_fails_the_task_and_serves_on() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let s = Server::start(
+        TASKMESH,
+        &config_with(
+            &stdio_lines(&python),
+            "tools = { include = [\"crash\", \"echo\"] }",
+            "[tasks]\nmax_result_bytes = 1024",
+        ),
+    );
+    let c = Client::new_session(&s.url).await;
+    assert_eq!(tool_names(&c).await, ["py_crash", "py_echo"]);
+    let id = c.start_task("py_crash", json!({})).await;
+    let t = c.wait_status(&id, "failed").await;
+    let why = t["statusMessage"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("upstream py") && why.contains("exit status: 3"),
+        "{t}"
+    );
+    let r = c.call("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+
+    let r = c
+        .ok(
+            "tools/call",
+            json!({"name": "py_echo", "arguments": {"text": "again"}}),
+        )
+        .await;
+    assert_eq!(text(&r), "again");
+    let id = c
+        .start_task("py_echo", json!({"text": "x".repeat(2000)}))
+        .await;
+    let t = c.wait_status(&id, "failed").await;
+    assert!(
+        t["statusMessage"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("max_result_bytes"),
+        "{t}"
+    );
+}
