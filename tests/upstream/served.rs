@@ -94,13 +94,15 @@ async fn exercise(s: &Server) {
             "py_ask",
             "py_cancelled",
             "py_chatty",
+            "py_crash_once",
             "py_echo",
             "py_fail",
             "py_grow",
             "py_refuse",
             "py_sample",
             "py_slow",
-            "py_wait_cancel"
+            "py_wait_cancel",
+            "py_whoami",
         ],
         "only the upstream's tools, prefixed, without the excluded one"
     );
@@ -343,7 +345,7 @@ async fn an_upstream_that_is_not_there_yet_is_retried_until_it_answers() {
     assert!(tool_names(&c).await.contains(&"py_echo".to_string()));
     let st = upstream_status(&s).await;
     assert_eq!(st["state"], "serving", "{st}");
-    assert_eq!(st["tools"], 12, "{st}");
+    assert_eq!(st["tools"], 14, "{st}");
     let r = c
         .ok(
             "tools/call",
@@ -405,6 +407,98 @@ async fn a_stdio_upstream_that_dies_mid_task_fails_the_task_and_serves_on() {
             .as_str()
             .unwrap_or_default()
             .contains("max_result_bytes"),
+        "{t}"
+    );
+}
+
+/// With `forward_principal_header`, each call carries the principal of the task (or plain
+/// call) to the upstream in that header; the upstream authenticates taskmesh by the
+/// configured `headers`, and never sees the client's own token. Without the setting, no
+/// principal is sent.
+#[tokio::test]
+async fn the_calling_principal_reaches_the_upstream_only_when_configured() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let up = http_server(&python).await;
+    let token = "client-token-of-alice-0123456789";
+    let auth = format!("[auth.tokens]\n{token:?} = \"alice\"\n");
+    let endpoint = format!(
+        "url = {:?}\nheaders = {{ Authorization = \"Bearer taskmesh-own-credential\" }}",
+        up.url
+    );
+    let caps = json!({"elicitation": {}, "sampling": {}});
+
+    let forwarding = Server::start(
+        TASKMESH,
+        &config_with(
+            &endpoint,
+            "tools = { include = [\"whoami\"] }\nforward_principal_header = \"X-Principal\"",
+            &auth,
+        ),
+    );
+    let c = Client::connect(
+        &forwarding.url,
+        Some(token),
+        taskmesh_testkit::V,
+        caps.clone(),
+    )
+    .await;
+    let id = c.start_task("py_whoami", json!({})).await;
+    c.wait_status(&id, "completed").await;
+    let r = c.ok("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(text(&r), "alice|Bearer taskmesh-own-credential", "{r}");
+    let r = c
+        .ok("tools/call", json!({"name": "py_whoami", "arguments": {}}))
+        .await;
+    assert_eq!(text(&r), "alice|Bearer taskmesh-own-credential", "{r}");
+
+    let plain = Server::start(
+        TASKMESH,
+        &config_with(&endpoint, "tools = { include = [\"whoami\"] }", &auth),
+    );
+    let c = Client::connect(&plain.url, Some(token), taskmesh_testkit::V, caps).await;
+    let r = c
+        .ok("tools/call", json!({"name": "py_whoami", "arguments": {}}))
+        .await;
+    assert_eq!(text(&r), "none|Bearer taskmesh-own-credential", "{r}");
+}
+
+/// A `rerun` tool whose call is lost (here its stdio process exits mid-call) is called again
+/// after a pause, up to `call_attempts` calls: a tool that fails once then completes; one that
+/// always loses its process fails after the last attempt, saying how many there were.
+#[tokio::test]
+async fn a_rerun_tool_is_called_again_when_its_call_is_lost() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("crashed-once");
+    let s = Server::start(
+        TASKMESH,
+        &config_with(
+            &stdio_lines(&python),
+            "tools = { include = [\"crash\", \"crash_once\"] }\ncall_attempts = 2\n\
+             retry_initial_ms = 20\n\n[upstream.overrides.crash]\nresume = \"rerun\"\n\n\
+             [upstream.overrides.crash_once]\nresume = \"rerun\"",
+            "",
+        ),
+    );
+    let c = Client::new_session(&s.url).await;
+    let id = c
+        .start_task(
+            "py_crash_once",
+            json!({"marker": marker.display().to_string()}),
+        )
+        .await;
+    c.wait_status(&id, "completed").await;
+    let r = c.ok("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(text(&r), "ran again", "{r}");
+    assert!(marker.exists());
+
+    let id = c.start_task("py_crash", json!({})).await;
+    let t = c.wait_status(&id, "failed").await;
+    let why = t["statusMessage"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("upstream py")
+            && why.contains("exit status: 3")
+            && why.contains("after 2 attempts"),
         "{t}"
     );
 }

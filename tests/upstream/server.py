@@ -7,7 +7,9 @@ Tools: echo, add, slow (sleeps, reporting progress), ask (elicits a name), sampl
 client's model), fail (a tool error, isError), chatty (logs, then
 answers), grow (adds the tool `extra` and says the list changed), wait_cancel (reports progress 0, then
 waits until it is cancelled; `cancelled` then reports how many were), crash (the process exits
-mid-call), refuse (answered with a JSON-RPC error).
+mid-call), crash_once (exits mid-call unless its marker file exists, which it creates first),
+refuse (answered with a JSON-RPC error), whoami (the X-Principal and Authorization headers of
+the HTTP request that carried the call, "none" for each one absent).
 """
 import sys
 
@@ -102,6 +104,25 @@ def crash() -> str:
     import os
 
     os._exit(3)
+
+
+@mcp.tool(description="Exit mid-call the first time: unless the marker file exists.")
+def crash_once(marker: str) -> str:
+    import os
+
+    if os.path.exists(marker):
+        return "ran again"
+    open(marker, "w").close()
+    os._exit(3)
+
+
+@mcp.tool(description="The X-Principal and Authorization headers of the call's request.")
+def whoami(ctx: Context) -> str:
+    request = ctx.request_context.request
+    if request is None:
+        return "none|none"
+    h = request.headers
+    return f"{h.get('x-principal', 'none')}|{h.get('authorization', 'none')}"
 
 
 @mcp.tool(description="How many wait_cancel calls were cancelled.")

@@ -103,8 +103,17 @@ impl Http {
 
     /// Send request `id` and feed what its response carries to `inner`; the request fails
     /// when the response ends without its answer.
-    pub(crate) fn post_request(&self, inner: &Arc<Inner>, id: i64, json: Vec<u8>) {
-        let rb = self.post(json);
+    pub(crate) fn post_request(
+        &self,
+        inner: &Arc<Inner>,
+        id: i64,
+        json: Vec<u8>,
+        headers: &[(HeaderName, HeaderValue)],
+    ) {
+        let mut rb = self.post(json);
+        for (k, v) in headers {
+            rb = rb.header(k.clone(), v.clone());
+        }
         let inner = inner.clone();
         tokio::spawn(async move {
             if let Err(e) = read_response(&inner, rb, id).await {

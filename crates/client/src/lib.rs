@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+pub use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{json, Map, Value};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, RequestId};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -314,6 +315,18 @@ impl Client {
         arguments: Map<String, Value>,
         meta: Option<Map<String, Value>>,
     ) -> Result<ToolCall, ClientError> {
+        self.call_tool_with(name, arguments, meta, &[]).await
+    }
+
+    /// [`Client::call_tool`], with `headers` added to the HTTP request that carries the call
+    /// (ignored over stdio, which has no headers).
+    pub async fn call_tool_with(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        meta: Option<Map<String, Value>>,
+        headers: &[(HeaderName, HeaderValue)],
+    ) -> Result<ToolCall, ClientError> {
         let (tx, rx) = mpsc::channel(CALL_EVENTS);
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let token = format!("taskmesh-{id}");
@@ -322,7 +335,7 @@ impl Client {
         let params = json!({ "name": name, "arguments": arguments, "_meta": meta });
         let result = self
             .inner
-            .start(id, "tools/call", params, Some((tx, token)))
+            .start(id, "tools/call", params, Some((tx, token)), headers)
             .await?;
         Ok(ToolCall {
             id,
@@ -477,6 +490,7 @@ impl Inner {
         method: &str,
         params: Value,
         call: Option<(mpsc::Sender<CallEvent>, String)>,
+        headers: &[(HeaderName, HeaderValue)],
     ) -> Result<oneshot::Receiver<Result<Value, ClientError>>, ClientError> {
         if self.closed.borrow().is_some() {
             return Err(self.why_closed());
@@ -502,7 +516,7 @@ impl Inner {
                     return Err(e);
                 }
             }
-            Link::Http(h) => h.post_request(self, id, json),
+            Link::Http(h) => h.post_request(self, id, json, headers),
         }
         Ok(rx)
     }
@@ -514,7 +528,7 @@ impl Inner {
         call: Option<(mpsc::Sender<CallEvent>, String)>,
     ) -> Result<Value, ClientError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let rx = self.start(id, method, params, call).await?;
+        let rx = self.start(id, method, params, call, &[]).await?;
         rx.await.unwrap_or_else(|_| Err(self.why_closed()))
     }
 

@@ -278,6 +278,7 @@ impl Actor for TaskActor {
             has_progress_token: progress_token.is_some(),
             client_elicitation: record.request.client.elicitation,
             client_sampling: record.request.client.sampling,
+            principal: record.owner.clone(),
         };
         let me = myself.clone();
         match arguments {

@@ -481,6 +481,7 @@ mod tests {
                 has_progress_token: true,
                 client_elicitation: true,
                 client_sampling: true,
+                principal: "alice".into(),
             },
             io,
         )

@@ -114,6 +114,8 @@ pub struct ToolContext {
     pub client_elicitation: bool,
     /// The client declared the `sampling` capability.
     pub client_sampling: bool,
+    /// The principal the call or task is bound to (`anonymous` without authentication).
+    pub principal: String,
 }
 
 /// A tool that `tools/call` can run, as a task or as a plain call.

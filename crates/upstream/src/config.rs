@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
+use taskmesh_client::HeaderName;
 use taskmesh_mcp::TaskSupport;
 use taskmesh_tools::ResumePolicy;
 
@@ -65,6 +66,15 @@ pub struct UpstreamConfig {
     /// The longest wait between two attempts, ms. Default 30000.
     #[serde(default = "default_retry_max_ms")]
     pub retry_max_ms: u64,
+    /// Attempts a call of a `rerun` tool gets when the upstream cannot be reached, its
+    /// connection ends before the answer or it answers something that is not MCP; between
+    /// two, the wait of `retry_initial_ms` doubling up to `retry_max_ms`. A `fail` tool gets
+    /// one. Default 3.
+    #[serde(default = "default_call_attempts")]
+    pub call_attempts: u32,
+    /// HTTP header that carries the calling principal to the upstream with each call; unset
+    /// (the default): the upstream sees only this node's own credentials (`headers`).
+    pub forward_principal_header: Option<String>,
 }
 
 /// `tools`: which of the upstream's tools are served.
@@ -121,6 +131,9 @@ fn default_retry_initial_ms() -> u64 {
 fn default_retry_max_ms() -> u64 {
     30_000
 }
+fn default_call_attempts() -> u32 {
+    3
+}
 
 /// A setting of an upstream that cannot be used, named.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -174,13 +187,37 @@ impl UpstreamConfig {
                 if !self.args.is_empty() || !self.env.is_empty() || self.cwd.is_some() {
                     return Err(self.error("args, env and cwd are for a command upstream"));
                 }
+                if let Some(h) = &self.forward_principal_header {
+                    if HeaderName::try_from(h.as_str()).is_err() {
+                        return Err(self.error(format!(
+                            "forward_principal_header {h:?} is not an HTTP header name"
+                        )));
+                    }
+                    let reserved = [
+                        "mcp-session-id",
+                        "mcp-protocol-version",
+                        "content-type",
+                        "accept",
+                        "content-length",
+                        "host",
+                    ];
+                    if reserved.iter().any(|r| h.eq_ignore_ascii_case(r))
+                        || self.headers.keys().any(|k| k.eq_ignore_ascii_case(h))
+                    {
+                        return Err(self.error(format!(
+                            "forward_principal_header {h:?} is a header taskmesh or headers already sets"
+                        )));
+                    }
+                }
             }
             (None, Some(cmd)) => {
                 if cmd.is_empty() {
                     return Err(self.error("command is empty"));
                 }
-                if !self.headers.is_empty() {
-                    return Err(self.error("headers are for a url upstream"));
+                if !self.headers.is_empty() || self.forward_principal_header.is_some() {
+                    return Err(
+                        self.error("headers and forward_principal_header are for a url upstream")
+                    );
                 }
             }
         }
@@ -202,6 +239,9 @@ impl UpstreamConfig {
             return Err(self.error(
                 "retry_initial_ms must be at least 1 and retry_max_ms at least retry_initial_ms",
             ));
+        }
+        if self.call_attempts == 0 {
+            return Err(self.error("call_attempts must be at least 1"));
         }
         if self.max_message_bytes < 1024 {
             return Err(self.error("max_message_bytes must be at least 1024"));
@@ -307,6 +347,23 @@ mod tests {
             (
                 "name = \"a\"\ncommand = \"y\"\noverrides.t = { task_support = \"x\" }",
                 "task_support",
+            ),
+            ("name = \"a\"\ncommand = \"y\"\ncall_attempts = 0", "call_attempts"),
+            (
+                "name = \"a\"\ncommand = \"y\"\nforward_principal_header = \"X-User\"",
+                "url upstream",
+            ),
+            (
+                "name = \"a\"\nurl = \"http://x\"\nforward_principal_header = \"bad header\"",
+                "not an HTTP header name",
+            ),
+            (
+                "name = \"a\"\nurl = \"http://x\"\nforward_principal_header = \"Mcp-Session-Id\"",
+                "already sets",
+            ),
+            (
+                "name = \"a\"\nurl = \"http://x\"\nheaders = { x-user = \"me\" }\nforward_principal_header = \"X-User\"",
+                "already sets",
             ),
         ];
         for (body, want) in bad {

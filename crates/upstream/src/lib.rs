@@ -26,7 +26,8 @@ use futures::FutureExt;
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 use taskmesh_client::{
-    CallEvent, Client, ClientError, Endpoint, HttpSpec, Options, StdioSpec, Step,
+    CallEvent, Client, ClientError, Endpoint, HeaderName, HeaderValue, HttpSpec, Options,
+    StdioSpec, Step,
 };
 use taskmesh_mcp::{ErrorObject, TaskSupport};
 use taskmesh_tools::{ResumePolicy, Tool, ToolContext, ToolRegistry, ToolResult, ToolSpec};
@@ -238,19 +239,6 @@ impl Upstream {
         Ok(tools)
     }
 
-    /// The error a call ends with when the upstream gave no answer of its own.
-    fn failure(&self, e: ClientError) -> ErrorObject {
-        match e {
-            ClientError::Rpc(e) => e,
-            other => {
-                if matches!(other, ClientError::Closed(_) | ClientError::Transport(_)) {
-                    self.suspect();
-                }
-                ErrorObject::internal(format!("upstream {}: {other}", self.cfg.name))
-            }
-        }
-    }
-
     fn transport(&self) -> &'static str {
         match self.endpoint {
             Endpoint::Http(_) => "http",
@@ -400,59 +388,124 @@ impl Tool for UpstreamTool {
         let up = self.upstream.clone();
         let remote = self.remote.clone();
         let timeout = self.timeout;
+        let attempts = match self.spec.resume {
+            ResumePolicy::Rerun => up.cfg.call_attempts,
+            ResumePolicy::Fail => 1,
+        };
         async move {
             let _permit = up
                 .calls
                 .acquire()
                 .await
                 .map_err(|_| ErrorObject::internal(format!("upstream {}: shut down", up.name())))?;
-            let lease = up.lease().await.map_err(|e| up.failure(e))?;
-            let mut call = lease
-                .client
-                .call_tool(&remote, args, None)
-                .await
-                .map_err(|e| up.failure(e))?;
-            let deadline = tokio::time::sleep(timeout);
-            tokio::pin!(deadline);
+            let headers = match &up.cfg.forward_principal_header {
+                Some(h) => {
+                    let name = HeaderName::try_from(h.as_str()).map_err(|_| {
+                        ErrorObject::internal(format!("upstream {}: bad header name", up.name()))
+                    })?;
+                    let value = HeaderValue::try_from(ctx.principal.as_str()).map_err(|_| {
+                        ErrorObject::internal(format!(
+                            "upstream {}: the principal cannot be sent in header {h}",
+                            up.name()
+                        ))
+                    })?;
+                    vec![(name, value)]
+                }
+                None => Vec::new(),
+            };
+            let mut attempt = 1;
             loop {
+                let lost = match up.attempt(&remote, args.clone(), &ctx, timeout, &headers).await {
+                    Ok(outcome) => return outcome,
+                    Err(lost) => lost,
+                };
+                if matches!(lost, ClientError::Closed(_) | ClientError::Transport(_)) {
+                    up.suspect();
+                }
+                if attempt >= attempts {
+                    let after = if attempts > 1 {
+                        format!(" (after {attempts} attempts)")
+                    } else {
+                        String::new()
+                    };
+                    return Err(ErrorObject::internal(format!(
+                        "upstream {}: {lost}{after}",
+                        up.name()
+                    )));
+                }
+                let wait = up.backoff(attempt);
+                tracing::warn!(upstream = %up.name(), tool = %remote, error = %lost, attempt,
+                    retry_in_ms = wait.as_millis() as u64, "upstream call lost; calling again");
                 tokio::select! {
-                    step = call.next() => match step {
-                        Step::Event(CallEvent::Progress { progress, total, message }) => {
-                            ctx.io.progress(progress, total, message);
-                        }
-                        Step::Event(CallEvent::Request { method, params, reply }) => {
-                            match relayed_method(&method) {
-                                Some(m) => {
-                                    let answer = ctx.io.request(m, params);
-                                    tokio::spawn(async move {
-                                        let _ = reply.send(answer.await);
-                                    });
-                                }
-                                None => {
-                                    let _ = reply.send(Err(ErrorObject::method_not_found(&method)));
-                                }
-                            }
-                        }
-                        Step::Event(CallEvent::Log(p)) => {
-                            tracing::info!(upstream = %up.name(), tool = %remote, message = %p, "upstream log message");
-                        }
-                        Step::Done(r) => return r.map_err(|e| up.failure(e)),
-                    },
+                    _ = tokio::time::sleep(wait) => {}
                     _ = ctx.cancel.cancelled() => {
-                        call.cancel("the task was cancelled").await;
                         return Err(ErrorObject::new(taskmesh_mcp::jsonrpc::REQUEST_CANCELLED, "cancelled"));
                     }
-                    _ = &mut deadline => {
-                        call.cancel("the call timed out").await;
-                        return Err(ErrorObject::internal(format!(
-                            "upstream {}: no answer from tool {remote} within {} ms",
-                            up.name(),
-                            timeout.as_millis()
-                        )));
-                    }
                 }
+                attempt += 1;
             }
         }
         .boxed()
+    }
+}
+
+impl Upstream {
+    /// One call of `remote`: its outcome (the upstream's answer, or the call cancelled or timed
+    /// out), or how it was lost before the upstream answered.
+    async fn attempt(
+        &self,
+        remote: &str,
+        args: Map<String, Value>,
+        ctx: &ToolContext,
+        timeout: Duration,
+        headers: &[(HeaderName, HeaderValue)],
+    ) -> Result<ToolResult, ClientError> {
+        let lease = self.lease().await?;
+        let mut call = lease
+            .client
+            .call_tool_with(remote, args, None, headers)
+            .await?;
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                step = call.next() => match step {
+                    Step::Event(CallEvent::Progress { progress, total, message }) => {
+                        ctx.io.progress(progress, total, message);
+                    }
+                    Step::Event(CallEvent::Request { method, params, reply }) => {
+                        match relayed_method(&method) {
+                            Some(m) => {
+                                let answer = ctx.io.request(m, params);
+                                tokio::spawn(async move {
+                                    let _ = reply.send(answer.await);
+                                });
+                            }
+                            None => {
+                                let _ = reply.send(Err(ErrorObject::method_not_found(&method)));
+                            }
+                        }
+                    }
+                    Step::Event(CallEvent::Log(p)) => {
+                        tracing::info!(upstream = %self.name(), tool = %remote, message = %p, "upstream log message");
+                    }
+                    Step::Done(Ok(r)) => return Ok(Ok(r)),
+                    Step::Done(Err(ClientError::Rpc(e))) => return Ok(Err(e)),
+                    Step::Done(Err(lost)) => return Err(lost),
+                },
+                _ = ctx.cancel.cancelled() => {
+                    call.cancel("the task was cancelled").await;
+                    return Ok(Err(ErrorObject::new(taskmesh_mcp::jsonrpc::REQUEST_CANCELLED, "cancelled")));
+                }
+                _ = &mut deadline => {
+                    call.cancel("the call timed out").await;
+                    return Ok(Err(ErrorObject::internal(format!(
+                        "upstream {}: no answer from tool {remote} within {} ms",
+                        self.name(),
+                        timeout.as_millis()
+                    ))));
+                }
+            }
+        }
     }
 }

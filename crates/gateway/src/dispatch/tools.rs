@@ -246,6 +246,7 @@ fn call_plain(
         has_progress_token: progress_token.is_some(),
         client_elicitation: client.elicitation,
         client_sampling: client.sampling,
+        principal: cx.principal.clone(),
     };
     // Tools that ask the client something are the task-required ones; a call that has no
     // progress token and cannot ask anything is answered as plain JSON.
