@@ -18,6 +18,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use taskmesh_testkit::npm::npm_package;
 use taskmesh_testkit::{run_bounded, Server};
 
 /// The server executable under test.
@@ -25,48 +26,16 @@ const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
 
 const SDK_PACKAGE: &str = "@modelcontextprotocol/sdk@1.32.2";
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
-const NPM_TIMEOUT: Duration = Duration::from_secs(600);
 const TOKEN: &str = "ts-interop-token";
 
 /// A directory with the SDK installed and the client script beside its `node_modules` (ES
-/// modules resolve packages from the script's own directory). A marker file written after a
-/// verified install lets later runs skip npm.
+/// modules resolve packages from the script's own directory).
 fn provision() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ts-mcp-sdk-1.32.2");
-    let marker = dir.join("taskmesh-interop-installed");
-    if std::fs::read_to_string(&marker).ok().as_deref() != Some(SDK_PACKAGE) {
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
-            dir.join("package.json"),
-            r#"{"private":true,"type":"module"}"#,
-        )
-        .unwrap();
-        let npm = run_bounded(
-            Command::new("npm")
-                .args([
-                    "install",
-                    "--no-audit",
-                    "--no-fund",
-                    "--silent",
-                    SDK_PACKAGE,
-                ])
-                .current_dir(&dir),
-            NPM_TIMEOUT,
-        );
-        assert!(
-            npm.ok(),
-            "`npm install {SDK_PACKAGE}` failed:\n{}",
-            npm.describe()
-        );
-        let version = std::fs::read_to_string(
-            dir.join("node_modules/@modelcontextprotocol/sdk/package.json"),
-        )
-        .unwrap();
-        let version: Value = serde_json::from_str(&version).unwrap();
-        assert_eq!(version["version"], "1.32.2", "npm installed another SDK");
-        std::fs::write(&marker, SDK_PACKAGE).unwrap();
-    }
+    let dir = npm_package(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        "ts-mcp-sdk-1.32.2",
+        SDK_PACKAGE,
+    );
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/ts_tasks_client.mjs");
     std::fs::copy(&script, dir.join("ts_tasks_client.mjs")).unwrap();

@@ -3,7 +3,8 @@
 //! Streamable HTTP: the handshake, the tool list, calls with their progress, elicitation,
 //! sampling and log messages relayed to the caller, tool errors and JSON-RPC errors,
 //! `list_changed`, cancellation reaching the server, and a server process that dies mid-call;
-//! and (`served`) a `taskmesh serve` process serving that server's tools as its own.
+//! (`served`) a `taskmesh serve` process serving that server's tools as its own; and
+//! (`everything`) the reference server from npm served the same way.
 
 // A test binary: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
@@ -18,6 +19,7 @@ use taskmesh_client::{
     CallEvent, Client, ClientError, Endpoint, HttpSpec, Options, StdioSpec, Step,
 };
 
+mod everything;
 mod served;
 
 fn python() -> PathBuf {

@@ -27,7 +27,7 @@ fn config(endpoint: &str) -> String {
 
 /// A node serving only the upstream of `endpoint` as `py_` tools, with `more` settings of
 /// the upstream and `top` settings of the node.
-fn config_with(endpoint: &str, more: &str, top: &str) -> String {
+pub(crate) fn config_with(endpoint: &str, more: &str, top: &str) -> String {
     format!(
         r#"
 {top}
@@ -52,17 +52,22 @@ fn stdio_lines(python: &Path) -> String {
     )
 }
 
-fn text(result: &Value) -> &str {
+pub(crate) fn text(result: &Value) -> &str {
     result["content"][0]["text"].as_str().unwrap_or_default()
 }
 
-fn related(m: &Value) -> &Value {
+pub(crate) fn related(m: &Value) -> &Value {
     &m["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"]
 }
 
 /// Start a task of `tool`, wait for input_required, open `tasks/result`, answer its one
 /// request with `answer`; the request and the final response.
-async fn answer_once(c: &Client, tool: &str, args: Value, answer: Value) -> (Value, Value) {
+pub(crate) async fn answer_once(
+    c: &Client,
+    tool: &str,
+    args: Value,
+    answer: Value,
+) -> (Value, Value) {
     let id = c.start_task(tool, args).await;
     c.wait_status(&id, "input_required").await;
     let (rid, mut stream) = c.open_stream("tasks/result", json!({"taskId": id})).await;
@@ -277,7 +282,7 @@ async fn until_list_changed(get: &mut taskmesh_testkit::Sse) {
     }
 }
 
-async fn tool_names(c: &Client) -> Vec<String> {
+pub(crate) async fn tool_names(c: &Client) -> Vec<String> {
     let listed = c.ok("tools/list", json!({})).await;
     let mut names: Vec<String> = listed["tools"]
         .as_array()

@@ -1,0 +1,58 @@
+//! npm packages for the tests that run them (the TypeScript SDK, the reference MCP server):
+//! installed once under the test target's temporary directory and reused.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::run_bounded;
+
+const NPM_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A directory (`tmp/dir`) with `package` (`name@version`) installed in its `node_modules`, as
+/// an ES module project. A marker file written after a verified install (the installed
+/// package.json names that version) lets later runs skip npm.
+///
+/// `tmp` is the test's `CARGO_TARGET_TMPDIR`. It needs `node` (18 or later) and `npm`, and the
+/// npm registry the first time; when either is missing it panics with the output.
+pub fn npm_package(tmp: &Path, dir: &str, package: &str) -> PathBuf {
+    let (name, version) = package
+        .rsplit_once('@')
+        .filter(|(n, _)| !n.is_empty())
+        .expect("package is name@version");
+    let dir = tmp.join(dir);
+    let marker = dir.join("taskmesh-test-installed");
+    if std::fs::read_to_string(&marker).ok().as_deref() == Some(package) {
+        return dir;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the package directory");
+    std::fs::write(
+        dir.join("package.json"),
+        r#"{"private":true,"type":"module"}"#,
+    )
+    .expect("write package.json");
+    let npm = run_bounded(
+        Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent", package])
+            .current_dir(&dir),
+        NPM_TIMEOUT,
+    );
+    assert!(
+        npm.ok(),
+        "`npm install {package}` failed:\n{}",
+        npm.describe()
+    );
+    let installed =
+        std::fs::read_to_string(dir.join("node_modules").join(name).join("package.json"))
+            .expect("the installed package.json");
+    let installed: Value = serde_json::from_str(&installed).expect("package.json is JSON");
+    assert_eq!(
+        installed["version"], version,
+        "npm installed another {name}"
+    );
+    std::fs::write(&marker, package).expect("write the marker");
+    dir
+}
