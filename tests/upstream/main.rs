@@ -20,6 +20,7 @@ use taskmesh_client::{
 };
 
 mod everything;
+mod failover;
 mod served;
 
 fn python() -> PathBuf {

@@ -1,0 +1,136 @@
+//! Upstream tasks in a three-node cluster whose nodes all front the same Python HTTP server:
+//! the node that runs some of them is killed (kill -9) mid-call, and each task is taken over
+//! by its shard's new leader by its tool's resume policy: a `rerun` tool's task is called
+//! again and completes, a `fail` tool's task fails saying why; every task finishes, and the
+//! recorded history of polls shows no terminal task changing and no state going back.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use taskmesh_testkit::{
+    free_ports, is_terminal, node_config, status_of, wait_cluster_ready, Client, History, Server, V,
+};
+
+use super::{http_server, python};
+
+const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
+const TOKEN: &str = "alice-token-1";
+const SHARDS: u32 = 8;
+/// Steps of the upstream's `slow` (50 ms each): running when the node dies.
+const STEPS: u64 = 60;
+
+/// The node leading `shard`, as `observer` sees it.
+async fn leader_of(observer: &Server, shard: u32) -> u64 {
+    let st = status_of(observer, TOKEN).await;
+    st["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["shard"] == shard)
+        .and_then(|s| s["leader"].as_u64())
+        .expect("the shard has a leader")
+}
+
+/// Poll `id` until it is terminal (bounded: 60 s).
+async fn until_terminal(history: &mut History, c: &Client, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let t = history.poll(c, id).await;
+        if is_terminal(&t) {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "task {id} never finished: {t}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_tasks_survive_the_loss_of_their_node_by_resume_policy() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let up = http_server(&python).await;
+    let upstreams = format!(
+        r#"
+[tools]
+builtin = false
+
+[[upstream]]
+name = "again"
+url = {url:?}
+prefix = "again_"
+tools = {{ include = ["slow"] }}
+
+[upstream.overrides.slow]
+resume = "rerun"
+
+[[upstream]]
+name = "once"
+url = {url:?}
+prefix = "once_"
+tools = {{ include = ["slow"] }}
+"#,
+        url = up.url
+    );
+    let grpc = free_ports(3);
+    let config = |id| node_config(id, &grpc, SHARDS, TOKEN, &upstreams);
+    let mut nodes = vec![
+        Server::start_node(TASKMESH, &config(1), true),
+        Server::start_node(TASKMESH, &config(2), false),
+        Server::start_node(TASKMESH, &config(3), false),
+    ];
+    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, SHARDS).await;
+    let mut clients = Vec::new();
+    for n in &nodes {
+        clients.push(Client::connect(&n.url, Some(TOKEN), V, json!({})).await);
+    }
+
+    let mut again = Vec::new();
+    let mut once = Vec::new();
+    for _ in 0..8 {
+        again.push(
+            clients[1]
+                .start_task("again_slow", json!({"steps": STEPS}))
+                .await,
+        );
+        once.push(
+            clients[1]
+                .start_task("once_slow", json!({"steps": STEPS}))
+                .await,
+        );
+    }
+    // Kill the node that runs the first `once` task: the leader of its shard.
+    let victim = leader_of(&nodes[1], taskmesh_task::shard_of(&once[0], SHARDS)).await;
+    let mut history = History::default();
+    for id in again.iter().chain(&once) {
+        assert_eq!(history.poll(&clients[1], id).await["status"], "working");
+    }
+    nodes[victim as usize - 1].kill9();
+    let survivor = &clients[if victim == 1 { 1 } else { 0 }];
+
+    for id in &again {
+        let t = until_terminal(&mut history, survivor, id).await;
+        assert_eq!(t["status"], "completed", "{t}");
+        let r = survivor.ok("tasks/result", json!({"taskId": id})).await;
+        assert_eq!(
+            r["content"][0]["text"],
+            format!("slept {STEPS} steps"),
+            "{r}"
+        );
+    }
+    let mut failed = 0;
+    for (i, id) in once.iter().enumerate() {
+        let t = until_terminal(&mut history, survivor, id).await;
+        match t["status"].as_str() {
+            Some("completed") => assert_ne!(i, 0, "the victim's task was not taken over: {t}"),
+            Some("failed") => {
+                let why = t["statusMessage"].as_str().unwrap_or_default();
+                assert!(why.contains("interrupted") && why.contains("'fail'"), "{t}");
+                failed += 1;
+            }
+            _ => panic!("{t}"),
+        }
+    }
+    assert!(failed >= 1);
+    history.poll_all(&[survivor, survivor]).await;
+    let pairs = history.check();
+    println!("{failed} fail-policy tasks failed over; {pairs} ordered pairs of polls checked");
+}
