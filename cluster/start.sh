@@ -6,7 +6,8 @@
 #
 # Environment: NODE_BIN (default: build and use target/release/taskmesh),
 # BASE_PORT (default 18000: node i serves MCP on BASE_PORT+i and gRPC on BASE_PORT+100+i),
-# SHARDS (default 32). Prints each node's MCP URL. Stop it with cluster/stop.sh DIR.
+# SHARDS (default 32), NODE_EXTRA_CONFIG (a TOML file appended to every node's configuration:
+# `[[upstream]]` tables, say). Prints each node's MCP URL. Stop it with cluster/stop.sh DIR.
 set -euo pipefail
 n=${1:-3}
 dir=${2:-./cluster-data}
@@ -42,6 +43,9 @@ secret = "$(cat "$secret_file")"
 grpc_listen = "127.0.0.1:$((base + 100 + i))"
 peers = [ ${peers%, } ]
 CONF
+    if [ -n "${NODE_EXTRA_CONFIG:-}" ]; then
+        cat "$NODE_EXTRA_CONFIG" >> "$dir/node-$i.toml"
+    fi
 done
 for i in $(seq 1 "$n"); do
     if [ -f "$dir/node-$i.pid" ] && kill -0 "$(cat "$dir/node-$i.pid")" 2>/dev/null; then

@@ -44,6 +44,13 @@ pub enum Scenario {
     /// Closed-loop polls while `kill_pid` gets SIGKILL after `kill_after`; reports, per shard,
     /// the longest time without a successful answer.
     Failover,
+    /// One operation is a plain `tools/call` of `tool` with `arguments`, answered with a
+    /// result that is not an error.
+    Call,
+    /// One operation is a task-augmented `tools/call` of `tool` with `arguments` followed at
+    /// once by `tasks/result`, which waits for the task to end: from the call to its result,
+    /// `completed` and not an error.
+    Task,
 }
 
 impl std::str::FromStr for Scenario {
@@ -54,8 +61,10 @@ impl std::str::FromStr for Scenario {
             "create" => Ok(Scenario::Create),
             "mixed" => Ok(Scenario::Mixed),
             "failover" => Ok(Scenario::Failover),
+            "call" => Ok(Scenario::Call),
+            "task" => Ok(Scenario::Task),
             other => Err(format!(
-                "unknown scenario {other:?} (poll, create, mixed, failover)"
+                "unknown scenario {other:?} (poll, create, mixed, failover, call, task)"
             )),
         }
     }
@@ -70,6 +79,8 @@ impl Scenario {
             Scenario::Create => "create",
             Scenario::Mixed => "mixed",
             Scenario::Failover => "failover",
+            Scenario::Call => "call",
+            Scenario::Task => "task",
         }
     }
 }
@@ -115,6 +126,10 @@ pub struct RunConfig {
     /// `failover`: time from the start of the measured part until `kill_pid` gets SIGKILL;
     /// shard gaps are counted from then on.
     pub kill_after: Duration,
+    /// `call` and `task`: the tool called, and its arguments.
+    pub tool: String,
+    /// `call` and `task`: the arguments (a JSON object).
+    pub arguments: Value,
 }
 
 impl Default for RunConfig {
@@ -137,6 +152,8 @@ impl Default for RunConfig {
             remote_only: false,
             kill_pid: None,
             kill_after: Duration::from_secs(5),
+            tool: "greet".into(),
+            arguments: json!({"name": "bench"}),
         }
     }
 }
@@ -335,6 +352,8 @@ async fn closed_loop(
                     }
                     Scenario::Create => create_task(s, cfg.task_seconds).await.map(|_| ()),
                     Scenario::Mixed => lifecycle(s, &cfg, &mut rng).await,
+                    Scenario::Call => plain_call(s, &cfg).await,
+                    Scenario::Task => task_call(s, &cfg).await,
                 };
                 match r {
                     Ok(()) => stats.success(t0.elapsed()),
@@ -345,6 +364,45 @@ async fn closed_loop(
         })
     });
     merge_workers(workers).await
+}
+
+/// A `CallToolResult` that is not a tool error.
+fn tool_result_ok(r: &Value) -> Result<(), Failure> {
+    if r["content"].is_array() && r["isError"] != true {
+        Ok(())
+    } else {
+        Err(Failure::BadBody("result"))
+    }
+}
+
+/// `call`: one plain `tools/call`.
+async fn plain_call(s: &Session, cfg: &RunConfig) -> Result<(), Failure> {
+    let r = s
+        .call(
+            "tools/call",
+            json!({"name": cfg.tool, "arguments": cfg.arguments}),
+        )
+        .await?;
+    tool_result_ok(&r)
+}
+
+/// `task`: one task-augmented `tools/call`, then its result.
+async fn task_call(s: &Session, cfg: &RunConfig) -> Result<(), Failure> {
+    let r = s
+        .call(
+            "tools/call",
+            json!({"name": cfg.tool, "arguments": cfg.arguments, "task": {"ttl": 600_000}}),
+        )
+        .await?;
+    let Some(id) = r["task"]["taskId"].as_str() else {
+        return Err(Failure::BadBody("create"));
+    };
+    let r = s.call("tasks/result", json!({"taskId": id})).await?;
+    tool_result_ok(&r)?;
+    if r["_meta"]["io.modelcontextprotocol/related-task"]["taskId"] != id {
+        return Err(Failure::BadBody("related_task"));
+    }
+    Ok(())
 }
 
 /// `mixed`: one task from creation to its result (or its cancellation).

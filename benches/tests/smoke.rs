@@ -29,6 +29,17 @@ fn cfg(url: &str, scenario: Scenario) -> RunConfig {
         cancel_share: 0.3,
         poll_gap: Duration::from_millis(5),
         shards: 4,
+        // `task` runs a task of slow_compute; `call` the default (greet, plainly).
+        tool: if scenario == Scenario::Task {
+            "slow_compute".into()
+        } else {
+            "greet".into()
+        },
+        arguments: if scenario == Scenario::Task {
+            serde_json::json!({"seconds": 0})
+        } else {
+            serde_json::json!({"name": "bench"})
+        },
         ..RunConfig::default()
     }
 }
@@ -58,7 +69,13 @@ async fn every_scenario_runs_against_taskmesh_and_the_ceiling() {
     }
     assert!(ready, "taskmesh did not come up");
 
-    for scenario in [Scenario::Poll, Scenario::Create, Scenario::Mixed] {
+    for scenario in [
+        Scenario::Poll,
+        Scenario::Create,
+        Scenario::Mixed,
+        Scenario::Call,
+        Scenario::Task,
+    ] {
         let report = run(&cfg(&url, scenario)).await.expect("run");
         assert!(report.ok > 0, "{scenario:?}: {}", report.table());
         assert!(

@@ -17,7 +17,7 @@ struct Args {
     /// MCP endpoint(s); repeat or separate with commas to spread sessions over gateways.
     #[arg(long, required = true, value_delimiter = ',')]
     url: Vec<String>,
-    /// poll, create, mixed or failover.
+    /// poll, create, mixed, failover, call or task.
     #[arg(long, default_value = "poll")]
     scenario: Scenario,
     /// Name of the target in the report.
@@ -62,6 +62,12 @@ struct Args {
     /// failover: seconds after the start of the run to kill it.
     #[arg(long, default_value_t = 5.0)]
     kill_after_s: f64,
+    /// call and task: the tool to call.
+    #[arg(long, default_value = "greet")]
+    tool: String,
+    /// call and task: its arguments, a JSON object.
+    #[arg(long, default_value = r#"{"name":"bench"}"#)]
+    arguments: String,
     /// Also write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -83,9 +89,11 @@ fn main() -> anyhow::Result<()> {
     }
     let task_seconds = a.task_seconds.unwrap_or(match a.scenario {
         Scenario::Poll | Scenario::Failover => 3600.0,
-        Scenario::Create => 0.0,
+        Scenario::Create | Scenario::Call | Scenario::Task => 0.0,
         Scenario::Mixed => 0.05,
     });
+    let arguments: serde_json::Value = serde_json::from_str(&a.arguments)?;
+    anyhow::ensure!(arguments.is_object(), "--arguments must be a JSON object");
     let cfg = RunConfig {
         urls: a.url,
         target: a.target,
@@ -103,6 +111,8 @@ fn main() -> anyhow::Result<()> {
         remote_only: a.remote_only,
         kill_pid: a.kill_pid,
         kill_after: Duration::from_secs_f64(a.kill_after_s),
+        tool: a.tool,
+        arguments,
         ..RunConfig::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
