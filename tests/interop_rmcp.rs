@@ -442,3 +442,92 @@ async fn rmcp_client_drives_the_task_flow() {
     assert!(get_task(&client, &id).await.is_ok());
     let _ = tokio::time::timeout(WAIT, client.close()).await;
 }
+
+async fn python_upstream() -> taskmesh_testkit::python::UpstreamHttp {
+    let python = tokio::task::spawn_blocking(|| {
+        taskmesh_testkit::python::mcp_venv(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")))
+    })
+    .await
+    .unwrap();
+    taskmesh_testkit::python::upstream_http(&python, taskmesh_testkit::free_ports(1)[0]).await
+}
+
+/// The same rmcp client, against a node whose tools are an upstream's (the Python SDK server
+/// over Streamable HTTP): the upstream's tools listed with their `taskSupport`; a slow one as a
+/// task polled to completion and its deferred result; a tool error as a failed task whose
+/// result replays it; a JSON-RPC error replayed exactly; a running one cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_client_runs_upstream_tools_as_tasks() {
+    let up = python_upstream().await;
+    let server = Server::start(
+        TASKMESH,
+        &format!(
+            "[tools]\nbuiltin = false\n\n[[upstream]]\nname = \"py\"\nurl = {:?}\n\
+             tools = {{ include = [\"slow\", \"fail\", \"refuse\", \"wait_cancel\", \"echo\"] }}\n\n\
+             [upstream.overrides.echo]\ntask_support = \"forbidden\"\n",
+            up.url
+        ),
+    );
+    taskmesh_testkit::wait_upstreams_serving(&server, "").await;
+    let transport = StreamableHttpClientTransport::from_uri(server.url.as_str());
+    let client: McpClient = tokio::time::timeout(WAIT, ().serve(transport))
+        .await
+        .expect("initialize within 30 s")
+        .expect("rmcp initialize");
+
+    let tools = tokio::time::timeout(WAIT, client.list_all_tools())
+        .await
+        .expect("tools/list within 30 s")
+        .expect("tools/list");
+    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["echo", "fail", "refuse", "slow", "wait_cancel"]);
+    let support_of = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t.name == name)
+            .and_then(|t| t.execution.as_ref())
+            .and_then(|e| e.task_support)
+    };
+    assert_eq!(support_of("slow"), Some(TaskSupport::Optional));
+    assert_eq!(support_of("echo"), Some(TaskSupport::Forbidden));
+
+    let created = call_as_task(&client, "slow", json!({"steps": 4}), 60_000).await;
+    let (done, seen) = poll_to_terminal(&client, &created.task_id).await;
+    assert_eq!(done.status, TaskStatus::Completed, "{seen:?}");
+    let payload = task_payload(&client, &created.task_id).await.unwrap();
+    assert_eq!(first_text(&payload), "slept 4 steps");
+    assert_eq!(
+        related_task(&payload),
+        Some(json!({"taskId": created.task_id}))
+    );
+
+    let created = call_as_task(&client, "fail", json!({}), 60_000).await;
+    let (done, _) = poll_to_terminal(&client, &created.task_id).await;
+    assert_eq!(done.status, TaskStatus::Failed);
+    let payload = task_payload(&client, &created.task_id).await.unwrap();
+    assert_eq!(payload.is_error, Some(true));
+    assert!(
+        first_text(&payload).contains("the tool failed on purpose"),
+        "{payload:?}"
+    );
+
+    let created = call_as_task(&client, "refuse", json!({}), 60_000).await;
+    let (done, _) = poll_to_terminal(&client, &created.task_id).await;
+    assert_eq!(done.status, TaskStatus::Failed);
+    match task_payload(&client, &created.task_id).await {
+        Err(ServiceError::McpError(e)) => {
+            assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
+            assert_eq!(e.message, "refused on purpose");
+            assert_eq!(e.data, Some(json!({"why": "test"})));
+        }
+        other => panic!("tasks/result of refuse: expected the upstream's error, got {other:?}"),
+    }
+
+    let created = call_as_task(&client, "wait_cancel", json!({}), 60_000).await;
+    let t = cancelled_task(cancel_task(&client, &created.task_id).await.unwrap());
+    assert_eq!(t.status, TaskStatus::Cancelled);
+    let (done, _) = poll_to_terminal(&client, &created.task_id).await;
+    assert_eq!(done.status, TaskStatus::Cancelled);
+    client.cancel().await.unwrap();
+}

@@ -52,6 +52,7 @@ async fn the_reference_server_s_tools_run_as_durable_tasks() {
             "",
         ),
     );
+    taskmesh_testkit::wait_upstreams_serving(&s, "").await;
     let c = Client::new_session(&s.url).await;
 
     assert_eq!(

@@ -78,6 +78,9 @@ tools = {{ include = ["slow"] }}
         Server::start_node(TASKMESH, &config(3), false),
     ];
     wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, SHARDS).await;
+    for n in &nodes {
+        taskmesh_testkit::wait_upstreams_serving(n, TOKEN).await;
+    }
     let mut clients = Vec::new();
     for n in &nodes {
         clients.push(Client::connect(&n.url, Some(TOKEN), V, json!({})).await);

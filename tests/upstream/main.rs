@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
@@ -43,18 +42,7 @@ fn stdio_endpoint(python: &Path) -> Endpoint {
     })
 }
 
-/// The HTTP server process, killed when dropped.
-struct HttpServer {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use taskmesh_testkit::python::UpstreamHttp as HttpServer;
 
 async fn http_server(python: &Path) -> HttpServer {
     http_server_on(python, taskmesh_testkit::free_ports(1)[0]).await
@@ -62,26 +50,7 @@ async fn http_server(python: &Path) -> HttpServer {
 
 /// The HTTP server on `port`, once it listens.
 async fn http_server_on(python: &Path, port: u16) -> HttpServer {
-    let child = std::process::Command::new(python)
-        .args([server_script(), "http".into(), port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = HttpServer {
-        child,
-        url: format!("http://127.0.0.1:{port}/mcp"),
-    };
-    for _ in 0..300 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return server;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the upstream HTTP server never listened on {port}");
+    taskmesh_testkit::python::upstream_http(python, port).await
 }
 
 fn args(v: Value) -> Map<String, Value> {

@@ -86,6 +86,7 @@ pub(crate) async fn answer_once(
 
 /// Everything a session sees of the upstream's tools through the node.
 async fn exercise(s: &Server) {
+    taskmesh_testkit::wait_upstreams_serving(s, "").await;
     let c = Client::new_session(&s.url).await;
 
     let listed = c.ok("tools/list", json!({})).await;
@@ -301,6 +302,7 @@ async fn an_upstream_s_changed_tool_list_reaches_the_clients() {
     let python = tokio::task::spawn_blocking(python).await.unwrap();
     let upstream = http_server(&python).await;
     let s = Server::start(TASKMESH, &config(&format!("url = {:?}", upstream.url)));
+    taskmesh_testkit::wait_upstreams_serving(&s, "").await;
     let c = Client::new_session(&s.url).await;
     assert!(!tool_names(&c).await.contains(&"py_extra".to_string()));
     let mut get = c.open_get().await;
@@ -440,6 +442,7 @@ async fn the_calling_principal_reaches_the_upstream_only_when_configured() {
             &auth,
         ),
     );
+    taskmesh_testkit::wait_upstreams_serving(&forwarding, token).await;
     let c = Client::connect(
         &forwarding.url,
         Some(token),
@@ -460,6 +463,7 @@ async fn the_calling_principal_reaches_the_upstream_only_when_configured() {
         TASKMESH,
         &config_with(&endpoint, "tools = { include = [\"whoami\"] }", &auth),
     );
+    taskmesh_testkit::wait_upstreams_serving(&plain, token).await;
     let c = Client::connect(&plain.url, Some(token), taskmesh_testkit::V, caps).await;
     let r = c
         .ok("tools/call", json!({"name": "py_whoami", "arguments": {}}))

@@ -106,3 +106,21 @@ pub async fn wait_cluster_ready(nodes: &[&Server], token: &str, shards: u32) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Wait (bounded: 30 s) until every `[[upstream]]` of `s` is `serving` in its `GET /status`
+/// (an upstream that did not answer the node's first listing is retried with backoff).
+pub async fn wait_upstreams_serving(s: &Server, token: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = status_of(s, token).await;
+        let ups = st["upstreams"].as_array().cloned().unwrap_or_default();
+        if ups.iter().all(|u| u["state"] == "serving") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "upstreams not serving within 30 s: {ups:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

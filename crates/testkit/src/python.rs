@@ -68,3 +68,45 @@ pub fn mcp_venv(tmp: &Path) -> PathBuf {
     std::fs::write(&marker, MCP_PACKAGE).expect("write the virtualenv marker");
     python
 }
+
+/// `tests/upstream/server.py` (the upstream tests' MCP server on the Python SDK) serving
+/// Streamable HTTP; the process is killed when this is dropped.
+pub struct UpstreamHttp {
+    child: std::process::Child,
+    /// Its MCP endpoint.
+    pub url: String,
+}
+
+impl Drop for UpstreamHttp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The upstream tests' server, run by `python`, on loopback `port`, once it listens (bounded:
+/// 15 s).
+pub async fn upstream_http(python: &Path, port: u16) -> UpstreamHttp {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/upstream/server.py");
+    let child = Command::new(python)
+        .arg(script)
+        .args(["http", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the upstream server");
+    let server = UpstreamHttp {
+        child,
+        url: format!("http://127.0.0.1:{port}/mcp"),
+    };
+    for _ in 0..300 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return server;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the upstream HTTP server never listened on {port}");
+}
