@@ -3,6 +3,9 @@ experimental tasks client API, over Streamable HTTP.
 
 Usage: python python_tasks_client.py <server url> [bearer token]
 
+With INTEROP_STEPS=upstream in the environment it runs the steps for a server whose tools are
+an upstream's (tests/upstream/server.py, prefixed `py_`) instead, and answers sampling too.
+
 The script judges nothing itself. It prints one JSON object per line:
   {"step": NAME, "data": {...}}   what the SDK saw in that step
   {"step": NAME, "error": "..."}  the step raised (the traceback is in the text)
@@ -12,6 +15,7 @@ and asserts on them. Every step is bounded in time.
 
 import asyncio
 import json
+import os
 import sys
 import traceback
 import warnings
@@ -23,7 +27,12 @@ import anyio  # noqa: E402
 from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamablehttp_client  # noqa: E402
 from mcp.shared.exceptions import McpError  # noqa: E402
-from mcp.types import CallToolResult, ElicitResult, TextContent  # noqa: E402
+from mcp.types import (  # noqa: E402
+    CallToolResult,
+    CreateMessageResult,
+    ElicitResult,
+    TextContent,
+)
 
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 STEP_TIMEOUT_S = 40
@@ -87,6 +96,9 @@ class Elicitations:
                 "requestId": context.request_id,
             }
         )
+        schema = getattr(params, "requestedSchema", None) or {}
+        if "name" in schema.get("properties", {}):
+            return ElicitResult(action="accept", content={"name": "Python SDK"})
         if message and "keep" in message:
             answer = {"action": "decline"}
             task_id = related_task_id(meta)
@@ -213,17 +225,15 @@ async def step_greet(session, state):
     return {"text": texts(result), "isError": result.isError}
 
 
-async def confirm_delete_as_task(session, state, filename):
+async def task_to_result(session, state, tool, arguments, stop_at=()):
+    """`tool` as a task: polled (until `stop_at` or its end), then its result, which blocks until
+    the task ends. The server sends its requests on that stream (or on the session's GET stream
+    when no tasks/result is open yet) and the SDK hands them to its callbacks."""
     elicitations = state["elicitations"]
     asked_before = len(elicitations.seen)
-    created = await session.experimental.call_tool_as_task(
-        "confirm_delete", {"filename": filename}, ttl=60000
-    )
+    created = await session.experimental.call_tool_as_task(tool, arguments, ttl=60000)
     task_id = created.task.taskId
-    statuses, _ = await poll_to_end(session, task_id, stop_at=("input_required",))
-    # tasks/result blocks until the task ends; the server sends its elicitation/create on that
-    # stream (or on the session's GET stream when no tasks/result is open yet) and the SDK
-    # hands it to the elicitation callback.
+    statuses, _ = await poll_to_end(session, task_id, stop_at=stop_at)
     result = await session.experimental.get_task_result(task_id, CallToolResult)
     final = await session.experimental.get_task(task_id)
     return {
@@ -236,6 +246,12 @@ async def confirm_delete_as_task(session, state, filename):
         "resultRelatedTaskId": related_task_id(result.meta),
         "finalStatus": final.status,
     }
+
+
+async def confirm_delete_as_task(session, state, filename):
+    return await task_to_result(
+        session, state, "confirm_delete", {"filename": filename}, stop_at=("input_required",)
+    )
 
 
 async def step_elicit_accept(session, state):
@@ -277,6 +293,48 @@ async def step_unknown_task(session, state):
         return {"outcome": "error", "error": error_fields(exc)}
 
 
+async def answer_sampling(context, params):
+    """Answers sampling/createMessage with a fixed text."""
+    return CreateMessageResult(
+        role="assistant",
+        content=TextContent(type="text", text="sampled by the Python SDK"),
+        model="interop-model",
+    )
+
+
+async def step_upstream_slow(session, state):
+    return await task_to_result(session, state, "py_slow", {"steps": 3})
+
+
+async def step_upstream_ask(session, state):
+    return await task_to_result(session, state, "py_ask", {}, stop_at=("input_required",))
+
+
+async def step_upstream_sample(session, state):
+    return await task_to_result(
+        session, state, "py_sample", {"prompt": "hi"}, stop_at=("input_required",)
+    )
+
+
+async def step_upstream_fail(session, state):
+    return await task_to_result(session, state, "py_fail", {})
+
+
+async def step_upstream_echo(session, state):
+    result = await session.call_tool("py_echo", {"text": "plain through taskmesh"})
+    return {"text": texts(result), "isError": result.isError}
+
+
+UPSTREAM_STEPS = [
+    ("initialize", step_initialize),
+    ("list_tools", step_list_tools),
+    ("upstream_slow", step_upstream_slow),
+    ("upstream_ask", step_upstream_ask),
+    ("upstream_sample", step_upstream_sample),
+    ("upstream_fail", step_upstream_fail),
+    ("upstream_echo", step_upstream_echo),
+]
+
 STEPS = [
     ("initialize", step_initialize),
     ("list_tools", step_list_tools),
@@ -301,8 +359,12 @@ async def main(url, token):
         write,
         get_session_id,
     ):
-        async with ClientSession(read, write, elicitation_callback=state["elicitations"]) as session:
-            for name, step in STEPS:
+        upstream = os.environ.get("INTEROP_STEPS") == "upstream"
+        callbacks = {"elicitation_callback": state["elicitations"]}
+        if upstream:
+            callbacks["sampling_callback"] = answer_sampling
+        async with ClientSession(read, write, **callbacks) as session:
+            for name, step in UPSTREAM_STEPS if upstream else STEPS:
                 try:
                     with anyio.fail_after(STEP_TIMEOUT_S):
                         data = await step(session, state)

@@ -88,7 +88,14 @@ impl Run {
 }
 
 fn run_script(python: &Path, server: &Server, token: Option<&str>) -> Run {
+    run_steps(python, server, token, "")
+}
+
+/// The script with `INTEROP_STEPS=steps` (`upstream`: the steps for a node fronting
+/// tests/upstream/server.py).
+fn run_steps(python: &Path, server: &Server, token: Option<&str>, steps: &str) -> Run {
     let mut cmd = Command::new(python);
+    cmd.env("INTEROP_STEPS", steps);
     cmd.arg("-B")
         .arg(script_path())
         .arg(&server.url)
@@ -246,4 +253,68 @@ async fn python_sdk_tasks_client_interop() {
     let run = tokio::task::block_in_place(|| run_script(&python, &server, Some(token)));
     let ids = check_run(&run, true);
     cross_check(&run, &server, Some(token), &ids).await;
+}
+
+/// The Python SDK client against a node whose tools are an upstream's (tests/upstream/server.py
+/// on the same SDK, over Streamable HTTP, as `py_` tools): a slow tool as a task, an
+/// elicitation and a sampling request of the upstream answered through `tasks/result` by the
+/// SDK's callbacks exactly once (elicitation counted), a tool error as a failed task, and a plain call proxied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_client_runs_upstream_tools_as_tasks() {
+    let python = tokio::task::spawn_blocking(|| {
+        taskmesh_testkit::python::mcp_venv(Path::new(env!("CARGO_TARGET_TMPDIR")))
+    })
+    .await
+    .expect("provision the virtualenv");
+    let up =
+        taskmesh_testkit::python::upstream_http(&python, taskmesh_testkit::free_ports(1)[0]).await;
+    let server = Server::start(
+        TASKMESH,
+        &format!(
+            "[tools]\nbuiltin = false\n\n[[upstream]]\nname = \"py\"\nurl = {:?}\nprefix = \"py_\"\n\
+             tools = {{ include = [\"slow\", \"ask\", \"sample\", \"fail\", \"echo\"] }}\n",
+            up.url
+        ),
+    );
+    taskmesh_testkit::wait_upstreams_serving(&server, "").await;
+    let run = tokio::task::block_in_place(|| run_steps(&python, &server, None, "upstream"));
+
+    let tools = &run.step("list_tools")["taskSupport"];
+    for t in ["py_slow", "py_ask", "py_sample", "py_fail", "py_echo"] {
+        run.eq(&tools[t], json!("optional"), t);
+    }
+    // The SDK may answer a request on its GET stream while it polls, so the task can go from
+    // `working` to `completed` without a poll seeing `input_required`.
+    let done = |step: &str, status: &str, text: &str| {
+        let d = run.step(step);
+        run.eq(&d["finalStatus"], json!(status), step);
+        let got = d["resultText"][0].as_str().unwrap_or_default();
+        run.ensure(
+            got.contains(text),
+            format!("{step}: {got:?} lacks {text:?}"),
+        );
+        run.eq(&d["resultRelatedTaskId"], d["taskId"].clone(), step);
+        d.clone()
+    };
+    done("upstream_slow", "completed", "slept 3 steps");
+    let ask = done("upstream_ask", "completed", "hello Python SDK");
+    let asked = ask["elicitations"].as_array().cloned().unwrap_or_default();
+    run.ensure(asked.len() == 1, format!("one elicitation, not {asked:?}"));
+    run.eq(
+        &asked[0]["relatedTaskId"],
+        ask["taskId"].clone(),
+        "elicitation's task",
+    );
+    done(
+        "upstream_sample",
+        "completed",
+        "model said: sampled by the Python SDK",
+    );
+    let fail = done("upstream_fail", "failed", "the tool failed on purpose");
+    run.eq(&fail["isError"], json!(true), "upstream_fail isError");
+    run.eq(
+        &run.step("upstream_echo")["text"],
+        json!(["plain through taskmesh"]),
+        "upstream_echo",
+    );
 }
