@@ -18,6 +18,9 @@ const NPM_TIMEOUT: Duration = Duration::from_secs(600);
 /// `tmp` is the test's `CARGO_TARGET_TMPDIR`. It needs `node` (18 or later) and `npm`, and the
 /// npm registry the first time; when either is missing it panics with the output.
 pub fn npm_package(tmp: &Path, dir: &str, package: &str) -> PathBuf {
+    // Tests of one binary run at once: one installs, the others wait and reuse it.
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALL.lock().unwrap_or_else(|p| p.into_inner());
     let (name, version) = package
         .rsplit_once('@')
         .filter(|(n, _)| !n.is_empty())

@@ -18,6 +18,9 @@ const PIP_TIMEOUT: Duration = Duration::from_secs(600);
 /// `tmp` is the test's `CARGO_TARGET_TMPDIR`. It needs `python3` with the `venv` module, and
 /// PyPI the first time; when either is missing it panics with the output.
 pub fn mcp_venv(tmp: &Path) -> PathBuf {
+    // Tests of one binary run at once: one provisions, the others wait and reuse it.
+    static PROVISION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = PROVISION.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tmp.join("py-mcp-1.30.0");
     let marker = dir.join("taskmesh-interop-installed");
     let python = dir.join("bin").join("python");
