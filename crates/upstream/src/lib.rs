@@ -46,6 +46,8 @@ pub struct Upstream {
     /// Bumped when the upstream should be listed again: one of its connections said its tools
     /// changed, or a call lost its connection.
     relist: Arc<watch::Sender<u64>>,
+    /// `forward_principal_header`, parsed once.
+    principal_header: Option<HeaderName>,
 }
 
 enum Pool {
@@ -107,7 +109,12 @@ impl Upstream {
                 slots: Arc::new(Semaphore::new(cfg.processes)),
             },
         };
+        let principal_header = cfg
+            .forward_principal_header
+            .as_deref()
+            .and_then(|h| HeaderName::try_from(h).ok());
         Arc::new(Self {
+            principal_header,
             calls: Arc::new(Semaphore::new(cfg.max_concurrent_calls)),
             cfg,
             endpoint,
@@ -398,18 +405,15 @@ impl Tool for UpstreamTool {
                 .acquire()
                 .await
                 .map_err(|_| ErrorObject::internal(format!("upstream {}: shut down", up.name())))?;
-            let headers = match &up.cfg.forward_principal_header {
-                Some(h) => {
-                    let name = HeaderName::try_from(h.as_str()).map_err(|_| {
-                        ErrorObject::internal(format!("upstream {}: bad header name", up.name()))
-                    })?;
+            let headers = match &up.principal_header {
+                Some(name) => {
                     let value = HeaderValue::try_from(ctx.principal.as_str()).map_err(|_| {
                         ErrorObject::internal(format!(
-                            "upstream {}: the principal cannot be sent in header {h}",
+                            "upstream {}: the principal cannot be sent in header {name}",
                             up.name()
                         ))
                     })?;
-                    vec![(name, value)]
+                    vec![(name.clone(), value)]
                 }
                 None => Vec::new(),
             };
