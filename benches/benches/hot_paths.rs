@@ -21,6 +21,7 @@ fn record(id: &str) -> TaskRecord {
         last_updated_at_ms: 1_764_000_000_500,
         poll_interval_ms: 1_000,
         updated_index: 7,
+        upstream_task: None,
         ..TaskRecord::sample(id)
     }
 }

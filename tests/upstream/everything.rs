@@ -1,7 +1,8 @@
 //! The reference MCP server, `@modelcontextprotocol/server-everything` (TypeScript SDK, from
 //! npm), over stdio as a `taskmesh serve` process's `[[upstream]]`: its tools served with their
 //! titles and annotations; a call as a task; its progress, elicitation and sampling relayed
-//! through `tasks/result`; and its process started with the configured environment only.
+//! through `tasks/result`; a tool it runs only as its own task, followed (with its
+//! elicitation); and its process started with the configured environment only.
 
 use std::path::{Path, PathBuf};
 
@@ -48,7 +49,7 @@ async fn the_reference_server_s_tools_run_as_durable_tasks() {
         &config_with(
             &endpoint,
             "tools = { include = [\"get-sum\", \"get-env\", \"trigger-long-running-operation\", \
-             \"trigger-elicitation-request\", \"trigger-sampling-request\"] }",
+             \"trigger-elicitation-request\", \"trigger-sampling-request\", \"simulate-research-query\"] }",
             "",
         ),
     );
@@ -60,6 +61,7 @@ async fn the_reference_server_s_tools_run_as_durable_tasks() {
         [
             "py_get-env",
             "py_get-sum",
+            "py_simulate-research-query",
             "py_trigger-elicitation-request",
             "py_trigger-long-running-operation",
             "py_trigger-sampling-request"
@@ -148,6 +150,37 @@ async fn the_reference_server_s_tools_run_as_durable_tasks() {
         text(&result["result"]).contains("sampled by the client"),
         "{result}"
     );
+
+    // A tool the server runs only as a task (taskSupport required there): taskmesh calls it
+    // task-augmented and follows the server's task; its clarifying elicitation, asked while
+    // that task is input_required, reaches the client through the taskmesh task.
+    let (request, result) = answer_once(
+        &c,
+        "py_simulate-research-query",
+        json!({"topic": "python", "ambiguous": true}),
+        json!({"action": "accept", "content": {"interpretation": "snake"}}),
+    )
+    .await;
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    assert!(
+        request["params"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("python"),
+        "{request}"
+    );
+    assert!(
+        text(&result["result"]).contains("**Clarification**: snake"),
+        "{result}"
+    );
+    // A plain call of it is answered through the server's task too.
+    let r = c
+        .ok(
+            "tools/call",
+            json!({"name": "py_simulate-research-query", "arguments": {"topic": "tides"}}),
+        )
+        .await;
+    assert!(text(&r).contains("# Research Report: tides"), "{r}");
 
     // The process has exactly the configured environment, nothing of the node's.
     let r = c

@@ -137,3 +137,89 @@ tools = {{ include = ["slow"] }}
     let pairs = history.check();
     println!("{failed} fail-policy tasks failed over; {pairs} ordered pairs of polls checked");
 }
+
+/// Tasks of an upstream that runs calls as tasks itself (the Python SDK's task support, over
+/// HTTP, shared by the three nodes), with the default resume policy `fail`: the node that
+/// follows some of them is killed (kill -9), and each shard's new leader follows the same
+/// upstream tasks (recorded, replicated, with the taskmesh task) instead of calling again;
+/// every task completes, the upstream started each call once, and the recorded history of
+/// polls shows no terminal task changing and no state going back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_tasks_are_followed_again_not_rerun_after_their_node_dies() {
+    const TASKS: usize = 8;
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let starts = dir.path().join("starts");
+    let up = taskmesh_testkit::python::task_upstream_http(&python, free_ports(1)[0], &starts).await;
+    let upstreams = format!(
+        r#"
+[tools]
+builtin = false
+
+[[upstream]]
+name = "tasks"
+url = {url:?}
+task_poll_min_ms = 50
+tools = {{ include = ["research", "starts"] }}
+"#,
+        url = up.url
+    );
+    let grpc = free_ports(3);
+    let config = |id| node_config(id, &grpc, SHARDS, TOKEN, &upstreams);
+    let mut nodes = vec![
+        Server::start_node(TASKMESH, &config(1), true),
+        Server::start_node(TASKMESH, &config(2), false),
+        Server::start_node(TASKMESH, &config(3), false),
+    ];
+    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, SHARDS).await;
+    for n in &nodes {
+        taskmesh_testkit::wait_upstreams_serving(n, TOKEN).await;
+    }
+    let mut clients = Vec::new();
+    for n in &nodes {
+        clients.push(Client::connect(&n.url, Some(TOKEN), V, json!({})).await);
+    }
+
+    let mut ids = Vec::new();
+    for _ in 0..TASKS {
+        ids.push(
+            clients[1]
+                .start_task("research", json!({"seconds": 6, "steps": 3}))
+                .await,
+        );
+    }
+    // Every task follows its upstream task (recorded) before the node dies.
+    let mut history = History::default();
+    for id in &ids {
+        super::tasks::wait_message(&clients[1], id, super::tasks::FOLLOWING).await;
+        assert_eq!(history.poll(&clients[1], id).await["status"], "working");
+    }
+    let victim = leader_of(&nodes[1], taskmesh_task::shard_of(&ids[0], SHARDS)).await;
+    nodes[victim as usize - 1].kill9();
+    let survivor = &clients[if victim == 1 { 1 } else { 0 }];
+
+    let mut followed_again = 0;
+    for id in &ids {
+        let t = until_terminal(&mut history, survivor, id).await;
+        assert_eq!(t["status"], "completed", "{t}");
+        let r = survivor.ok("tasks/result", json!({"taskId": id})).await;
+        assert_eq!(
+            r["content"][0]["text"], "researched for 6.0 s in 3 steps",
+            "{r}"
+        );
+        if taskmesh_task::shard_of(id, SHARDS) == taskmesh_task::shard_of(&ids[0], SHARDS) {
+            followed_again += 1;
+        }
+    }
+    let r = survivor
+        .ok("tools/call", json!({"name": "starts", "arguments": {}}))
+        .await;
+    assert_eq!(
+        r["content"][0]["text"],
+        TASKS.to_string(),
+        "each call started once upstream: {r}"
+    );
+    history.poll_all(&[survivor, survivor]).await;
+    let pairs = history.check();
+    println!("{followed_again} tasks of the killed node's shard followed again; {pairs} ordered pairs of polls checked");
+}

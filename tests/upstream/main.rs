@@ -21,6 +21,7 @@ use taskmesh_client::{
 mod everything;
 mod failover;
 mod served;
+mod tasks;
 
 fn python() -> PathBuf {
     taskmesh_testkit::python::mcp_venv(Path::new(env!("CARGO_TARGET_TMPDIR")))
@@ -84,6 +85,7 @@ async fn run(
                 let _ = reply.send(Ok(answer(&method, &params)));
             }
             Step::Event(CallEvent::Log(p)) => seen.push(format!("log {}", p["data"])),
+            Step::Event(CallEvent::Status { status, .. }) => seen.push(format!("status {status}")),
             Step::Done(r) => return (seen, r),
         }
     }
@@ -273,4 +275,144 @@ async fn what_is_not_an_mcp_server_is_refused() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("the upstream's child process {} outlived it", child.trim());
+}
+
+/// Follow a task call to its end, answering its requests with `answer`; its events, and its
+/// outcome.
+async fn follow(
+    mut task: taskmesh_client::TaskCall,
+    answer: impl Fn(&str, &Value) -> Value,
+) -> (Vec<String>, Result<Value, ClientError>) {
+    let mut seen = vec![];
+    loop {
+        match task.next().await {
+            Step::Event(CallEvent::Progress { progress, .. }) => {
+                seen.push(format!("progress {progress}"))
+            }
+            Step::Event(CallEvent::Request {
+                method,
+                params,
+                reply,
+            }) => {
+                seen.push(format!("request {method}"));
+                let _ = reply.send(Ok(answer(&method, &params)));
+            }
+            Step::Event(CallEvent::Log(_)) => seen.push("log".into()),
+            Step::Event(CallEvent::Status { status, .. }) => seen.push(format!("status {status}")),
+            Step::Done(r) => return (seen, r),
+        }
+    }
+}
+
+/// The requestor of `taskmesh-client` against a server that runs calls as tasks
+/// (`tests/upstream/task_server.py` over HTTP): a task-augmented call followed to its result
+/// with its progress and status changes; the task's elicitation answered through
+/// `tasks/result`; a task followed from a second session by its id; a task the server does
+/// not know is lost; a cancelled task.
+#[tokio::test]
+async fn the_requestor_follows_a_server_s_tasks_to_their_results() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let up = taskmesh_testkit::python::task_upstream_http(
+        &python,
+        taskmesh_testkit::free_ports(1)[0],
+        &dir.path().join("starts"),
+    )
+    .await;
+    let endpoint = Endpoint::Http(HttpSpec {
+        url: up.url.clone(),
+        headers: vec![],
+    });
+    let c = Client::connect(&endpoint, &Options::default())
+        .await
+        .unwrap();
+    assert!(
+        c.server().capabilities["tasks"]["requests"]["tools"]["call"].is_object(),
+        "{:?}",
+        c.server().capabilities
+    );
+    let polling = taskmesh_client::Polling {
+        min: Duration::from_millis(20),
+        ..taskmesh_client::Polling::default()
+    };
+    let task = c
+        .call_tool_as_task(
+            "research",
+            args(json!({"seconds": 0.6, "steps": 3})),
+            Some(60_000),
+            &[],
+            polling,
+        )
+        .await
+        .unwrap();
+    assert!(!task.task_id().is_empty());
+    let (seen, r) = follow(task, |_, _| panic!("no request expected")).await;
+    assert_eq!(text(&r.unwrap()), "researched for 0.6 s in 3 steps");
+    let progress: Vec<&String> = seen.iter().filter(|s| s.starts_with("progress")).collect();
+    assert_eq!(
+        progress,
+        ["progress 1", "progress 2", "progress 3"],
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.first().map(String::as_str),
+        Some("status working"),
+        "{seen:?}"
+    );
+
+    let task = c
+        .call_tool_as_task(
+            "clarify",
+            args(json!({"topic": "java"})),
+            None,
+            &[],
+            polling,
+        )
+        .await
+        .unwrap();
+    let (seen, r) = follow(task, |method, params| {
+        assert_eq!(method, "elicitation/create");
+        assert_eq!(params["message"], "Which java do you mean?");
+        json!({"action": "accept", "content": {"meaning": "the island"}})
+    })
+    .await;
+    assert_eq!(text(&r.unwrap()), "java as in the island");
+    assert!(
+        seen.contains(&"request elicitation/create".to_string()),
+        "{seen:?}"
+    );
+
+    // Another session follows a task by its id.
+    let task = c
+        .call_tool_as_task(
+            "research",
+            args(json!({"seconds": 0.5})),
+            None,
+            &[],
+            polling,
+        )
+        .await
+        .unwrap();
+    let id = task.task_id().to_string();
+    drop(task);
+    let other = Client::connect(&endpoint, &Options::default())
+        .await
+        .unwrap();
+    let (_, r) = follow(other.follow_task(&id, polling), |_, _| Value::Null).await;
+    assert_eq!(text(&r.unwrap()), "researched for 0.5 s in 1 steps");
+
+    let (_, r) = follow(other.follow_task("no-such-task", polling), |_, _| {
+        Value::Null
+    })
+    .await;
+    assert!(matches!(r, Err(ClientError::TaskLost(_))), "{r:?}");
+
+    let task = c
+        .call_tool_as_task("research", args(json!({"seconds": 60})), None, &[], polling)
+        .await
+        .unwrap();
+    let id = task.task_id().to_string();
+    task.cancel("the test is done with it").await;
+    let (_, r) = follow(other.follow_task(&id, polling), |_, _| Value::Null).await;
+    assert!(matches!(r, Err(ClientError::TaskCancelled(_))), "{r:?}");
 }

@@ -10,6 +10,9 @@
 //!   `sampling/createMessage` requests, which the caller answers, its log messages) comes out
 //!   of [`ToolCall::next`] before the result, and [`ToolCall::cancel`] sends
 //!   `notifications/cancelled`;
+//! - [`Client::call_tool_as_task`] sends a task-augmented `tools/call` and follows the task
+//!   the server creates to its result ([`TaskCall`]; [`Client::follow_task`] follows one made
+//!   earlier), polling at the server's `pollInterval` within [`Polling`]'s bounds;
 //! - [`Client::tools_changed`] tells when the server sent `notifications/tools/list_changed`;
 //! - [`Client::closed`] tells when the connection ended (the process exited, the session was
 //!   ended by the server), and why.
@@ -25,6 +28,9 @@
 mod http;
 mod sse;
 mod stdio;
+mod task;
+
+pub use task::{Polling, TaskCall};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -114,6 +120,13 @@ pub enum ClientError {
     /// No answer within the time allowed.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
+    /// A followed task was cancelled by the server (or by another of its requestors).
+    #[error("{0}")]
+    TaskCancelled(String),
+    /// The server no longer knows a followed task (it lost it, or it serves it to another
+    /// session only).
+    #[error("the task is lost: {0}")]
+    TaskLost(String),
 }
 
 /// What the server sends about a running call before its result.
@@ -140,6 +153,13 @@ pub enum CallEvent {
     },
     /// `notifications/message`: a log message (its params: `level`, `logger`, `data`).
     Log(Value),
+    /// A followed task's status changed (as `tasks/get` showed it).
+    Status {
+        /// The task's status.
+        status: String,
+        /// Its status message.
+        message: Option<String>,
+    },
 }
 
 /// The server's side of the handshake.
@@ -155,7 +175,7 @@ pub struct ServerInfo {
 
 /// The events a call may queue before its caller takes them; progress and log messages past
 /// it are dropped, requests past it are answered with an error.
-const CALL_EVENTS: usize = 256;
+pub(crate) const CALL_EVENTS: usize = 256;
 
 /// The most pages of `tools/list` read before the list is taken as endless.
 const MAX_TOOL_PAGES: usize = 1000;
@@ -183,6 +203,8 @@ struct Inner {
     /// Bumped on every `notifications/tools/list_changed`.
     tools_changed: watch::Sender<u64>,
     max_message_bytes: usize,
+    /// The tasks followed on this connection.
+    follows: Mutex<task::Follows>,
 }
 
 /// A connection to one MCP server. Cheap to clone; the connection ends when the last clone
@@ -207,6 +229,7 @@ impl Client {
             closed: watch::channel(None).0,
             tools_changed: watch::channel(0).0,
             max_message_bytes: opts.max_message_bytes,
+            follows: Mutex::new(task::Follows::default()),
         });
         if let (Endpoint::Stdio(spec), Link::Stdio(s)) = (endpoint, &inner.link) {
             s.start(spec, &inner)?;
@@ -328,14 +351,14 @@ impl Client {
         headers: &[(HeaderName, HeaderValue)],
     ) -> Result<ToolCall, ClientError> {
         let (tx, rx) = mpsc::channel(CALL_EVENTS);
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.inner.next_id();
         let token = format!("taskmesh-{id}");
         let mut meta = meta.unwrap_or_default();
         meta.insert("progressToken".into(), Value::String(token.clone()));
         let params = json!({ "name": name, "arguments": arguments, "_meta": meta });
         let result = self
             .inner
-            .start(id, "tools/call", params, Some((tx, token)), headers)
+            .start(id, "tools/call", params, Some((tx, Some(token))), headers)
             .await?;
         Ok(ToolCall {
             id,
@@ -474,6 +497,11 @@ impl Drop for ToolCall {
 }
 
 impl Inner {
+    /// The id of the next request.
+    fn next_id(&self) -> i64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
     fn why_closed(&self) -> ClientError {
         ClientError::Closed(
             self.closed
@@ -489,7 +517,7 @@ impl Inner {
         id: i64,
         method: &str,
         params: Value,
-        call: Option<(mpsc::Sender<CallEvent>, String)>,
+        call: Option<(mpsc::Sender<CallEvent>, Option<String>)>,
         headers: &[(HeaderName, HeaderValue)],
     ) -> Result<oneshot::Receiver<Result<Value, ClientError>>, ClientError> {
         if self.closed.borrow().is_some() {
@@ -497,7 +525,7 @@ impl Inner {
         }
         let (reply, rx) = oneshot::channel();
         let (events, token) = match call {
-            Some((e, t)) => (Some(e), Some(t)),
+            Some((e, t)) => (Some(e), t),
             None => (None, None),
         };
         self.pending.lock().insert(
@@ -525,9 +553,9 @@ impl Inner {
         self: &Arc<Self>,
         method: &str,
         params: Value,
-        call: Option<(mpsc::Sender<CallEvent>, String)>,
+        call: Option<(mpsc::Sender<CallEvent>, Option<String>)>,
     ) -> Result<Value, ClientError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.next_id();
         let rx = self.start(id, method, params, call, &[]).await?;
         rx.await.unwrap_or_else(|_| Err(self.why_closed()))
     }
@@ -593,7 +621,8 @@ impl Inner {
                 match method.as_str() {
                     "notifications/progress" => self.progress(&params),
                     "notifications/message" => {
-                        if let Some(tx) = self.call_of(origin) {
+                        let follower = self.follows.lock().of_params(&params);
+                        if let Some(tx) = follower.or_else(|| self.call_of(origin)) {
                             let _ = tx.try_send(CallEvent::Log(params));
                         } else {
                             tracing::info!(upstream = %self.name, message = %params, "upstream log message");
@@ -627,6 +656,7 @@ impl Inner {
             .values()
             .find(|p| p.token.as_deref() == Some(token.as_str()))
             .and_then(|p| p.events.clone());
+        let tx = tx.or_else(|| self.follows.lock().of_token(&token));
         if let Some(tx) = tx {
             let _ = tx.try_send(CallEvent::Progress {
                 progress,
@@ -665,12 +695,14 @@ impl Inner {
             return;
         }
         let (reply, answer) = oneshot::channel();
+        let params = params.unwrap_or(json!({}));
+        let follower = self.follows.lock().of_params(&params);
         let event = CallEvent::Request {
             method: method.clone(),
-            params: params.unwrap_or(json!({})),
+            params,
             reply,
         };
-        let taken = match self.call_of(origin) {
+        let taken = match follower.or_else(|| self.call_of(origin)) {
             Some(tx) => tx.try_send(event).is_ok(),
             None => false,
         };

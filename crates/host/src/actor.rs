@@ -77,11 +77,21 @@ pub enum TaskMsg {
         /// Text for the client describing the progress.
         message: Option<String>,
     },
+    /// The tool handed the call to an upstream server that runs it as its task
+    /// `upstream_task`: recorded with the task (a later execution follows it); `reply` gets
+    /// whether that was written.
+    Follow {
+        /// The upstream's task id.
+        upstream_task: String,
+        /// Gets `Ok` once the log holds it, or why it does not.
+        reply: oneshot::Sender<Result<(), String>>,
+    },
     /// The tool finished.
     Done(ToolResult),
     /// Try again the write that the shard refused.
     Retry,
-    /// Stop the execution (cancelled, expired, terminal, or leadership moved).
+    /// Stop the execution: the task ended (cancelled, expired, terminal). An execution stopped
+    /// for another to take over (leadership moved, shutdown) is stopped without it.
     Stop,
 }
 
@@ -153,6 +163,9 @@ pub struct State {
     /// The pause before the next try of a refused write; `Some` while a retry is scheduled.
     retry_pause: Option<Duration>,
     cancel: CancellationToken,
+    /// Fired before `cancel` when the task itself ended ([`TaskMsg::Stop`]), not when its
+    /// execution stops for another to take over.
+    ended: CancellationToken,
     /// The attached `tasks/result` streams, by number.
     sinks: Vec<(u64, mpsc::Sender<Stamped>)>,
     /// The number the next attached stream gets.
@@ -237,7 +250,32 @@ impl ToolIo for ActorIo {
         }
         .boxed()
     }
+
+    fn record_upstream_task(
+        &self,
+        upstream_task: String,
+    ) -> BoxFuture<'static, Result<(), String>> {
+        let (reply, rx) = oneshot::channel();
+        let sent = self
+            .actor
+            .cast(TaskMsg::Follow {
+                upstream_task,
+                reply,
+            })
+            .is_ok();
+        async move {
+            if !sent {
+                return Err("the task stopped".to_string());
+            }
+            rx.await
+                .unwrap_or_else(|_| Err("the task stopped".to_string()))
+        }
+        .boxed()
+    }
 }
+
+/// The status message of a task whose call an upstream server runs as its own task.
+const FOLLOWING: &str = "The upstream server runs the call as a task; following it.";
 
 impl Actor for TaskActor {
     type Msg = TaskMsg;
@@ -257,6 +295,7 @@ impl Actor for TaskActor {
             tool,
         } = args;
         let cancel = CancellationToken::new();
+        let ended = CancellationToken::new();
         let progress_token = record
             .request
             .progress_token_json
@@ -272,6 +311,7 @@ impl Actor for TaskActor {
             });
         let ctx = ToolContext {
             cancel: cancel.clone(),
+            ended: ended.clone(),
             io: Arc::new(ActorIo {
                 actor: myself.clone(),
             }),
@@ -279,6 +319,7 @@ impl Actor for TaskActor {
             client_elicitation: record.request.client.elicitation,
             client_sampling: record.request.client.sampling,
             principal: record.owner.clone(),
+            upstream_task: record.upstream_task.clone(),
         };
         let me = myself.clone();
         match arguments {
@@ -309,6 +350,7 @@ impl Actor for TaskActor {
             after_write: Vec::new(),
             retry_pause: None,
             cancel,
+            ended,
             sinks: Vec::new(),
             next_sink: 0,
             pending: HashMap::new(),
@@ -480,6 +522,47 @@ async fn handle_msg(
                 deliver(st, json, None);
             }
         }
+        TaskMsg::Follow {
+            upstream_task,
+            reply,
+        } => {
+            // The status stays; while it is `working` its message says the task is followed
+            // upstream. (Otherwise the message is the one wanted, if the log holds that
+            // status, else none until the status write that follows.)
+            if st.recorded == TaskStatus::Working && st.wanted.0 == TaskStatus::Working {
+                st.wanted.1 = Some(FOLLOWING.to_string());
+            }
+            let message = if st.wanted.0 == st.recorded {
+                st.wanted.1.clone()
+            } else {
+                None
+            };
+            let cmd = Command::Follow {
+                task_id: st.task_id.clone(),
+                term: st.term,
+                upstream_task,
+                message,
+                at_ms: now_ms(),
+            };
+            let answer = match st.host.shard(st.shard) {
+                Ok(shard) => match shard.propose(cmd).await {
+                    Ok(Applied::Updated { .. }) => Ok(()),
+                    Ok(other) => {
+                        tracing::debug!(task_id = %st.task_id, result = ?other, "upstream task not recorded: the execution is superseded; stopping");
+                        st.cancel.cancel();
+                        myself.stop(None);
+                        Err(format!("not recorded: {other:?}"))
+                    }
+                    Err(e) => {
+                        tracing::warn!(task_id = %st.task_id, shard = st.shard, error = %e,
+                            "the upstream task could not be recorded; a failover now applies the resume policy");
+                        Err(e.to_string())
+                    }
+                },
+                Err(_) => Err("the task's shard is no longer hosted here".to_string()),
+            };
+            let _ = reply.send(answer);
+        }
         TaskMsg::Done(result) => {
             let max = st.host.inner.cfg.max_result_bytes;
             let (status, message, outcome) = finish_of(&result, max);
@@ -501,6 +584,7 @@ async fn handle_msg(
             }
         }
         TaskMsg::Stop => {
+            st.ended.cancel();
             st.cancel.cancel();
             myself.stop(None);
         }

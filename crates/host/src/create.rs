@@ -62,6 +62,7 @@ impl Host {
             outcome: None,
             exec_term: term,
             updated_index: 0,
+            upstream_task: None,
         };
         let applied = shard.propose(Command::Create { record }).await;
         match applied {

@@ -244,7 +244,9 @@ async fn reconcile(host: &Host, shard: &ShardReplica, term: u64) -> bool {
 
 /// Run the live task `task_id`, whose execution does not run here, by its tool's resume
 /// policy: `rerun` proposes `Resume` under `term` and spawns its actor, `fail` (or a tool that
-/// is no longer configured) finishes it as `failed` with a message that says why. A resumed
+/// is no longer configured) finishes it as `failed` with a message that says why. A task whose
+/// call an upstream server runs as its own task (`upstream_task`) is resumed whatever the
+/// policy: its new execution follows that task. A resumed
 /// task takes a live-task slot even past `tasks.max_live_tasks`: it was admitted when it was
 /// created, and refusing it would leave it without an execution. Returns false when the shard
 /// refused the write (the next pass tries again).
@@ -258,6 +260,17 @@ async fn take_over(host: &Host, shard: &ShardReplica, task_id: &str, term: u64) 
     let tool = host.inner.tools.get(&record.request.tool);
     let policy = tool.as_ref().map(|t| t.spec().resume);
     let cmd = match policy {
+        // The upstream runs the call as its own task: follow it again, whatever the policy
+        // (nothing runs twice).
+        Some(_) if record.upstream_task.is_some() => Command::Resume {
+            task_id: record.task_id.clone(),
+            term,
+            message: Some(
+                "The execution was interrupted (node restart or failover); following the upstream task again."
+                    .into(),
+            ),
+            at_ms: now_ms(),
+        },
         Some(ResumePolicy::Rerun) => Command::Resume {
             task_id: record.task_id.clone(),
             term,

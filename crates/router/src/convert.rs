@@ -88,6 +88,7 @@ pub fn record_to_pb(r: TaskRecord) -> v1::TaskRecord {
         }),
         exec_term: r.exec_term,
         updated_index: r.updated_index,
+        upstream_task: r.upstream_task,
     }
 }
 
@@ -146,6 +147,7 @@ pub fn record_from_pb(r: v1::TaskRecord) -> Option<TaskRecord> {
         outcome,
         exec_term: r.exec_term,
         updated_index: r.updated_index,
+        upstream_task: r.upstream_task,
     })
 }
 
@@ -261,6 +263,7 @@ mod tests {
             }),
             exec_term: 4,
             updated_index: 5,
+            upstream_task: Some("up-1".into()),
         };
         let view = TaskView::from(&r);
         assert_eq!(record_from_pb(record_to_pb(r.clone())), Some(r));

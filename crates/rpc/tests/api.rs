@@ -49,6 +49,7 @@ fn sample_record(task_id: &str, owner: &str) -> TaskRecord {
         }),
         exec_term: 3,
         updated_index: 42,
+        upstream_task: None,
     }
 }
 

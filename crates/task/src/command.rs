@@ -64,6 +64,21 @@ pub enum Command {
         /// When the restart was decided; `last_updated_at_ms` never moves back before it.
         at_ms: u64,
     },
+    /// The execution of `term` handed the call to an upstream MCP server that runs it as its
+    /// own task `upstream_task`: recorded so that a later leader follows that task instead of
+    /// running the tool again. The status stays; the status message becomes `message`.
+    Follow {
+        /// The task whose execution is followed upstream.
+        task_id: TaskId,
+        /// Execution term of the proposer; rejected if older than the record's `exec_term`.
+        term: u64,
+        /// The upstream's task id.
+        upstream_task: String,
+        /// The new status message; `None` clears it.
+        message: Option<String>,
+        /// When the upstream accepted the task; `last_updated_at_ms` never moves back before it.
+        at_ms: u64,
+    },
     /// Delete the listed tasks whose TTL has run out at `now_ms`.
     Expire {
         /// Candidates for deletion; those missing or not expired at `now_ms` are left alone.
@@ -81,7 +96,8 @@ impl Command {
             Command::SetStatus { task_id, .. }
             | Command::Finish { task_id, .. }
             | Command::Cancel { task_id, .. }
-            | Command::Resume { task_id, .. } => Some(task_id),
+            | Command::Resume { task_id, .. }
+            | Command::Follow { task_id, .. } => Some(task_id),
             Command::Expire { .. } => None,
         }
     }
@@ -144,6 +160,7 @@ impl std::fmt::Display for Command {
             Command::Finish { .. } => "finish",
             Command::Cancel { .. } => "cancel",
             Command::Resume { .. } => "resume",
+            Command::Follow { .. } => "follow",
             Command::Expire { task_ids, .. } => {
                 return write!(f, "expire({} tasks)", task_ids.len());
             }

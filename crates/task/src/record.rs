@@ -86,6 +86,11 @@ pub struct TaskRecord {
     pub exec_term: u64,
     /// Log index of the last change: strictly increases with every applied change.
     pub updated_index: u64,
+    /// The id of the task that an upstream MCP server runs for this one, once the upstream
+    /// accepted the call as a task ([`crate::Command::Follow`]): a new leader follows that
+    /// task instead of running the tool again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_task: Option<String>,
 }
 
 impl TaskRecord {
@@ -171,6 +176,7 @@ impl TaskRecord {
             outcome: None,
             exec_term: 1,
             updated_index: 0,
+            upstream_task: None,
         }
     }
 }

@@ -212,6 +212,17 @@ impl ShardState {
                     r.last_updated_at_ms = r.last_updated_at_ms.max(*at_ms);
                 })
             }
+            Command::Follow {
+                task_id,
+                term,
+                upstream_task,
+                message,
+                at_ms,
+            } => self.update(task_id, Some(*term), index, |r| {
+                r.upstream_task = Some(upstream_task.clone());
+                r.status_message = message.clone();
+                r.last_updated_at_ms = r.last_updated_at_ms.max(*at_ms);
+            }),
             Command::Expire { task_ids, now_ms } => {
                 let mut gone = Vec::new();
                 for id in task_ids {

@@ -90,10 +90,30 @@ impl Drop for UpstreamHttp {
 /// The upstream tests' server, run by `python`, on loopback `port`, once it listens (bounded:
 /// 15 s).
 pub async fn upstream_http(python: &Path, port: u16) -> UpstreamHttp {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/upstream/server.py");
+    serve_http(python, "server.py", &["http", &port.to_string()], port).await
+}
+
+/// `tests/upstream/task_server.py` (a server on the Python SDK that runs calls as tasks
+/// itself), serving Streamable HTTP on loopback `port`, once it listens (bounded: 15 s); it
+/// appends a line to `starts` each time its `research` tool starts.
+pub async fn task_upstream_http(python: &Path, port: u16, starts: &Path) -> UpstreamHttp {
+    let starts = starts.display().to_string();
+    serve_http(
+        python,
+        "task_server.py",
+        &["http", &port.to_string(), &starts],
+        port,
+    )
+    .await
+}
+
+async fn serve_http(python: &Path, script: &str, args: &[&str], port: u16) -> UpstreamHttp {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/upstream")
+        .join(script);
     let child = Command::new(python)
         .arg(script)
-        .args(["http", &port.to_string()])
+        .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -477,11 +477,13 @@ mod tests {
         (
             ToolContext {
                 cancel: CancellationToken::new(),
+                ended: CancellationToken::new(),
                 io: io.clone(),
                 has_progress_token: true,
                 client_elicitation: true,
                 client_sampling: true,
                 principal: "alice".into(),
+                upstream_task: None,
             },
             io,
         )

@@ -97,6 +97,16 @@ pub trait ToolIo: Send + Sync {
     fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>);
     /// Send a request to the client and wait for its answer.
     fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult>;
+    /// Record, with the task, that an upstream server runs the call as its task `upstream_task`
+    /// (see [`ToolContext::upstream_task`]); done once it is durable. A plain call has nothing
+    /// to record it in: the default does nothing.
+    fn record_upstream_task(
+        &self,
+        upstream_task: String,
+    ) -> BoxFuture<'static, Result<(), String>> {
+        let _ = upstream_task;
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// What a running tool gets besides its arguments: cancellation, the side channel to its
@@ -106,6 +116,11 @@ pub struct ToolContext {
     /// Cancelled when the call or task is cancelled or its execution stops; the tool should
     /// then return.
     pub cancel: CancellationToken,
+    /// Fired before `cancel` when the call or task itself ends (cancelled, expired, finished
+    /// otherwise), not when its execution is handed over to another one (leadership moved,
+    /// node shutdown). Work the tool left running elsewhere (an upstream's task) is to be
+    /// stopped only then. The same token as `cancel` for a plain call.
+    pub ended: CancellationToken,
     /// The side channel to the client: progress and requests.
     pub io: Arc<dyn ToolIo>,
     /// Whether the caller supplied a progress token.
@@ -116,6 +131,10 @@ pub struct ToolContext {
     pub client_sampling: bool,
     /// The principal the call or task is bound to (`anonymous` without authentication).
     pub principal: String,
+    /// The upstream task an earlier execution of this task handed the call to
+    /// ([`ToolIo::record_upstream_task`]): the tool follows it rather than call again. `None`
+    /// for a plain call and a first execution.
+    pub upstream_task: Option<String>,
 }
 
 /// A tool that `tools/call` can run, as a task or as a plain call.

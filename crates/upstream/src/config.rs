@@ -72,6 +72,14 @@ pub struct UpstreamConfig {
     /// one. Default 3.
     #[serde(default = "default_call_attempts")]
     pub call_attempts: u32,
+    /// For an upstream that runs calls as tasks itself: the shortest pause between two
+    /// `tasks/get` of one of its tasks, ms, whatever `pollInterval` it suggests. Default 100.
+    #[serde(default = "default_task_poll_min_ms")]
+    pub task_poll_min_ms: u64,
+    /// The longest such pause, ms; also bounds the pause when the upstream suggests none
+    /// (then 1000). Default 5000.
+    #[serde(default = "default_task_poll_max_ms")]
+    pub task_poll_max_ms: u64,
     /// HTTP header that carries the calling principal to the upstream with each call; unset
     /// (the default): the upstream sees only this node's own credentials (`headers`).
     pub forward_principal_header: Option<String>,
@@ -133,6 +141,12 @@ fn default_retry_max_ms() -> u64 {
 }
 fn default_call_attempts() -> u32 {
     3
+}
+fn default_task_poll_min_ms() -> u64 {
+    100
+}
+fn default_task_poll_max_ms() -> u64 {
+    5_000
 }
 
 /// A setting of an upstream that cannot be used, named.
@@ -243,6 +257,11 @@ impl UpstreamConfig {
         if self.call_attempts == 0 {
             return Err(self.error("call_attempts must be at least 1"));
         }
+        if self.task_poll_min_ms == 0 || self.task_poll_max_ms < self.task_poll_min_ms {
+            return Err(self.error(
+                "task_poll_min_ms must be at least 1 and task_poll_max_ms at least task_poll_min_ms",
+            ));
+        }
         if self.max_message_bytes < 1024 {
             return Err(self.error("max_message_bytes must be at least 1024"));
         }
@@ -349,6 +368,10 @@ mod tests {
                 "task_support",
             ),
             ("name = \"a\"\ncommand = \"y\"\ncall_attempts = 0", "call_attempts"),
+            (
+                "name = \"a\"\ncommand = \"y\"\ntask_poll_min_ms = 600\ntask_poll_max_ms = 500",
+                "task_poll_max_ms",
+            ),
             (
                 "name = \"a\"\ncommand = \"y\"\nforward_principal_header = \"X-User\"",
                 "url upstream",

@@ -11,6 +11,13 @@
 //! `notifications/cancelled` upstream. A call that cannot reach the upstream, or whose
 //! connection ends before the answer, fails with a message naming the upstream and the cause.
 //!
+//! An upstream that runs calls as tasks itself (it declares `tasks.requests.tools.call`) gets
+//! task-augmented calls of its tools that accept them: the upstream task's id is recorded with
+//! the task ([`taskmesh_tools::ToolIo::record_upstream_task`]) and the task followed to its
+//! result, its requests relayed the same way. A later execution of the task (a failover)
+//! follows the recorded upstream task instead of calling again; a task cancelled, or a call past
+//! its timeout, sends `tasks/cancel` for it, while an execution handed over leaves it running.
+//!
 //! Connections: one Streamable HTTP session per upstream, shared by its calls and made again
 //! when it ends; a stdio upstream gets up to `processes` processes, each carrying one call at
 //! a time and reused, a process that ended being replaced. At most `max_concurrent_calls`
@@ -26,8 +33,8 @@ use futures::FutureExt;
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 use taskmesh_client::{
-    CallEvent, Client, ClientError, Endpoint, HeaderName, HeaderValue, HttpSpec, Options,
-    StdioSpec, Step,
+    CallEvent, Client, ClientError, Endpoint, HeaderName, HeaderValue, HttpSpec, Options, Polling,
+    StdioSpec, Step, TaskCall,
 };
 use taskmesh_mcp::{ErrorObject, TaskSupport};
 use taskmesh_tools::{ResumePolicy, Tool, ToolContext, ToolRegistry, ToolResult, ToolSpec};
@@ -204,6 +211,9 @@ impl Upstream {
     pub async fn discover(self: &Arc<Self>) -> Result<Vec<Arc<dyn Tool>>, ClientError> {
         let lease = self.lease().await?;
         let listed = lease.client.list_tools().await?;
+        // It runs calls as tasks itself (2025-11-25: `tasks.requests.tools.call`).
+        let runs_tasks =
+            lease.client.server().capabilities["tasks"]["requests"]["tools"]["call"].is_object();
         drop(lease);
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
         for entry in listed {
@@ -236,9 +246,15 @@ impl Upstream {
                 output_schema: entry.get("outputSchema").filter(|s| s.is_object()).cloned(),
                 annotations: entry.get("annotations").filter(|s| s.is_object()).cloned(),
             };
+            let as_task = runs_tasks
+                && matches!(
+                    entry["execution"]["taskSupport"].as_str(),
+                    Some("optional" | "required")
+                );
             tools.push(Arc::new(UpstreamTool {
                 upstream: self.clone(),
                 remote: name.to_string(),
+                as_task,
                 timeout: Duration::from_millis(o.timeout_ms.unwrap_or(self.cfg.timeout_ms)),
                 spec,
             }));
@@ -368,6 +384,8 @@ pub struct UpstreamTool {
     upstream: Arc<Upstream>,
     /// The tool's name upstream (without the prefix).
     remote: String,
+    /// The upstream runs calls of it as tasks: they are made task-augmented and followed.
+    as_task: bool,
     timeout: Duration,
     spec: ToolSpec,
 }
@@ -395,6 +413,7 @@ impl Tool for UpstreamTool {
         let up = self.upstream.clone();
         let remote = self.remote.clone();
         let timeout = self.timeout;
+        let as_task = self.as_task;
         let attempts = match self.spec.resume {
             ResumePolicy::Rerun => up.cfg.call_attempts,
             ResumePolicy::Fail => 1,
@@ -417,16 +436,29 @@ impl Tool for UpstreamTool {
                 }
                 None => Vec::new(),
             };
+            // The upstream task to follow: one an earlier execution handed the call to, then
+            // the one this execution's call created.
+            let mut follow = ctx.upstream_task.clone();
             let mut attempt = 1;
+            let mut follows_again = 0;
             loop {
-                let lost = match up.attempt(&remote, args.clone(), &ctx, timeout, &headers).await {
+                let result = if as_task {
+                    up.attempt_task(&remote, args.clone(), &ctx, timeout, &headers, &mut follow)
+                        .await
+                } else {
+                    up.attempt(&remote, args.clone(), &ctx, timeout, &headers).await
+                };
+                let lost = match result {
                     Ok(outcome) => return outcome,
                     Err(lost) => lost,
                 };
                 if matches!(lost, ClientError::Closed(_) | ClientError::Transport(_)) {
                     up.suspect();
                 }
-                if attempt >= attempts {
+                // A task the upstream still runs is followed again on a new connection, up to
+                // `call_attempts` times: that is not a new call.
+                let again = follow.is_some() && follows_again + 1 < up.cfg.call_attempts;
+                if !again && attempt >= attempts {
                     let after = if attempts > 1 {
                         format!(" (after {attempts} attempts)")
                     } else {
@@ -437,16 +469,27 @@ impl Tool for UpstreamTool {
                         up.name()
                     )));
                 }
-                let wait = up.backoff(attempt);
+                let wait = if again {
+                    follows_again += 1;
+                    up.backoff(follows_again)
+                } else {
+                    up.backoff(attempt)
+                };
                 tracing::warn!(upstream = %up.name(), tool = %remote, error = %lost, attempt,
-                    retry_in_ms = wait.as_millis() as u64, "upstream call lost; calling again");
+                    follow_again = again, retry_in_ms = wait.as_millis() as u64,
+                    "upstream call lost; trying again");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = ctx.cancel.cancelled() => {
                         return Err(ErrorObject::new(taskmesh_mcp::jsonrpc::REQUEST_CANCELLED, "cancelled"));
                     }
                 }
-                attempt += 1;
+                if !again {
+                    // Calling again (`rerun`): the upstream task, if it still runs, is left.
+                    follow = None;
+                    attempt += 1;
+                    follows_again = 0;
+                }
             }
         }
         .boxed()
@@ -474,25 +517,7 @@ impl Upstream {
         loop {
             tokio::select! {
                 step = call.next() => match step {
-                    Step::Event(CallEvent::Progress { progress, total, message }) => {
-                        ctx.io.progress(progress, total, message);
-                    }
-                    Step::Event(CallEvent::Request { method, params, reply }) => {
-                        match relayed_method(&method) {
-                            Some(m) => {
-                                let answer = ctx.io.request(m, params);
-                                tokio::spawn(async move {
-                                    let _ = reply.send(answer.await);
-                                });
-                            }
-                            None => {
-                                let _ = reply.send(Err(ErrorObject::method_not_found(&method)));
-                            }
-                        }
-                    }
-                    Step::Event(CallEvent::Log(p)) => {
-                        tracing::info!(upstream = %self.name(), tool = %remote, message = %p, "upstream log message");
-                    }
+                    Step::Event(ev) => self.relay(ev, ctx, remote),
                     Step::Done(Ok(r)) => return Ok(Ok(r)),
                     Step::Done(Err(ClientError::Rpc(e))) => return Ok(Err(e)),
                     Step::Done(Err(lost)) => return Err(lost),
@@ -505,6 +530,117 @@ impl Upstream {
                     call.cancel("the call timed out").await;
                     return Ok(Err(ErrorObject::internal(format!(
                         "upstream {}: no answer from tool {remote} within {} ms",
+                        self.name(),
+                        timeout.as_millis()
+                    ))));
+                }
+            }
+        }
+    }
+
+    /// Pass on what the upstream sent about a call: progress to the task's token, its
+    /// requests to the client (the answer sent back), log messages to this node's log.
+    fn relay(&self, ev: CallEvent, ctx: &ToolContext, remote: &str) {
+        match ev {
+            CallEvent::Progress {
+                progress,
+                total,
+                message,
+            } => ctx.io.progress(progress, total, message),
+            CallEvent::Request {
+                method,
+                params,
+                reply,
+            } => match relayed_method(&method) {
+                Some(m) => {
+                    let answer = ctx.io.request(m, params);
+                    tokio::spawn(async move {
+                        let _ = reply.send(answer.await);
+                    });
+                }
+                None => {
+                    let _ = reply.send(Err(ErrorObject::method_not_found(&method)));
+                }
+            },
+            CallEvent::Log(p) => {
+                tracing::info!(upstream = %self.name(), tool = %remote, message = %p, "upstream log message");
+            }
+            CallEvent::Status { .. } => {}
+        }
+    }
+
+    fn polling(&self) -> Polling {
+        let min = Duration::from_millis(self.cfg.task_poll_min_ms);
+        let max = Duration::from_millis(self.cfg.task_poll_max_ms);
+        Polling {
+            min,
+            max,
+            default: Duration::from_secs(1).clamp(min, max),
+        }
+    }
+
+    /// One call of `remote` by an upstream that runs it as a task: the task-augmented call
+    /// (its task id recorded with the taskmesh task), or, when `follow` names a task made
+    /// earlier, that task, followed to its outcome. The call's timeout counts from here. A
+    /// task the upstream no longer knows clears `follow`.
+    async fn attempt_task(
+        &self,
+        remote: &str,
+        args: Map<String, Value>,
+        ctx: &ToolContext,
+        timeout: Duration,
+        headers: &[(HeaderName, HeaderValue)],
+        follow: &mut Option<String>,
+    ) -> Result<ToolResult, ClientError> {
+        let lease = self.lease().await?;
+        let mut task: TaskCall = match follow.as_deref() {
+            Some(id) => lease.client.follow_task(id, self.polling()),
+            None => {
+                let t = lease
+                    .client
+                    .call_tool_as_task(remote, args, None, headers, self.polling())
+                    .await?;
+                if !t.task_id().is_empty() {
+                    *follow = Some(t.task_id().to_string());
+                    if let Err(why) = ctx.io.record_upstream_task(t.task_id().to_string()).await {
+                        tracing::warn!(upstream = %self.name(), tool = %remote, upstream_task = %t.task_id(),
+                            error = %why, "the upstream task is not recorded with the task");
+                    }
+                }
+                t
+            }
+        };
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                step = task.next() => match step {
+                    Step::Event(ev) => self.relay(ev, ctx, remote),
+                    Step::Done(Ok(r)) => return Ok(Ok(r)),
+                    Step::Done(Err(ClientError::Rpc(e))) => return Ok(Err(e)),
+                    Step::Done(Err(ClientError::TaskCancelled(why))) => {
+                        return Ok(Err(ErrorObject::internal(format!("upstream {}: {why}", self.name()))));
+                    }
+                    Step::Done(Err(lost @ ClientError::TaskLost(_))) => {
+                        *follow = None;
+                        return Err(lost);
+                    }
+                    Step::Done(Err(lost)) => return Err(lost),
+                },
+                _ = ctx.cancel.cancelled() => {
+                    if ctx.ended.is_cancelled() {
+                        task.cancel("the task was cancelled").await;
+                    } else {
+                        // Handed over: the next execution follows the upstream task.
+                        tracing::info!(upstream = %self.name(), tool = %remote, upstream_task = %task.task_id(),
+                            "execution handed over; the upstream task runs on");
+                    }
+                    return Ok(Err(ErrorObject::new(taskmesh_mcp::jsonrpc::REQUEST_CANCELLED, "cancelled")));
+                }
+                _ = &mut deadline => {
+                    task.cancel("the call timed out").await;
+                    return Ok(Err(ErrorObject::internal(format!(
+                        "upstream {}: no result of tool {remote} within {} ms",
                         self.name(),
                         timeout.as_millis()
                     ))));

@@ -236,6 +236,7 @@ fn call_plain(
     let nonce = cx.nonce().to_string();
     let ctx = ToolContext {
         cancel: cancel.clone(),
+        ended: cancel.clone(),
         io: Arc::new(PlainIo {
             gw: Arc::downgrade(gw),
             tx: tx.clone(),
@@ -247,6 +248,7 @@ fn call_plain(
         client_elicitation: client.elicitation,
         client_sampling: client.sampling,
         principal: cx.principal.clone(),
+        upstream_task: None,
     };
     // Tools that ask the client something are the task-required ones; a call that has no
     // progress token and cannot ask anything is answered as plain JSON.

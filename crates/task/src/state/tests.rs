@@ -108,6 +108,57 @@ fn an_old_term_cannot_change_a_resumed_task() {
 }
 
 #[test]
+fn the_upstream_task_is_recorded_by_the_current_execution_only() {
+    let mut s = ShardState::new();
+    s.apply(
+        &Command::Create {
+            record: record("a", "p", None),
+        },
+        1,
+    );
+    let follow = |term: u64, id: &str| Command::Follow {
+        task_id: "a".into(),
+        term,
+        upstream_task: id.into(),
+        message: Some("followed".into()),
+        at_ms: 1_100,
+    };
+    let Applied::Updated { record } = s.apply(&follow(1, "up-1"), 2) else {
+        panic!("the current execution records its upstream task");
+    };
+    assert_eq!(record.upstream_task.as_deref(), Some("up-1"));
+    assert_eq!(record.status, TaskStatus::Working);
+    assert_eq!(record.status_message.as_deref(), Some("followed"));
+    let resume = Command::Resume {
+        task_id: "a".into(),
+        term: 2,
+        message: None,
+        at_ms: 1_200,
+    };
+    let Applied::Updated { record } = s.apply(&resume, 3) else {
+        panic!("resumed");
+    };
+    assert_eq!(
+        record.upstream_task.as_deref(),
+        Some("up-1"),
+        "a new execution finds the upstream task to follow"
+    );
+    assert_eq!(
+        s.apply(&follow(1, "up-old"), 4),
+        Applied::Rejected(Rejection::StaleTerm {
+            proposed: 1,
+            current: 2
+        })
+    );
+    s.apply(&finish("a", 2, TaskStatus::Completed), 5);
+    assert_eq!(
+        s.apply(&follow(2, "up-late"), 6),
+        Applied::Rejected(Rejection::Terminal(TaskStatus::Completed))
+    );
+    assert_eq!(s.get("a").unwrap().upstream_task.as_deref(), Some("up-1"));
+}
+
+#[test]
 fn expiry_deletes_only_expired_records() {
     let mut s = ShardState::new();
     s.apply(
@@ -201,6 +252,13 @@ fn arb_command() -> impl Strategy<Value = Command> {
             term,
             message: None,
             at_ms: 1_200,
+        }),
+        (id.clone(), 0u64..4).prop_map(|(id, term)| Command::Follow {
+            task_id: id.into(),
+            term,
+            upstream_task: format!("up-{term}"),
+            message: None,
+            at_ms: 1_300,
         }),
         (0u64..6_000).prop_map(|now_ms| Command::Expire {
             task_ids: vec!["a".into(), "b".into(), "c".into()],

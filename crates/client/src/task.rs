@@ -1,0 +1,371 @@
+//! The requestor side of MCP tasks (2025-11-25): a task-augmented `tools/call`, then the task
+//! followed to its result.
+//!
+//! [`Client::call_tool_as_task`] sends the call with a `task` field and returns a
+//! [`TaskCall`] once the server created the task; [`Client::follow_task`] makes one for a task
+//! created earlier (by another connection, or before a failover). A task call polls
+//! `tasks/get` at the server's `pollInterval`, kept within [`Polling`]'s bounds; once the task
+//! is `input_required` or terminal it sends `tasks/result`, which the server answers when the
+//! task ends and on whose stream it sends the task's requests meanwhile. What the server sends
+//! about the task comes out of [`TaskCall::next`] as for a plain call: progress on the call's
+//! progress token (valid for the task's whole life), the task's requests (found by their
+//! related-task `_meta`, by the `tasks/result` stream that carried them, or as the only call in
+//! flight), its log messages, and its status changes. Lifecycle events are logged.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use taskmesh_mcp::META_RELATED_TASK;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{CallEvent, Client, ClientError, HeaderName, HeaderValue, Inner, Step, CALL_EVENTS};
+
+/// How often a followed task is polled: the server's `pollInterval`, kept within
+/// `[min, max]`; `default` when the server suggests none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Polling {
+    /// The shortest pause between two `tasks/get`.
+    pub min: Duration,
+    /// The longest pause between two `tasks/get`.
+    pub max: Duration,
+    /// The pause when the server suggests none (then kept within the bounds too).
+    pub default: Duration,
+}
+
+impl Default for Polling {
+    fn default() -> Self {
+        Self {
+            min: Duration::from_millis(100),
+            max: Duration::from_secs(5),
+            default: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Polling {
+    /// The pause after a `tasks/get` that suggested `poll_interval_ms`.
+    pub fn pause(&self, poll_interval_ms: Option<u64>) -> Duration {
+        let wanted = poll_interval_ms.map_or(self.default, Duration::from_millis);
+        wanted.clamp(self.min, self.max.max(self.min))
+    }
+}
+
+/// Where the events of the followed tasks go: by progress token and by task id.
+#[derive(Default)]
+pub(crate) struct Follows {
+    by_token: std::collections::HashMap<String, mpsc::Sender<CallEvent>>,
+    by_task: std::collections::HashMap<String, mpsc::Sender<CallEvent>>,
+}
+
+impl Follows {
+    pub(crate) fn of_token(&self, token: &str) -> Option<mpsc::Sender<CallEvent>> {
+        self.by_token.get(token).cloned()
+    }
+
+    /// The followed task a request or notification is about, by its related-task `_meta`.
+    pub(crate) fn of_params(&self, params: &Value) -> Option<mpsc::Sender<CallEvent>> {
+        let id = params
+            .get("_meta")?
+            .get(META_RELATED_TASK)?
+            .get("taskId")?
+            .as_str()?;
+        self.by_task.get(id).cloned()
+    }
+}
+
+/// A task the server runs for a call of this client, followed to its result.
+pub struct TaskCall {
+    task_id: String,
+    events: mpsc::Receiver<CallEvent>,
+    done: oneshot::Receiver<Result<Value, ClientError>>,
+    outcome: Option<Result<Value, ClientError>>,
+    finished: bool,
+    inner: Arc<Inner>,
+    token: Option<String>,
+    driver: Option<tokio::task::AbortHandle>,
+}
+
+impl Client {
+    /// Send a task-augmented `tools/call` of `name` (`ttl_ms`: the retention asked for) and
+    /// follow the task the server creates. A server that answers with the result itself (it
+    /// ran the call plainly) gives a task call whose outcome is that result.
+    pub async fn call_tool_as_task(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        ttl_ms: Option<u64>,
+        headers: &[(HeaderName, HeaderValue)],
+        polling: Polling,
+    ) -> Result<TaskCall, ClientError> {
+        let inner = &self.inner;
+        let (tx, rx) = mpsc::channel(CALL_EVENTS);
+        let id = inner.next_id();
+        let token = format!("taskmesh-{id}");
+        inner
+            .follows
+            .lock()
+            .by_token
+            .insert(token.clone(), tx.clone());
+        let mut task = Map::new();
+        if let Some(ttl) = ttl_ms {
+            task.insert("ttl".into(), json!(ttl));
+        }
+        let params = json!({
+            "name": name,
+            "arguments": arguments,
+            "task": task,
+            "_meta": { "progressToken": token },
+        });
+        let created = async {
+            let answer = inner
+                .start(id, "tools/call", params, Some((tx.clone(), None)), headers)
+                .await?;
+            answer.await.unwrap_or_else(|_| Err(inner.why_closed()))
+        }
+        .await;
+        let mut call = TaskCall {
+            task_id: String::new(),
+            events: rx,
+            done: oneshot::channel().1,
+            outcome: None,
+            finished: false,
+            inner: inner.clone(),
+            token: Some(token),
+            driver: None,
+        };
+        let created = created?;
+        let Some(task_id) = created["task"]["taskId"].as_str().map(str::to_string) else {
+            if created.get("content").is_some() {
+                call.outcome = Some(Ok(created));
+                return Ok(call);
+            }
+            return Err(ClientError::Protocol(
+                "the answer to a task-augmented tools/call is neither a task nor a result".into(),
+            ));
+        };
+        tracing::info!(upstream = %inner.name, tool = name, task_id = %task_id,
+            status = created["task"]["status"].as_str().unwrap_or_default(), "upstream task created");
+        call.start(task_id, tx, polling);
+        Ok(call)
+    }
+
+    /// Follow task `task_id`, created earlier, to its result.
+    pub fn follow_task(&self, task_id: &str, polling: Polling) -> TaskCall {
+        let (tx, rx) = mpsc::channel(CALL_EVENTS);
+        let mut call = TaskCall {
+            task_id: String::new(),
+            events: rx,
+            done: oneshot::channel().1,
+            outcome: None,
+            finished: false,
+            inner: self.inner.clone(),
+            token: None,
+            driver: None,
+        };
+        tracing::info!(upstream = %self.inner.name, task_id, "following an upstream task");
+        call.start(task_id.to_string(), tx, polling);
+        call
+    }
+}
+
+impl TaskCall {
+    fn start(&mut self, task_id: String, tx: mpsc::Sender<CallEvent>, polling: Polling) {
+        self.inner
+            .follows
+            .lock()
+            .by_task
+            .insert(task_id.clone(), tx.clone());
+        let (done_tx, done_rx) = oneshot::channel();
+        self.done = done_rx;
+        self.task_id = task_id.clone();
+        let weak = Arc::downgrade(&self.inner);
+        let driver = tokio::spawn(async move {
+            let outcome = drive(weak, &task_id, tx, polling).await;
+            let _ = done_tx.send(outcome);
+        });
+        self.driver = Some(driver.abort_handle());
+    }
+
+    /// The server's id of the task; empty when the server answered the call without a task.
+    pub fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    /// The next event of the task, or its outcome (the last item): the `CallToolResult`, the
+    /// JSON-RPC error `tasks/result` answered with ([`ClientError::Rpc`], the call's outcome),
+    /// [`ClientError::TaskCancelled`], [`ClientError::TaskLost`] when the server no longer
+    /// knows the task, or how the connection failed.
+    pub async fn next(&mut self) -> Step {
+        loop {
+            if let Some(outcome) = self.outcome.take() {
+                if let Ok(ev) = self.events.try_recv() {
+                    self.outcome = Some(outcome);
+                    return Step::Event(ev);
+                }
+                self.finished = true;
+                return Step::Done(outcome);
+            }
+            if self.finished {
+                return Step::Done(Err(ClientError::Closed("the task call has ended".into())));
+            }
+            tokio::select! {
+                biased;
+                Some(ev) = self.events.recv() => return Step::Event(ev),
+                r = &mut self.done => {
+                    self.outcome = Some(r.unwrap_or_else(|_| Err(self.inner.why_closed())));
+                }
+            }
+        }
+    }
+
+    /// Cancel the task on the server (`tasks/cancel`); its outcome is not awaited.
+    pub async fn cancel(mut self, reason: &str) {
+        self.finished = true;
+        if let Some(d) = self.driver.take() {
+            d.abort();
+        }
+        if self.task_id.is_empty() {
+            return;
+        }
+        match self
+            .inner
+            .request("tasks/cancel", json!({ "taskId": self.task_id }), None)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(upstream = %self.inner.name, task_id = %self.task_id, reason, "upstream task cancelled")
+            }
+            Err(e) => {
+                tracing::info!(upstream = %self.inner.name, task_id = %self.task_id, reason, error = %e, "upstream task not cancelled")
+            }
+        }
+    }
+}
+
+impl Drop for TaskCall {
+    /// Stops following; the task itself runs on (it may be followed again).
+    fn drop(&mut self) {
+        if let Some(d) = self.driver.take() {
+            d.abort();
+        }
+        let mut follows = self.inner.follows.lock();
+        if let Some(t) = &self.token {
+            follows.by_token.remove(t);
+        }
+        follows.by_task.remove(&self.task_id);
+    }
+}
+
+/// Poll task `task_id` until it needs input or ends, then take its result.
+async fn drive(
+    inner: Weak<Inner>,
+    task_id: &str,
+    events: mpsc::Sender<CallEvent>,
+    polling: Polling,
+) -> Result<Value, ClientError> {
+    let mut last: Option<(String, Option<String>)> = None;
+    loop {
+        let inner = inner
+            .upgrade()
+            .ok_or_else(|| ClientError::Closed("the client was dropped".into()))?;
+        let task = match inner
+            .request("tasks/get", json!({ "taskId": task_id }), None)
+            .await
+        {
+            Ok(t) => t,
+            Err(ClientError::Rpc(e)) => {
+                tracing::info!(upstream = %inner.name, task_id, code = e.code, error = %e.message, "the upstream no longer knows the task");
+                return Err(ClientError::TaskLost(format!(
+                    "tasks/get of task {task_id} answered error {}: {}",
+                    e.code, e.message
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        let status = task["status"].as_str().unwrap_or_default().to_string();
+        let message = task["statusMessage"].as_str().map(str::to_string);
+        let now = (status.clone(), message.clone());
+        if last.as_ref() != Some(&now) {
+            tracing::debug!(upstream = %inner.name, task_id, status = %status, message = ?message, "upstream task status");
+            let _ = events.try_send(CallEvent::Status {
+                status: status.clone(),
+                message: message.clone(),
+            });
+            last = Some(now);
+        }
+        match status.as_str() {
+            "working" => {
+                let pause = polling.pause(task["pollInterval"].as_u64());
+                drop(inner);
+                tokio::time::sleep(pause).await;
+            }
+            "input_required" | "completed" | "failed" => {
+                let r = inner
+                    .request(
+                        "tasks/result",
+                        json!({ "taskId": task_id }),
+                        Some((events.clone(), None)),
+                    )
+                    .await;
+                match &r {
+                    Ok(_) => {
+                        tracing::info!(upstream = %inner.name, task_id, "upstream task result taken")
+                    }
+                    Err(e) => {
+                        tracing::info!(upstream = %inner.name, task_id, error = %e, "upstream task ended without a result")
+                    }
+                }
+                return r;
+            }
+            "cancelled" => {
+                tracing::info!(upstream = %inner.name, task_id, "upstream task cancelled by the server");
+                return Err(ClientError::TaskCancelled(format!(
+                    "the server cancelled task {task_id}{}",
+                    message.map(|m| format!(": {m}")).unwrap_or_default()
+                )));
+            }
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "tasks/get of task {task_id} gave status {other:?}"
+                )))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_poll_interval_is_kept_within_bounds() {
+        let p = Polling {
+            min: Duration::from_millis(100),
+            max: Duration::from_millis(2_000),
+            default: Duration::from_millis(500),
+        };
+        assert_eq!(p.pause(Some(10)), Duration::from_millis(100));
+        assert_eq!(p.pause(Some(700)), Duration::from_millis(700));
+        assert_eq!(p.pause(Some(60_000)), Duration::from_millis(2_000));
+        assert_eq!(p.pause(None), Duration::from_millis(500));
+        let odd = Polling {
+            min: Duration::from_millis(300),
+            max: Duration::from_millis(200),
+            default: Duration::from_millis(1),
+        };
+        assert_eq!(odd.pause(None), Duration::from_millis(300));
+    }
+
+    #[test]
+    fn related_task_meta_finds_the_follower() {
+        let mut f = Follows::default();
+        let (tx, _rx) = mpsc::channel(1);
+        f.by_task.insert("t-1".into(), tx);
+        let about = json!({ "_meta": { META_RELATED_TASK: { "taskId": "t-1" } } });
+        assert!(f.of_params(&about).is_some());
+        let other = json!({ "_meta": { META_RELATED_TASK: { "taskId": "t-2" } } });
+        assert!(f.of_params(&other).is_none());
+        assert!(f.of_params(&json!({})).is_none());
+    }
+}
