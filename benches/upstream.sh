@@ -6,7 +6,10 @@
 #   direct      plain tools/call of greet at the upstream
 #   proxied     plain tools/call of up_greet at the front
 #   as a task   tools/call of up_greet as a task, then tasks/result (call to result)
-#   and the throughput of CONCURRENCY such tasks in flight at once.
+#   and the throughput of CONCURRENCY such tasks in flight at once;
+#   polls       tasks/get of 1,000 running tasks of up_slow_compute (the upstream runs each as
+#               its own task, which the front follows), then of 1,000 of the front's built-in
+#               slow_compute, same settings.
 #
 #   benches/upstream.sh single  [SECONDS] [CONCURRENCY]   the front is one `taskmesh serve`
 #   benches/upstream.sh cluster [SECONDS] [CONCURRENCY]   the front is 3 nodes, sessions on all
@@ -28,7 +31,7 @@ upstream=$url
 front_config="$work/front.toml"
 cat >"$front_config" <<CONF
 [tools]
-builtin = false
+builtin = true
 
 [[upstream]]
 name = "bench"
@@ -60,3 +63,8 @@ echo "== as a task: up_greet at the front, call to result, 1 client"
 echo "== as a task: $concurrency in flight"
 "$loadgen" "${front[@]}" --scenario task --tool up_greet --target front \
     --duration-s "$seconds" --sessions 32 --concurrency "$concurrency"
+polls=(--duration-s "$seconds" --sessions 16 --concurrency 64 --tasks 1000 --task-seconds 3600)
+echo "== polls: 1000 running tasks of up_slow_compute (followed upstream), 64 clients"
+"$loadgen" "${front[@]}" --scenario poll --poll-tool up_slow_compute --target front "${polls[@]}"
+echo "== polls: 1000 running tasks of the built-in slow_compute, 64 clients"
+"$loadgen" "${front[@]}" --scenario poll --poll-tool slow_compute --target front "${polls[@]}"

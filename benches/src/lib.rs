@@ -130,6 +130,9 @@ pub struct RunConfig {
     pub tool: String,
     /// `call` and `task`: the arguments (a JSON object).
     pub arguments: Value,
+    /// `poll` and `failover`: the tool of the tasks created to poll, called with
+    /// `{"seconds": task_seconds}` (`slow_compute`, or an upstream's tool that takes the same).
+    pub poll_tool: String,
 }
 
 impl Default for RunConfig {
@@ -154,6 +157,7 @@ impl Default for RunConfig {
             kill_after: Duration::from_secs(5),
             tool: "greet".into(),
             arguments: json!({"name": "bench"}),
+            poll_tool: "slow_compute".into(),
         }
     }
 }
@@ -193,10 +197,15 @@ async fn open_sessions(cfg: &RunConfig) -> anyhow::Result<Vec<Session>> {
 
 /// `tools/call` of `slow_compute` as a task; the new task id.
 pub async fn create_task(s: &Session, seconds: f64) -> Result<String, Failure> {
+    create_task_of(s, "slow_compute", seconds).await
+}
+
+/// `tools/call` of `tool` with `{"seconds": seconds}` as a task; the new task id.
+pub async fn create_task_of(s: &Session, tool: &str, seconds: f64) -> Result<String, Failure> {
     let r = s
         .call(
             "tools/call",
-            json!({"name": "slow_compute", "arguments": {"seconds": seconds}, "task": {"ttl": 3_600_000}}),
+            json!({"name": tool, "arguments": {"seconds": seconds}, "task": {"ttl": 3_600_000}}),
         )
         .await?;
     let task = &r["task"];
@@ -289,12 +298,12 @@ async fn prepare_tasks(
     let next = Arc::new(AtomicUsize::new(0));
     let workers = (0..cfg.concurrency.clamp(1, 64)).map(|w| {
         let (sessions, next) = (sessions.clone(), next.clone());
-        let (n, secs) = (cfg.tasks.max(1), cfg.task_seconds);
+        let (n, secs, tool) = (cfg.tasks.max(1), cfg.task_seconds, cfg.poll_tool.clone());
         async move {
             let mut ids = Vec::new();
             while next.fetch_add(1, Ordering::Relaxed) < n {
                 let s = &sessions[w % sessions.len()];
-                ids.push(create_task(s, secs).await?);
+                ids.push(create_task_of(s, &tool, secs).await?);
             }
             Ok::<_, Failure>(ids)
         }

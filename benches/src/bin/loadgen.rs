@@ -68,6 +68,9 @@ struct Args {
     /// call and task: its arguments, a JSON object.
     #[arg(long, default_value = r#"{"name":"bench"}"#)]
     arguments: String,
+    /// poll and failover: the tool of the tasks to poll, called with {"seconds": task_seconds}.
+    #[arg(long, default_value = "slow_compute")]
+    poll_tool: String,
     /// Also write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -113,6 +116,7 @@ fn main() -> anyhow::Result<()> {
         kill_after: Duration::from_secs_f64(a.kill_after_s),
         tool: a.tool,
         arguments,
+        poll_tool: a.poll_tool,
         ..RunConfig::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

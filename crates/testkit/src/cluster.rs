@@ -35,15 +35,41 @@ peers = [{}]
     )
 }
 
-/// `n` free loopback ports (bound once and released: good enough on a test machine).
+/// `n` free loopback ports, for servers a test starts. They are taken below the kernel's
+/// ephemeral range (`ip_local_port_range`), from which outgoing connections get their local
+/// ports: a port handed out from that range could be taken by some connection before the
+/// server binds it. Each test process walks the range from its own offset, and a port is
+/// handed out only if it can be bound at that moment (then released).
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("addr").port())
-        .collect()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    const LOW: u32 = 10_000;
+    let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|low| *low > LOW + 1_000)
+        .unwrap_or(32_768);
+    let span = high - LOW;
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(7_919) % span,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+    let mut ports = Vec::with_capacity(n);
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..span {
+        if ports.len() == n {
+            break;
+        }
+        let port = (LOW + NEXT.fetch_add(1, Ordering::AcqRel) % span) as u16;
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+            ports.push(port);
+        }
+    }
+    assert_eq!(ports.len(), n, "no {n} free loopback ports below {high}");
+    ports
 }
 /// `tasks/get` through `c`, retried while the cluster answers with an internal error (no
 /// leader yet, or a leader just died); bounded.

@@ -172,6 +172,9 @@ pub struct ToolRegistry {
 pub struct Listing {
     order: Vec<(String, Arc<dyn Tool>)>,
     by_name: HashMap<String, Arc<dyn Tool>>,
+    /// Every source that ever served tools, in the order it first did (built-in tools before
+    /// all): a source's tools stay in its place, also when it comes back after a withdrawal.
+    sources: Vec<String>,
 }
 
 impl Listing {
@@ -193,6 +196,17 @@ impl Listing {
     /// Whether no tool is served.
     pub fn is_empty(&self) -> bool {
         self.order.is_empty()
+    }
+
+    /// The place of `source` in the order of sources (the built-in tools first).
+    fn rank(&self, source: &str) -> usize {
+        if source == BUILTIN {
+            return 0;
+        }
+        self.sources
+            .iter()
+            .position(|s| s == source)
+            .map_or(usize::MAX, |i| i + 1)
     }
 
     /// The `tools/list` entries, for telling whether a change changed anything.
@@ -229,13 +243,18 @@ impl ToolRegistry {
         r
     }
 
-    /// Add a built-in `tool`; one registered earlier under the same name is replaced, keeping
-    /// its place in the order.
+    /// Add a built-in `tool`, after the built-in tools already there and before every other
+    /// source's; one registered earlier under the same name is replaced, keeping its place.
     pub fn register(&self, tool: Arc<dyn Tool>) {
         self.update(|l| {
             let name = tool.spec().name.clone();
             if l.by_name.insert(name.clone(), tool.clone()).is_none() {
-                l.order.push((BUILTIN.to_string(), tool));
+                let at = l
+                    .order
+                    .iter()
+                    .position(|(s, _)| s != BUILTIN)
+                    .unwrap_or(l.order.len());
+                l.order.insert(at, (BUILTIN.to_string(), tool));
             } else if let Some(slot) = l.order.iter_mut().find(|(_, t)| t.spec().name == name) {
                 *slot = (BUILTIN.to_string(), tool);
             }
@@ -243,23 +262,28 @@ impl ToolRegistry {
     }
 
     /// Serve exactly `tools` for `source` (an upstream's name, not empty): its earlier tools are
-    /// replaced, in the place the first of them had (at the end for a new source); an empty
-    /// list withdraws them. Returns the names left out because another source serves them.
+    /// replaced, in the source's place (after the built-in tools and the sources that first
+    /// served tools before it; at the end for a new source); an empty list withdraws them, the
+    /// source keeping its place for when it serves again. Returns the names left out because
+    /// another source serves them.
     pub fn set_source(&self, source: &str, tools: Vec<Arc<dyn Tool>>) -> Vec<String> {
         let mut left_out = Vec::new();
         self.update(|l| {
-            let at = l
-                .order
-                .iter()
-                .position(|(s, _)| s == source)
-                .unwrap_or(l.order.len());
-            let before = l.order[..at].iter().filter(|(s, _)| s != source).count();
+            if !l.sources.iter().any(|s| s == source) {
+                l.sources.push(source.to_string());
+            }
             for (s, t) in &l.order {
                 if s == source {
                     l.by_name.remove(&t.spec().name);
                 }
             }
             l.order.retain(|(s, _)| s != source);
+            let mine = l.rank(source);
+            let before = l
+                .order
+                .iter()
+                .position(|(s, _)| l.rank(s) > mine)
+                .unwrap_or(l.order.len());
             let mut added = Vec::new();
             for t in tools {
                 let name = t.spec().name.clone();
@@ -462,8 +486,10 @@ mod tests {
         r.set_source("a", tools(&["a1"]));
         assert_eq!(
             names(&r),
-            ["greet", "b1", "a1"],
-            "a source back after a withdrawal goes last"
+            ["greet", "a1", "b1"],
+            "a source back after a withdrawal is in its place again"
         );
+        r.register(tools(&["late"]).remove(0));
+        assert_eq!(names(&r), ["greet", "late", "a1", "b1"]);
     }
 }
