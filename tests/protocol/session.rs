@@ -28,8 +28,8 @@ async fn initialize_negotiates_versions_and_capabilities() {
     );
     // No authentication: tasks cannot be scoped to a requestor, so no tasks.list.
     assert!(v["result"]["capabilities"]["tasks"].get("list").is_none());
-    // No log messages are sent, so no logging capability is declared.
-    assert!(v["result"]["capabilities"].get("logging").is_none());
+    // Log messages of upstream tools are relayed: the logging capability is declared.
+    assert_eq!(v["result"]["capabilities"]["logging"], json!({}));
     assert!(r.headers.get("mcp-session-id").is_some());
 
     for old in ["2025-06-18", "2025-03-26"] {
@@ -307,7 +307,7 @@ async fn older_protocol_versions_are_plain_tools_servers() {
 }
 
 #[tokio::test]
-async fn tools_list_pagination_no_logging_and_plain_cancellation() {
+async fn tools_list_pagination_log_levels_and_plain_cancellation() {
     let s = Server::start(TASKMESH, "[tools]\npage_size = 3\n");
     let c = Client::new_session(&s.url).await;
     let mut names = vec![];
@@ -331,13 +331,14 @@ async fn tools_list_pagination_no_logging_and_plain_cancellation() {
         c.err_code("tools/list", json!({"cursor": "bogus"})).await,
         -32602
     );
-    // The server sends no log messages, so it declares no `logging` capability and has no
-    // `logging/setLevel`.
+    // `logging/setLevel` takes MCP's eight levels; anything else is invalid params.
     assert_eq!(
-        c.err_code("logging/setLevel", json!({"level": "warning"}))
-            .await,
-        -32601
+        c.ok("logging/setLevel", json!({"level": "warning"})).await,
+        json!({})
     );
+    for bad in [json!({"level": "WARNING"}), json!({"level": 3}), json!({})] {
+        assert_eq!(c.err_code("logging/setLevel", bad).await, -32602);
+    }
 
     // notifications/cancelled ends a plain request.
     let id = c.id();

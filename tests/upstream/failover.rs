@@ -223,3 +223,114 @@ tools = {{ include = ["research", "starts"] }}
     let pairs = history.check();
     println!("{followed_again} tasks of the killed node's shard followed again; {pairs} ordered pairs of polls checked");
 }
+
+/// The log messages of a task's stream until its result: `(level, data)` of each.
+async fn stream_logs(stream: &mut taskmesh_testkit::Sse, rid: i64) -> Vec<(String, String)> {
+    let mut logs = vec![];
+    loop {
+        let m = stream.next().await.expect("the result follows");
+        if m["id"] == json!(rid) {
+            assert_eq!(m["result"]["content"][0]["text"], "muttered", "{m}");
+            return logs;
+        }
+        if m["method"] == "notifications/message" {
+            logs.push((
+                m["params"]["level"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                m["params"]["data"].as_str().unwrap_or_default().to_string(),
+            ));
+        }
+    }
+}
+
+/// `logging/setLevel` holds for the session whichever node takes it and whichever frames the
+/// messages: the level set through one node filters an upstream tool's log messages on a
+/// `tasks/result` stream read through another (which asks the session's home) and on the
+/// session's GET stream (held by its home).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_levels_hold_across_the_cluster() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let up = http_server(&python).await;
+    let upstreams = format!(
+        r#"
+[tools]
+builtin = false
+
+[[upstream]]
+name = "py"
+url = {url:?}
+tools = {{ include = ["mutter"] }}
+"#,
+        url = up.url
+    );
+    let grpc = free_ports(3);
+    let config = |id| node_config(id, &grpc, SHARDS, TOKEN, &upstreams);
+    let nodes = [
+        Server::start_node(TASKMESH, &config(1), true),
+        Server::start_node(TASKMESH, &config(2), false),
+        Server::start_node(TASKMESH, &config(3), false),
+    ];
+    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, SHARDS).await;
+    for n in &nodes {
+        taskmesh_testkit::wait_upstreams_serving(n, TOKEN).await;
+    }
+    // One session, made on node 1 (its home), used through every node.
+    let at1 = Client::connect(&nodes[0].url, Some(TOKEN), V, json!({})).await;
+    let through = |i: usize| {
+        let mut c = at1.clone();
+        c.url = nodes[i].url.clone();
+        c
+    };
+    let (at2, at3) = (through(1), through(2));
+
+    // No level set: every message.
+    let id = at3.start_task("mutter", json!({"seconds": 0.5})).await;
+    let (rid, mut stream) = at3.open_stream("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(
+        stream_logs(&mut stream, rid).await,
+        [
+            ("info".into(), "hmm".into()),
+            ("warning".into(), "careful".into())
+        ]
+    );
+
+    // Set through node 2; read through node 3.
+    assert_eq!(
+        at2.ok("logging/setLevel", json!({"level": "warning"}))
+            .await,
+        json!({})
+    );
+    let id = at3.start_task("mutter", json!({"seconds": 0.5})).await;
+    let (rid, mut stream) = at3.open_stream("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(
+        stream_logs(&mut stream, rid).await,
+        [("warning".to_string(), "careful".to_string())]
+    );
+
+    // The GET stream (opened through node 2, held by the home) gets the same.
+    let mut get = at2.open_get().await;
+    let id = at3.start_task("mutter", json!({"seconds": 0.3})).await;
+    let mut logs = vec![];
+    loop {
+        let m = get.next().await.expect("GET stream open");
+        if m["method"] == "notifications/message" {
+            logs.push(m["params"]["data"].clone());
+        }
+        if m["method"] == "notifications/tasks/status"
+            && m["params"]["taskId"] == json!(id)
+            && m["params"]["status"] == "completed"
+        {
+            break;
+        }
+    }
+    assert_eq!(logs, [json!("careful")]);
+    drop(get);
+
+    // Lowered again through node 3, read through node 2.
+    at3.ok("logging/setLevel", json!({"level": "debug"})).await;
+    let id = at1.start_task("mutter", json!({"seconds": 0.5})).await;
+    let (rid, mut stream) = at2.open_stream("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(stream_logs(&mut stream, rid).await.len(), 2);
+}

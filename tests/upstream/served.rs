@@ -104,6 +104,7 @@ async fn exercise(s: &Server) {
             "py_echo",
             "py_fail",
             "py_grow",
+            "py_mutter",
             "py_refuse",
             "py_sample",
             "py_slow",
@@ -245,6 +246,68 @@ async fn exercise(s: &Server) {
     }
     assert_eq!(count, "1", "the upstream never saw the cancellation");
     assert_eq!(c.status(&id).await, "cancelled");
+
+    log_messages_follow_the_session_s_level(s).await;
+}
+
+/// The log messages of a task's tool, with the related task, on the session's GET stream
+/// (no `tasks/result` stream is attached) until the task completes.
+async fn task_logs(c: &Client, tool: &str) -> Vec<Value> {
+    let mut get = c.open_get().await;
+    let id = c.start_task(tool, json!({})).await;
+    let mut logs = vec![];
+    loop {
+        let m = get.next().await.expect("GET stream open");
+        if m["method"] == "notifications/message" {
+            assert_eq!(related(&m), &json!(id), "{m}");
+            logs.push(m["params"].clone());
+        }
+        if m["method"] == "notifications/tasks/status"
+            && m["params"]["taskId"] == json!(id)
+            && m["params"]["status"] == "completed"
+        {
+            return logs;
+        }
+    }
+}
+
+/// The log messages before the answer of a plain call of `tool`, and the answer's text.
+async fn plain_logs(c: &Client, tool: &str) -> (Vec<Value>, String) {
+    let (rid, mut stream) = c
+        .open_stream("tools/call", json!({"name": tool, "arguments": {}}))
+        .await;
+    let mut logs = vec![];
+    loop {
+        let m = stream.next().await.expect("the answer follows");
+        if m["id"] == json!(rid) {
+            return (logs, text(&m["result"]).to_string());
+        }
+        if m["method"] == "notifications/message" {
+            logs.push(m["params"].clone());
+        }
+    }
+}
+
+/// The upstream's log messages reach the client, of a task and of a plain call, at every
+/// level until the session sets one; then only those at or above it.
+async fn log_messages_follow_the_session_s_level(s: &Server) {
+    let c = Client::new_session(&s.url).await;
+    let logs = task_logs(&c, "py_chatty").await;
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert_eq!(logs[0]["level"], "info");
+    assert_eq!(logs[0]["data"], "thinking");
+    let (logs, answer) = plain_logs(&c, "py_chatty").await;
+    assert_eq!(answer, "done talking");
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert_eq!(logs[0]["data"], "thinking");
+
+    c.ok("logging/setLevel", json!({"level": "warning"})).await;
+    assert!(task_logs(&c, "py_chatty").await.is_empty());
+    let (logs, answer) = plain_logs(&c, "py_chatty").await;
+    assert_eq!(answer, "done talking");
+    assert!(logs.is_empty(), "{logs:?}");
+    c.ok("logging/setLevel", json!({"level": "info"})).await;
+    assert_eq!(task_logs(&c, "py_chatty").await.len(), 1);
 }
 
 #[tokio::test]
@@ -352,7 +415,7 @@ async fn an_upstream_that_is_not_there_yet_is_retried_until_it_answers() {
     assert!(tool_names(&c).await.contains(&"py_echo".to_string()));
     let st = upstream_status(&s).await;
     assert_eq!(st["state"], "serving", "{st}");
-    assert_eq!(st["tools"], 14, "{st}");
+    assert_eq!(st["tools"], 15, "{st}");
     let r = c
         .ok(
             "tools/call",

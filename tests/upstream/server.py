@@ -5,7 +5,7 @@
 
 Tools: echo, add, slow (sleeps, reporting progress), ask (elicits a name), sample (asks the
 client's model), fail (a tool error, isError), chatty (logs, then
-answers), grow (adds the tool `extra` and says the list changed), wait_cancel (reports progress 0, then
+answers), mutter (waits, then logs at info and at warning, then answers), grow (adds the tool `extra` and says the list changed), wait_cancel (reports progress 0, then
 waits until it is cancelled; `cancelled` then reports how many were), crash (the process exits
 mid-call), crash_once (exits mid-call unless its marker file exists, which it creates first),
 refuse (answered with a JSON-RPC error), whoami (the X-Principal and Authorization headers of
@@ -75,6 +75,14 @@ def fail() -> str:
 async def chatty(ctx: Context) -> str:
     await ctx.info("thinking")
     return "done talking"
+
+
+@mcp.tool(description="Wait, then log at info and at warning, then answer.")
+async def mutter(seconds: float, ctx: Context) -> str:
+    await anyio.sleep(seconds)
+    await ctx.info("hmm")
+    await ctx.warning("careful")
+    return "muttered"
 
 
 @mcp.tool(description="Add a tool and say the list changed.")

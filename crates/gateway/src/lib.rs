@@ -12,6 +12,7 @@ pub mod dispatch;
 pub mod http;
 mod inflight;
 mod limits;
+mod logging;
 pub mod relay;
 pub mod resume;
 pub mod session;
@@ -145,12 +146,14 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// `ended_sessions` is a durable tree of this node for ended session ids; `hub` holds this
+    /// `ended_sessions` is a durable tree of this node for ended session ids, `session_levels`
+    /// one for the log levels its sessions set; `hub` holds this
     /// node's SSE streams (its [`relay::StreamGrpc`] serves them to the other nodes).
     pub fn new(
         cfg: GatewayConfig,
         router: Router,
         ended_sessions: sled::Tree,
+        session_levels: sled::Tree,
         hub: Arc<resume::Hub>,
     ) -> Arc<Self> {
         let signer = Signer::new(&cfg.secret);
@@ -160,6 +163,7 @@ impl Gateway {
             sessions: Sessions::new(
                 signer.clone(),
                 ended_sessions,
+                session_levels,
                 cfg.stream_buffer,
                 cfg.verified_session_cache,
                 cfg.max_streams_per_session,
@@ -237,8 +241,10 @@ impl Gateway {
                         at_us,
                         ..
                     } => {
-                        gw.sessions
-                            .push(&session, JsonMessage::stamped(json, Kind::Message, at_us));
+                        if logging::get_stream_allows(&gw, &session, &json) {
+                            gw.sessions
+                                .push(&session, JsonMessage::stamped(json, Kind::Message, at_us));
+                        }
                     }
                     // A server request goes out on one stream only: a GET stream here sends
                     // it once the task's leader grants the claim (an attached `tasks/result`

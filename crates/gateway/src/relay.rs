@@ -88,6 +88,17 @@ impl StreamService for StreamGrpc {
         })?;
         Ok(Response::new(forward(reader)))
     }
+
+    async fn session_log_level(
+        &self,
+        request: Request<v1::SessionLogLevelRequest>,
+    ) -> Result<Response<v1::SessionLogLevelResponse>, Status> {
+        let gw = self
+            .hub
+            .gateway()
+            .ok_or_else(|| Status::unavailable("the gateway is not serving yet"))?;
+        crate::logging::serve_level(&gw, request.into_inner()).map(Response::new)
+    }
 }
 
 /// The frames of `reader`, until it ends or the caller goes away (which ends the reader at

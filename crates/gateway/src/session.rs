@@ -5,7 +5,8 @@
 //! with the session secret can validate it without shared state. `DELETE /mcp` ends a session:
 //! its id goes into the ended-session tree (durable on the node) and is answered 404 from then
 //! on. A session's open GET streams are registered here so that task messages and status
-//! notifications reach them.
+//! notifications reach them. The log level a session set (`logging/setLevel`) is kept by its
+//! home node, durably, until the session ends.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -94,6 +95,8 @@ pub struct Sessions {
     verified: Mutex<HashMap<String, SessionClaims>>,
     verified_cap: usize,
     ended: sled::Tree,
+    /// The log level of each session that set one, by nonce (its home keeps it).
+    levels: sled::Tree,
     streams: Mutex<HashMap<String, Vec<GetStream>>>,
     stream_buffer: usize,
     /// Open GET streams per session, at most.
@@ -101,12 +104,14 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// `ended` is the durable tree of ended sessions; `stream_buffer` is the queue length of one
+    /// `ended` is the durable tree of ended sessions, `levels` that of their log levels;
+    /// `stream_buffer` is the queue length of one
     /// GET stream and `max_streams` the open GET streams allowed per session (both raised to at
     /// least 1); `verified_cap` bounds the cache of verified ids (0: no cache).
     pub fn new(
         signer: Signer,
         ended: sled::Tree,
+        levels: sled::Tree,
         stream_buffer: usize,
         verified_cap: usize,
         max_streams: usize,
@@ -116,6 +121,7 @@ impl Sessions {
             verified: Mutex::new(HashMap::new()),
             verified_cap,
             ended,
+            levels,
             streams: Mutex::new(HashMap::new()),
             stream_buffer: stream_buffer.max(1),
             max_streams: max_streams.max(1),
@@ -153,10 +159,28 @@ impl Sessions {
         Some(claims)
     }
 
+    /// Record the log level the session set.
+    pub fn set_level(
+        &self,
+        claims: &SessionClaims,
+        level: taskmesh_mcp::LogLevel,
+    ) -> Result<(), sled::Error> {
+        self.levels
+            .insert(claims.nonce.as_bytes(), level.as_str().as_bytes())?;
+        Ok(())
+    }
+
+    /// The log level the session set here, if it did.
+    pub fn level(&self, claims: &SessionClaims) -> Option<taskmesh_mcp::LogLevel> {
+        let v = self.levels.get(claims.nonce.as_bytes()).ok()??;
+        taskmesh_mcp::LogLevel::parse(std::str::from_utf8(&v).ok()?)
+    }
+
     /// End a session: later requests with its id get 404; its streams close.
     pub fn end(&self, id: &str, claims: &SessionClaims) -> Result<(), sled::Error> {
         self.ended
             .insert(claims.nonce.as_bytes(), &claims.issued_at_ms.to_be_bytes())?;
+        self.levels.remove(claims.nonce.as_bytes())?;
         for s in self.streams.lock().remove(id).unwrap_or_default() {
             s.gone.cancel();
         }
@@ -292,6 +316,7 @@ mod tests {
         Sessions::new(
             Signer::new(b"0123456789abcdef"),
             db.open_tree("ended").unwrap(),
+            db.open_tree("levels").unwrap(),
             4,
             cap,
             8,

@@ -86,6 +86,15 @@ pub enum TaskMsg {
         /// Gets `Ok` once the log holds it, or why it does not.
         reply: oneshot::Sender<Result<(), String>>,
     },
+    /// The tool logs a message for the client (`notifications/message`).
+    Log {
+        /// Its severity.
+        level: taskmesh_mcp::LogLevel,
+        /// Who logged it.
+        logger: Option<String>,
+        /// The message (any JSON).
+        data: Value,
+    },
     /// The tool finished.
     Done(ToolResult),
     /// Try again the write that the shard refused.
@@ -249,6 +258,20 @@ impl ToolIo for ActorIo {
                 .unwrap_or_else(|_| Err(ErrorObject::internal("the task stopped")))
         }
         .boxed()
+    }
+
+    fn log(
+        &self,
+        level: taskmesh_mcp::LogLevel,
+        logger: Option<String>,
+        data: Value,
+    ) -> BoxFuture<'static, ()> {
+        let _ = self.actor.cast(TaskMsg::Log {
+            level,
+            logger,
+            data,
+        });
+        Box::pin(async {})
     }
 
     fn record_upstream_task(
@@ -521,6 +544,20 @@ async fn handle_msg(
                 let json = Arc::new(jsonrpc::notification("notifications/progress", &params));
                 deliver(st, json, None);
             }
+        }
+        TaskMsg::Log {
+            level,
+            logger,
+            data,
+        } => {
+            // Filtered by the session's level where it is framed for the client.
+            let mut params = json!({ "level": level.as_str(), "data": data });
+            if let Some(l) = logger {
+                params["logger"] = json!(l);
+            }
+            params["_meta"] = json!({ META_RELATED_TASK: { "taskId": st.task_id } });
+            let json = Arc::new(jsonrpc::notification("notifications/message", &params));
+            deliver(st, json, None);
         }
         TaskMsg::Follow {
             upstream_task,

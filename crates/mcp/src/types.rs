@@ -116,6 +116,7 @@ pub enum TaskSupport {
 pub fn server_capabilities(with_tasks: bool, with_list: bool) -> Value {
     let mut caps = json!({
         "tools": { "listChanged": true },
+        "logging": {},
     });
     if with_tasks {
         let mut tasks = json!({
@@ -130,9 +131,74 @@ pub fn server_capabilities(with_tasks: bool, with_list: bool) -> Value {
     caps
 }
 
+/// The severity of a log message (`notifications/message`), as `logging/setLevel` names it
+/// (RFC 5424's levels), least severe first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LogLevel {
+    /// `debug`
+    Debug,
+    /// `info`
+    Info,
+    /// `notice`
+    Notice,
+    /// `warning`
+    Warning,
+    /// `error`
+    Error,
+    /// `critical`
+    Critical,
+    /// `alert`
+    Alert,
+    /// `emergency`
+    Emergency,
+}
+
+impl LogLevel {
+    /// Every level, least severe first.
+    pub const ALL: [LogLevel; 8] = [
+        LogLevel::Debug,
+        LogLevel::Info,
+        LogLevel::Notice,
+        LogLevel::Warning,
+        LogLevel::Error,
+        LogLevel::Critical,
+        LogLevel::Alert,
+        LogLevel::Emergency,
+    ];
+
+    /// The level of its wire name.
+    pub fn parse(name: &str) -> Option<LogLevel> {
+        LogLevel::ALL.into_iter().find(|l| l.as_str() == name)
+    }
+
+    /// Its wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Error => "error",
+            LogLevel::Critical => "critical",
+            LogLevel::Alert => "alert",
+            LogLevel::Emergency => "emergency",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_levels_parse_and_order_by_severity() {
+        for l in LogLevel::ALL {
+            assert_eq!(LogLevel::parse(l.as_str()), Some(l));
+        }
+        assert!(LogLevel::Debug < LogLevel::Warning && LogLevel::Alert < LogLevel::Emergency);
+        assert_eq!(LogLevel::parse("WARNING"), None);
+        assert_eq!(LogLevel::parse("fatal"), None);
+    }
 
     #[test]
     fn ttl_null_is_always_emitted_and_absent_is_tolerated() {

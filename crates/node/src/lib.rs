@@ -402,6 +402,7 @@ pub async fn serve(
         gw_cfg,
         running.router.clone(),
         db.open_tree("sessions/ended")?,
+        db.open_tree("sessions/log_levels")?,
         hub,
     );
     let app = taskmesh_gateway::http_router(gateway);

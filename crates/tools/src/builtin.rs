@@ -458,6 +458,14 @@ mod tests {
         fn progress(&self, p: f64, _t: Option<f64>, _m: Option<String>) {
             self.progress.lock().unwrap().push(p);
         }
+        fn log(
+            &self,
+            _level: taskmesh_mcp::LogLevel,
+            _logger: Option<String>,
+            _data: Value,
+        ) -> BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
         fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {
             self.asked
                 .lock()

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::{json, Value};
-use taskmesh_mcp::{ErrorObject, TaskSupport};
+use taskmesh_mcp::{ErrorObject, LogLevel, TaskSupport};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -97,6 +97,10 @@ pub trait ToolIo: Send + Sync {
     fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>);
     /// Send a request to the client and wait for its answer.
     fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult>;
+    /// `notifications/message` to the client (a log message: `level`, `logger`, `data`),
+    /// sent only if the client's session asked for messages of that level or above
+    /// (`logging/setLevel`; all of them when it never did). Done once it is handed on.
+    fn log(&self, level: LogLevel, logger: Option<String>, data: Value) -> BoxFuture<'static, ()>;
     /// Record, with the task, that an upstream server runs the call as its task `upstream_task`
     /// (see [`ToolContext::upstream_task`]); done once it is durable. A plain call has nothing
     /// to record it in: the default does nothing.

@@ -5,7 +5,8 @@
 //! makes the plain `tools/call` upstream and relays what the upstream sends about it: its
 //! progress to the task's progress token, its `elicitation/create` and
 //! `sampling/createMessage` to the task's client (the task goes `input_required` as for a
-//! built-in tool) with the client's answer sent back, its log messages to this node's log.
+//! built-in tool) with the client's answer sent back, its log messages to the client (at the
+//! level its session set with `logging/setLevel`).
 //! The upstream's result is the tool's result, `isError` included; a JSON-RPC error it
 //! answers with is the outcome exactly. A cancelled task or a call past its timeout sends
 //! `notifications/cancelled` upstream. A call that cannot reach the upstream, or whose
@@ -36,7 +37,7 @@ use taskmesh_client::{
     CallEvent, Client, ClientError, Endpoint, HeaderName, HeaderValue, HttpSpec, Options, Polling,
     StdioSpec, Step, TaskCall,
 };
-use taskmesh_mcp::{ErrorObject, TaskSupport};
+use taskmesh_mcp::{ErrorObject, LogLevel, TaskSupport};
 use taskmesh_tools::{ResumePolicy, Tool, ToolContext, ToolRegistry, ToolResult, ToolSpec};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -517,7 +518,7 @@ impl Upstream {
         loop {
             tokio::select! {
                 step = call.next() => match step {
-                    Step::Event(ev) => self.relay(ev, ctx, remote),
+                    Step::Event(ev) => self.relay(ev, ctx, remote).await,
                     Step::Done(Ok(r)) => return Ok(Ok(r)),
                     Step::Done(Err(ClientError::Rpc(e))) => return Ok(Err(e)),
                     Step::Done(Err(lost)) => return Err(lost),
@@ -539,8 +540,9 @@ impl Upstream {
     }
 
     /// Pass on what the upstream sent about a call: progress to the task's token, its
-    /// requests to the client (the answer sent back), log messages to this node's log.
-    fn relay(&self, ev: CallEvent, ctx: &ToolContext, remote: &str) {
+    /// requests to the client (the answer sent back), log messages to the client (at the
+    /// level its session asked for) and to this node's log.
+    async fn relay(&self, ev: CallEvent, ctx: &ToolContext, remote: &str) {
         match ev {
             CallEvent::Progress {
                 progress,
@@ -563,7 +565,15 @@ impl Upstream {
                 }
             },
             CallEvent::Log(p) => {
-                tracing::info!(upstream = %self.name(), tool = %remote, message = %p, "upstream log message");
+                tracing::debug!(upstream = %self.name(), tool = %remote, message = %p, "upstream log message");
+                // A level that is not one of MCP's is taken as `info`.
+                let level = p["level"]
+                    .as_str()
+                    .and_then(LogLevel::parse)
+                    .unwrap_or(LogLevel::Info);
+                let logger = p["logger"].as_str().map(str::to_string);
+                let data = p.get("data").cloned().unwrap_or(Value::Null);
+                ctx.io.log(level, logger, data).await;
             }
             CallEvent::Status { .. } => {}
         }
@@ -615,7 +625,7 @@ impl Upstream {
         loop {
             tokio::select! {
                 step = task.next() => match step {
-                    Step::Event(ev) => self.relay(ev, ctx, remote),
+                    Step::Event(ev) => self.relay(ev, ctx, remote).await,
                     Step::Done(Ok(r)) => return Ok(Ok(r)),
                     Step::Done(Err(ClientError::Rpc(e))) => return Ok(Err(e)),
                     Step::Done(Err(ClientError::TaskCancelled(why))) => {

@@ -128,6 +128,7 @@ pub async fn request(
     let result = match method {
         "initialize" => return session::initialize(gw, cx, &id, p),
         "ping" => Ok(json!({})),
+        "logging/setLevel" => Box::pin(crate::logging::set_level(gw, cx, p)).await,
         "tools/list" => tools::tools_list(gw, cx, p),
         // The other methods' futures are boxed: this function's own future is as large as
         // its largest branch, and every poll would otherwise move a create's or a held

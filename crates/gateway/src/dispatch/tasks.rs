@@ -172,12 +172,16 @@ pub(crate) async fn tasks_result(
     let (origin_task, origin_request) = (task_id.clone(), id.clone());
     let released = CancellationToken::new();
     let releasing = released.clone();
+    let mut logs = crate::logging::LogFilter::new(cx);
     tokio::spawn(async move {
         let mut messages_open = true;
         let final_answer = loop {
             tokio::select! {
                 m = messages.recv(), if messages_open => match m {
                     Some(m) => {
+                        if !logs.allows(&gw, &m.json).await {
+                            continue;
+                        }
                         let m = JsonMessage::stamped(m.json, Kind::Message, m.at_us);
                         if tx.send(m).await.is_err() {
                             break None;

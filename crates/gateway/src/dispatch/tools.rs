@@ -173,6 +173,8 @@ struct PlainIo {
     progress_token: Option<Value>,
     nonce: String,
     seq: std::sync::atomic::AtomicU64,
+    /// Which log messages the call's stream carries.
+    logs: Arc<tokio::sync::Mutex<crate::logging::LogFilter>>,
 }
 
 impl ToolIo for PlainIo {
@@ -189,6 +191,29 @@ impl ToolIo for PlainIo {
             let m = JsonMessage::stamped(json, Kind::Message, taskmesh_host::now_us());
             let _ = self.tx.try_send(m);
         }
+    }
+
+    fn log(
+        &self,
+        level: taskmesh_mcp::LogLevel,
+        logger: Option<String>,
+        data: Value,
+    ) -> BoxFuture<'static, ()> {
+        let mut p = json!({ "level": level.as_str(), "data": data });
+        if let Some(l) = logger {
+            p["logger"] = json!(l);
+        }
+        let json = jsonrpc::notification("notifications/message", &p);
+        let (gw, tx, logs) = (self.gw.upgrade(), self.tx.clone(), self.logs.clone());
+        async move {
+            let Some(gw) = gw else { return };
+            if logs.lock().await.allows(&gw, &json).await {
+                let m =
+                    JsonMessage::stamped(Arc::new(json), Kind::Message, taskmesh_host::now_us());
+                let _ = tx.send(m).await;
+            }
+        }
+        .boxed()
     }
 
     fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {
@@ -243,6 +268,7 @@ fn call_plain(
             progress_token: progress_token.clone(),
             nonce: cx.nonce().to_string(),
             seq: std::sync::atomic::AtomicU64::new(1),
+            logs: Arc::new(tokio::sync::Mutex::new(crate::logging::LogFilter::new(cx))),
         }),
         has_progress_token: progress_token.is_some(),
         client_elicitation: client.elicitation,
