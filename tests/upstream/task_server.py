@@ -4,7 +4,8 @@ itself (2025-11-25 tasks, the SDK's experimental task support), for the upstream
     python task_server.py stdio STARTS_FILE
     python task_server.py http PORT STARTS_FILE
 
-Its tasks are served to any of its sessions that has their id (ids chosen here, not scoped to
+Over stdio it appends its pid to STARTS_FILE.pids when it starts. Its tasks are served to any
+of its sessions that has their id (ids chosen here, not scoped to
 the creating session), as a task-running server behind several taskmesh nodes must: a node
 that takes a task over follows it through its own session.
 
@@ -19,6 +20,7 @@ Tools (taskSupport optional unless said):
 """
 import contextlib
 import json
+import os
 import sys
 import uuid
 import warnings
@@ -164,6 +166,9 @@ async def call_tool(name: str, args: dict):
 
 async def main() -> None:
     if mode == "stdio":
+        # A test that kills the process finds its pid here.
+        with open(starts_file + ".pids", "a") as f:
+            f.write(f"{os.getpid()}\n")
         from mcp.server.stdio import stdio_server
 
         async with stdio_server() as (read, write):

@@ -5,7 +5,8 @@
 //! the client through the taskmesh task as `input_required`, the answer goes back through the
 //! upstream's `tasks/result`; a tool error fails the task with the result replayed; a plain
 //! call of such a tool is answered through an upstream task too; `tasks/cancel` cancels the
-//! upstream task.
+//! upstream task; a stdio upstream that dies while its task is followed loses the task, which
+//! then fails by the tool's resume policy (`fail`), saying so.
 
 use std::time::Duration;
 
@@ -154,4 +155,44 @@ async fn an_upstream_that_runs_tasks_is_followed_through_its_own_tasks() {
         .ok("tools/call", json!({"name": "py_starts", "arguments": {}}))
         .await;
     assert_eq!(text(&r), "3", "research started once per call: {r}");
+}
+
+#[tokio::test]
+async fn a_task_lost_with_its_stdio_upstream_fails_by_the_resume_policy() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let starts = dir.path().join("starts");
+    let endpoint = format!(
+        "command = {:?}\nargs = [{:?}, \"stdio\", {:?}]\nenv = {{ PYTHONUNBUFFERED = \"1\" }}",
+        python.display().to_string(),
+        task_server_script(),
+        starts.display().to_string()
+    );
+    let s = Server::start(
+        TASKMESH,
+        &config_with(
+            &endpoint,
+            "task_poll_min_ms = 20\nretry_initial_ms = 50\nretry_max_ms = 200",
+            "",
+        ),
+    );
+    taskmesh_testkit::wait_upstreams_serving(&s, "").await;
+    let c = Client::new_session(&s.url).await;
+    let id = c.start_task("py_research", json!({"seconds": 60})).await;
+    wait_message(&c, &id, FOLLOWING).await;
+    let pids = std::fs::read_to_string(dir.path().join("starts.pids")).unwrap();
+    let pid = pids.lines().last().unwrap().trim().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let t = c.wait_status(&id, "failed").await;
+    let why = t["statusMessage"].as_str().unwrap_or_default();
+    assert!(why.contains("upstream py") && why.contains("lost"), "{t}");
+    // The upstream is served again, by a new process.
+    let r = c
+        .ok("tools/call", json!({"name": "py_starts", "arguments": {}}))
+        .await;
+    assert_eq!(text(&r), "1", "{r}");
 }
