@@ -3,7 +3,8 @@
 //! Checks, in order: `Origin` against the allow-list (403), the bearer token when
 //! authentication is configured (401 with `WWW-Authenticate`), the body size (413), the
 //! session (`Mcp-Session-Id`: missing 400, unknown or ended 404) and `MCP-Protocol-Version`
-//! (400 when unsupported or different from the session's). Then the body is classified and
+//! (400 when unsupported; another supported version than the session's is served at the
+//! session's). Then the body is classified and
 //! dispatched; bad JSON-RPC gets its JSON-RPC error with HTTP 400 and changes nothing.
 
 use std::convert::Infallible;
@@ -141,12 +142,8 @@ fn session_of(
                 "Bad Request: unsupported MCP-Protocol-Version",
             ));
         }
-        if v != claims.version {
-            return Err(plain(
-                StatusCode::BAD_REQUEST,
-                "Bad Request: MCP-Protocol-Version differs from the version negotiated for this session",
-            ));
-        }
+        // Another version this server supports is served, at the session's version: the
+        // 400 is for versions that are invalid or unsupported (as the reference servers do).
     }
     Ok((id.to_string(), claims))
 }
