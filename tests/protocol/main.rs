@@ -9,6 +9,7 @@ use serde_json::json;
 
 mod delivery;
 mod input;
+mod modern;
 mod resume;
 mod session;
 mod tasks;

@@ -106,7 +106,9 @@ async fn transport_rules() {
     for v in ["2025-06-18", "2025-03-26"] {
         other.version = v.into();
         assert_eq!(other.post(&ping, &[]).await.status, 200);
-        let id = other.start_task("slow_compute", json!({"seconds": 0})).await;
+        let id = other
+            .start_task("slow_compute", json!({"seconds": 0}))
+            .await;
         assert!(!id.is_empty());
     }
     assert_eq!(c.post(&ping, &[]).await.status, 200);

@@ -197,7 +197,12 @@ async fn handle_post(
         Err(e) => return rpc_error(StatusCode::BAD_REQUEST, None, &e.to_error()),
     };
     let is_initialize = matches!(&msg, Message::Request { method, .. } if method == "initialize");
-    let session = if is_initialize {
+    // Protocol 2026-07-28: no session, the version in the request's `_meta`.
+    let modern =
+        !is_initialize && !headers.contains_key(SESSION_HEADER) && crate::modern::is_modern(&msg);
+    let session = if modern {
+        None // its checks are its own (`crate::modern`)
+    } else if is_initialize {
         if let Some(v) = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()) {
             if !taskmesh_mcp::is_supported_version(v) {
                 return plain(
@@ -222,7 +227,11 @@ async fn handle_post(
     }
     let cx = Cx { principal, session };
     let answered = async move {
-        let response = dispatch_message(&gw, &cx, msg).await;
+        let response = if modern {
+            crate::modern::handle(&gw, &headers, &cx.principal, msg).await
+        } else {
+            dispatch_message(&gw, &cx, msg).await
+        };
         tracing::debug!(status = response.status().as_u16(), "answered");
         response
     };

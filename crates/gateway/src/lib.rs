@@ -13,6 +13,7 @@ pub mod http;
 mod inflight;
 mod limits;
 mod logging;
+pub mod modern;
 pub mod relay;
 pub mod resume;
 pub mod session;

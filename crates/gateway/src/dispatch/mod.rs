@@ -13,7 +13,7 @@
 
 mod session;
 pub(crate) mod tasks;
-mod tools;
+pub(crate) mod tools;
 
 use std::sync::Arc;
 

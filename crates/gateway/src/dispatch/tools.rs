@@ -34,6 +34,16 @@ pub(super) fn tools_list(
     cx: &Cx,
     p: &Map<String, Value>,
 ) -> Result<Value, ErrorObject> {
+    tools_page(gw, p, cx.tasks_enabled())
+}
+
+/// One page of `tools/list` from its `cursor` param, each tool with its
+/// `execution.taskSupport` when `with_execution` (a version with tasks in the tool list).
+pub(crate) fn tools_page(
+    gw: &Gateway,
+    p: &Map<String, Value>,
+    with_execution: bool,
+) -> Result<Value, ErrorObject> {
     // One snapshot for the whole page: the list may change meanwhile (clients hear of it by
     // notifications/tools/list_changed), and a cursor past its end is then refused.
     let listing = gw.tools.snapshot();
@@ -48,12 +58,11 @@ pub(super) fn tools_list(
         }
     };
     let page = gw.cfg.tools_page_size.max(1);
-    let tasks = cx.tasks_enabled();
     let tools: Vec<Value> = listing
         .tools()
         .skip(offset)
         .take(page)
-        .map(|t| t.spec().to_wire(tasks))
+        .map(|t| t.spec().to_wire(with_execution))
         .collect();
     let mut out = json!({ "tools": tools });
     if offset + page < listing.len() {

@@ -1,0 +1,467 @@
+//! Protocol 2026-07-28 with the tasks extension (`io.modelcontextprotocol/tasks`), on `/mcp`
+//! beside 2025-11-25 ([`crate::dispatch`]), over the same task store.
+//!
+//! A POST without `Mcp-Session-Id` whose request names its protocol version in `_meta`
+//! (`io.modelcontextprotocol/protocolVersion`) is of this generation and is served here,
+//! statelessly: nothing about the client is kept between requests. Each request carries:
+//!
+//! - `_meta` protocol version: one of [`SUPPORTED`], else `-32022` (HTTP 400) with the
+//!   versions served in `data.supported`; the `MCP-Protocol-Version` header must name the same
+//!   one, else `-32020` (HTTP 400);
+//! - `_meta` client capabilities (an object, else `-32602`); the request declares the tasks
+//!   extension when `extensions["io.modelcontextprotocol/tasks"]` is in it;
+//! - `Mcp-Method` equal to its method, and `Mcp-Name` equal to the tool's name on `tools/call`
+//!   and to the task id on `tasks/get`, `tasks/update` and `tasks/cancel` (plain, or
+//!   `=?base64?...?=`), else `-32020` (HTTP 400).
+//!
+//! Methods: `server/discover`, `tools/list`, `tools/call`, and with the extension declared
+//! `tasks/get`, `tasks/update`, `tasks/cancel` (without it: `-32021`, HTTP 400). Any other
+//! method, `tasks/result` and `tasks/list` included, is `-32601` with HTTP 404. Every result
+//! carries `resultType` and the server's info in `_meta`.
+//!
+//! Who decides on a task is the server: a `tools/call` that declares the extension, of a tool
+//! that may run as a task (its taskSupport is not `forbidden`), creates one (durably, before
+//! the answer) and answers the flat `CreateTaskResult`; without the extension a tool that runs
+//! only as a task answers `-32021`, any other runs as a plain call. A `task` parameter is
+//! ignored. Tasks are bound to the principal, so a task made through either generation is
+//! served to its owner through the other ([`tasks`] says how each field reads).
+
+pub mod tasks;
+
+use std::sync::Arc;
+
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use futures::future::BoxFuture;
+use serde_json::{json, Map, Value};
+use taskmesh_host::{Attachment, HostError, NewTask};
+use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, METHOD_NOT_FOUND};
+use taskmesh_mcp::{params, LogLevel, TaskSupport};
+use taskmesh_router::mint_task_id;
+use taskmesh_task::ClientCaps;
+use taskmesh_tools::{ToolContext, ToolIo, ToolResult};
+use tokio_util::sync::CancellationToken;
+
+use crate::{wire, Gateway};
+
+/// The protocol version of this generation.
+pub const VERSION: &str = "2026-07-28";
+/// The versions a request of this generation may name.
+pub const SUPPORTED: [&str; 1] = [VERSION];
+/// The tasks extension's identifier.
+pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// `_meta` key of a request's protocol version.
+pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key of a request's client capabilities.
+pub const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key of the server's info on a result.
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// A routing header, or the protocol version header, disagrees with the body.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// The request lacks a client capability that it needs (the tasks extension).
+pub const MISSING_CAPABILITY: i64 = -32021;
+/// The request's protocol version is not served.
+pub const UNSUPPORTED_VERSION: i64 = -32022;
+
+const VERSION_HEADER: &str = crate::http::VERSION_HEADER;
+const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
+
+/// Whether a message that came without a session is of this generation: it names its
+/// protocol version in `_meta`.
+pub(crate) fn is_modern(msg: &Message) -> bool {
+    let params = match msg {
+        Message::Request { params, .. } | Message::Notification { params, .. } => params.as_ref(),
+        Message::Response { .. } => None,
+    };
+    params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(META_VERSION))
+        .is_some()
+}
+
+/// Answer one message of this generation.
+pub(crate) async fn handle(
+    gw: &Arc<Gateway>,
+    headers: &HeaderMap,
+    principal: &str,
+    msg: Message,
+) -> Response {
+    let Message::Request { id, method, params } = msg else {
+        // Clients send no notifications or responses on this version: nothing to answer.
+        return StatusCode::ACCEPTED.into_response();
+    };
+    match serve(gw, headers, principal, &method, params.as_ref()).await {
+        Ok(v) => reply(StatusCode::OK, jsonrpc::response(&id, &with_server_info(v))),
+        Err(e) => reply(http_status(&e), jsonrpc::error_response(Some(&id), &e)),
+    }
+}
+
+fn reply(status: StatusCode, body: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The HTTP status that goes with an error of this generation.
+fn http_status(e: &ErrorObject) -> StatusCode {
+    match e.code {
+        HEADER_MISMATCH | MISSING_CAPABILITY | UNSUPPORTED_VERSION => StatusCode::BAD_REQUEST,
+        METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+        _ => StatusCode::OK,
+    }
+}
+
+fn server_info() -> Value {
+    json!({ "name": "taskmesh", "title": "taskmesh", "version": env!("CARGO_PKG_VERSION") })
+}
+
+fn with_server_info(mut v: Value) -> Value {
+    if let Value::Object(m) = &mut v {
+        jsonrpc::put_meta(m, META_SERVER_INFO, server_info());
+    }
+    v
+}
+
+fn complete(mut m: Map<String, Value>) -> Value {
+    m.insert("resultType".into(), json!("complete"));
+    Value::Object(m)
+}
+
+fn mismatch(what: impl Into<String>) -> ErrorObject {
+    ErrorObject::new(HEADER_MISMATCH, what)
+}
+
+/// `-32021` for a request that needed the tasks extension declared.
+fn missing_extension(message: String) -> ErrorObject {
+    ErrorObject {
+        code: MISSING_CAPABILITY,
+        message,
+        data: Some(json!({ "requiredCapabilities": { "extensions": { EXTENSION: {} } } })),
+    }
+}
+
+/// A header's value, decoded from the `=?base64?...?=` form when it has it.
+fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    let raw = headers.get(name)?.to_str().ok()?;
+    match raw
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(raw.to_string()),
+    }
+}
+
+/// What a request declared in its `_meta`.
+struct Declared {
+    /// The tasks extension.
+    tasks: bool,
+}
+
+/// Check the request's `_meta` and headers (see the module doc).
+fn check(
+    headers: &HeaderMap,
+    method: &str,
+    p: &Map<String, Value>,
+) -> Result<Declared, ErrorObject> {
+    let meta = p
+        .get("_meta")
+        .and_then(Value::as_object)
+        .ok_or_else(|| ErrorObject::invalid_params("Invalid params: '_meta' must be an object"))?;
+    let version = meta
+        .get(META_VERSION)
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            ErrorObject::invalid_params(format!(
+                "Invalid params: '_meta.{META_VERSION}' must be a string"
+            ))
+        })?;
+    if !SUPPORTED.contains(&version) {
+        return Err(ErrorObject {
+            code: UNSUPPORTED_VERSION,
+            message: format!("Unsupported protocol version: {version}"),
+            data: Some(json!({ "supported": SUPPORTED, "requested": version })),
+        });
+    }
+    match headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()) {
+        Some(h) if h == version => {}
+        Some(h) => {
+            return Err(mismatch(format!(
+                "MCP-Protocol-Version header {h:?} differs from the request's protocol version {version:?}"
+            )))
+        }
+        None => return Err(mismatch("the MCP-Protocol-Version header is required")),
+    }
+    let caps = meta
+        .get(META_CAPABILITIES)
+        .and_then(Value::as_object)
+        .ok_or_else(|| {
+            ErrorObject::invalid_params(format!(
+                "Invalid params: '_meta.{META_CAPABILITIES}' must be an object"
+            ))
+        })?;
+    match header_text(headers, METHOD_HEADER) {
+        Some(m) if m == method => {}
+        Some(m) => {
+            return Err(mismatch(format!(
+                "Mcp-Method header {m:?} differs from the request's method {method:?}"
+            )))
+        }
+        None => return Err(mismatch("the Mcp-Method header is required")),
+    }
+    let named = match method {
+        "tools/call" => Some("name"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    };
+    if let Some(field) = named {
+        let want = p.get(field).and_then(Value::as_str).unwrap_or_default();
+        match header_text(headers, NAME_HEADER) {
+            Some(n) if n == want => {}
+            Some(n) => {
+                return Err(mismatch(format!(
+                    "Mcp-Name header {n:?} differs from the request's {field} {want:?}"
+                )))
+            }
+            None => {
+                return Err(mismatch(format!(
+                    "the Mcp-Name header is required on {method}"
+                )))
+            }
+        }
+    }
+    let tasks = caps
+        .get("extensions")
+        .and_then(|e| e.get(EXTENSION))
+        .is_some_and(Value::is_object);
+    Ok(Declared { tasks })
+}
+
+async fn serve(
+    gw: &Arc<Gateway>,
+    headers: &HeaderMap,
+    principal: &str,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<Value, ErrorObject> {
+    let p = params::object(params)?;
+    let declared = check(headers, method, p)?;
+    match method {
+        "server/discover" => Ok(discover()),
+        "tools/list" => {
+            let page = crate::dispatch::tools::tools_page(gw, p, false)?;
+            Ok(complete(page.as_object().cloned().unwrap_or_default()))
+        }
+        "tools/call" => Box::pin(tools_call(gw, principal, p, &declared)).await,
+        "tasks/get" | "tasks/update" | "tasks/cancel" if !declared.tasks => {
+            Err(missing_extension(format!(
+                "{method} needs the tasks extension ({EXTENSION}) declared in the request's client capabilities"
+            )))
+        }
+        "tasks/get" => tasks_get(gw, principal, p).await,
+        "tasks/update" => tasks_update(gw, principal, p).await,
+        "tasks/cancel" => tasks_cancel(gw, principal, p).await,
+        _ => Err(ErrorObject::method_not_found(method)),
+    }
+}
+
+/// `server/discover`: the versions served and what the server offers.
+fn discover() -> Value {
+    let mut versions: Vec<&str> = SUPPORTED.to_vec();
+    versions.extend(taskmesh_mcp::SUPPORTED_VERSIONS);
+    json!({
+        "resultType": "complete",
+        "supportedVersions": versions,
+        "capabilities": {
+            "tools": { "listChanged": true },
+            "extensions": { EXTENSION: {} },
+        },
+    })
+}
+
+/// A lookup's failure as the client sees it; unknown ids count for the enumeration watch.
+fn task_error(gw: &Gateway, principal: &str, task_id: &str, e: &HostError) -> ErrorObject {
+    if matches!(e, HostError::NotFound) {
+        gw.limits.failed_lookup(principal, task_id);
+    }
+    wire::host_error(e)
+}
+
+async fn tools_call(
+    gw: &Arc<Gateway>,
+    principal: &str,
+    p: &Map<String, Value>,
+    declared: &Declared,
+) -> Result<Value, ErrorObject> {
+    let name = params::req_str(p, "name")?;
+    let args = params::opt_obj(p, "arguments")?
+        .cloned()
+        .unwrap_or_default();
+    let tool = gw.tools.get(name).ok_or_else(|| {
+        ErrorObject::invalid_params(format!("Invalid params: unknown tool '{name}'"))
+    })?;
+    tool.validate(&args)?;
+    let support = tool.spec().task_support;
+    if declared.tasks && support != TaskSupport::Forbidden {
+        let task_id = mint_task_id().map_err(|e| wire::host_error(&e))?;
+        tracing::Span::current().record("task_id", task_id.as_str());
+        let new = NewTask {
+            task_id,
+            owner: principal.to_string(),
+            session: None,
+            tool: name.to_string(),
+            arguments_json: Value::Object(args).to_string(),
+            progress_token: None,
+            ttl_ms: None,
+            // Input reaches a task of this generation through `tasks/update`, which is not
+            // served yet: its tools are told the client can answer nothing.
+            client: ClientCaps::default(),
+        };
+        let created = gw
+            .router
+            .create(new)
+            .await
+            .map_err(|e| wire::host_error(&e))?;
+        return Ok(tasks::created(&created.task));
+    }
+    if support == TaskSupport::Required {
+        return Err(missing_extension(format!(
+            "Tool '{name}' runs only as a task: declare the tasks extension ({EXTENSION}) in the request's client capabilities"
+        )));
+    }
+    let cancel = CancellationToken::new();
+    let _cancel_on_drop = cancel.clone().drop_guard();
+    let ctx = ToolContext {
+        cancel: cancel.clone(),
+        ended: cancel,
+        io: Arc::new(NoChannel),
+        has_progress_token: false,
+        client_elicitation: false,
+        client_sampling: false,
+        principal: principal.to_string(),
+        upstream_task: None,
+    };
+    match tool.call(args, ctx).await? {
+        Value::Object(m) => Ok(complete(m)),
+        other => Err(ErrorObject::internal(format!(
+            "the tool answered with something that is not a result: {other}"
+        ))),
+    }
+}
+
+/// A plain call's side channel on this generation: the server sends nothing to the client
+/// while a request runs (no progress, no log messages) and asks it nothing.
+struct NoChannel;
+
+impl ToolIo for NoChannel {
+    fn progress(&self, _progress: f64, _total: Option<f64>, _message: Option<String>) {}
+
+    fn request(&self, method: &'static str, _params: Value) -> BoxFuture<'static, ToolResult> {
+        Box::pin(async move {
+            Err(ErrorObject::internal(format!(
+                "{method} cannot be sent on protocol {VERSION} outside a task"
+            )))
+        })
+    }
+
+    fn log(
+        &self,
+        _level: LogLevel,
+        _logger: Option<String>,
+        _data: Value,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
+}
+
+fn task_id_param(p: &Map<String, Value>) -> Result<&str, ErrorObject> {
+    params::req_str(p, "taskId")
+}
+
+/// `tasks/get`: the `DetailedTask`, its outcome inline once terminal.
+async fn tasks_get(
+    gw: &Arc<Gateway>,
+    principal: &str,
+    p: &Map<String, Value>,
+) -> Result<Value, ErrorObject> {
+    let task_id = task_id_param(p)?;
+    let view = gw
+        .router
+        .get(task_id, principal)
+        .await
+        .map_err(|e| task_error(gw, principal, task_id, &e))?;
+    if !view.status.is_terminal() {
+        return Ok(complete(tasks::live(&view)));
+    }
+    // Terminal: the outcome comes with the record.
+    match gw.router.attach(task_id, principal).await {
+        Ok(Attachment::Terminal(r)) => Ok(complete(tasks::terminal(&r))),
+        Ok(Attachment::Live { task, .. }) => Ok(complete(tasks::live(&task))),
+        Err(e) => Err(task_error(gw, principal, task_id, &e)),
+    }
+}
+
+/// `tasks/update`: each answer of `inputResponses` goes to the request of the task it is keyed
+/// by; keys the task does not wait on are ignored.
+async fn tasks_update(
+    gw: &Arc<Gateway>,
+    principal: &str,
+    p: &Map<String, Value>,
+) -> Result<Value, ErrorObject> {
+    let task_id = task_id_param(p)?;
+    let responses = p
+        .get("inputResponses")
+        .and_then(Value::as_object)
+        .ok_or_else(|| {
+            ErrorObject::invalid_params("Invalid params: 'inputResponses' must be an object")
+        })?;
+    gw.router
+        .get(task_id, principal)
+        .await
+        .map_err(|e| task_error(gw, principal, task_id, &e))?;
+    for (key, answer) in responses {
+        let taken = gw
+            .router
+            .deliver_response(task_id, principal, key.clone(), Ok(answer.clone()))
+            .await;
+        if !taken {
+            tracing::debug!(task_id, key = %key, "tasks/update answer for no pending request; ignored");
+        }
+    }
+    Ok(complete(Map::new()))
+}
+
+/// `tasks/cancel`: an acknowledgement, also for a task already terminal.
+async fn tasks_cancel(
+    gw: &Arc<Gateway>,
+    principal: &str,
+    p: &Map<String, Value>,
+) -> Result<Value, ErrorObject> {
+    let task_id = task_id_param(p)?;
+    match gw.router.cancel(task_id, principal).await {
+        Ok(_) | Err(HostError::Terminal(_)) => Ok(complete(Map::new())),
+        Err(e) => Err(task_error(gw, principal, task_id, &e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_decode_from_their_base64_form() {
+        let mut h = HeaderMap::new();
+        h.insert(NAME_HEADER, "plain-name".parse().unwrap());
+        assert_eq!(header_text(&h, NAME_HEADER).as_deref(), Some("plain-name"));
+        // "héllo" in base64.
+        h.insert(NAME_HEADER, "=?base64?aMOpbGxv?=".parse().unwrap());
+        assert_eq!(header_text(&h, NAME_HEADER).as_deref(), Some("héllo"));
+        h.insert(NAME_HEADER, "=?base64?!!!?=".parse().unwrap());
+        assert_eq!(header_text(&h, NAME_HEADER), None);
+    }
+}

@@ -1,0 +1,136 @@
+//! The tasks extension's rendering of the task store: the same records that 2025-11-25 clients
+//! read (`crate::wire`), shaped as 2026-07-28 `Task`, `CreateTaskResult` and `DetailedTask`.
+//!
+//! Field by field: `ttl` is `ttlMs` (`null` for unlimited), `pollInterval` is `pollIntervalMs`;
+//! the created task is flat with `resultType: "task"`; a terminal task carries its outcome
+//! inline (`result` once `completed`, `error` once `failed`). The one status that reads
+//! differently is a tool error: stored as `failed` with a result whose `isError` is true (what
+//! a 2025-11-25 client sees), it is `completed` here with that result, since the extension
+//! keeps `failed` for JSON-RPC errors. The inline result carries no related-task `_meta`.
+
+use serde_json::{json, Map, Value};
+use taskmesh_mcp::time::rfc3339_ms;
+use taskmesh_task::{Outcome, TaskRecord, TaskStatus, TaskView};
+
+use crate::wire::wire_status;
+
+/// The `resultType` of a created task.
+pub(crate) const RESULT_TYPE_TASK: &str = "task";
+
+/// The extension's `Task` object of a task view, with `status` as given.
+fn task_object(v: &TaskView, status: TaskStatus) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("taskId".into(), json!(v.task_id));
+    m.insert("status".into(), json!(wire_status(status)));
+    if let Some(s) = &v.status_message {
+        m.insert("statusMessage".into(), json!(s));
+    }
+    m.insert("createdAt".into(), json!(rfc3339_ms(v.created_at_ms)));
+    m.insert(
+        "lastUpdatedAt".into(),
+        json!(rfc3339_ms(v.last_updated_at_ms)),
+    );
+    m.insert("ttlMs".into(), json!(v.ttl_ms));
+    m.insert("pollIntervalMs".into(), json!(v.poll_interval_ms));
+    m
+}
+
+/// `CreateTaskResult`: the new task, flat, with `resultType: "task"`.
+pub(crate) fn created(v: &TaskView) -> Value {
+    let mut m = task_object(v, v.status);
+    m.insert("resultType".into(), json!(RESULT_TYPE_TASK));
+    Value::Object(m)
+}
+
+/// The `DetailedTask` of a task that is not terminal.
+pub(crate) fn live(v: &TaskView) -> Map<String, Value> {
+    task_object(v, v.status)
+}
+
+/// The `DetailedTask` of a terminal record: its outcome inline.
+pub(crate) fn terminal(r: &TaskRecord) -> Map<String, Value> {
+    let view = TaskView::from(r);
+    match &r.outcome {
+        Some(Outcome::Result { json }) => {
+            let result: Value = serde_json::from_str(json).unwrap_or_else(|e| {
+                json!({"content": [{"type": "text", "text": format!("stored result unreadable: {e}")}], "isError": true})
+            });
+            // A tool error is `completed` here (see the module doc).
+            let mut m = task_object(&view, TaskStatus::Completed);
+            m.insert("result".into(), result);
+            m
+        }
+        Some(Outcome::Error {
+            code,
+            message,
+            data_json,
+        }) => {
+            let mut m = task_object(&view, TaskStatus::Failed);
+            let mut error = json!({ "code": code, "message": message });
+            if let Some(d) = data_json
+                .as_deref()
+                .and_then(|d| serde_json::from_str::<Value>(d).ok())
+            {
+                error["data"] = d;
+            }
+            m.insert("error".into(), error);
+            m
+        }
+        None => task_object(&view, r.status),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(status: TaskStatus, outcome: Option<Outcome>) -> TaskRecord {
+        TaskRecord {
+            status,
+            outcome,
+            ttl_ms: None,
+            ..TaskRecord::sample("t-1")
+        }
+    }
+
+    #[test]
+    fn one_stored_outcome_renders_for_the_extension() {
+        let tool_error = record(
+            TaskStatus::Failed,
+            Some(Outcome::Result {
+                json: r#"{"content":[],"isError":true}"#.into(),
+            }),
+        );
+        let d = terminal(&tool_error);
+        assert_eq!(d["status"], "completed", "a tool error is completed here");
+        assert_eq!(d["result"]["isError"], true);
+        assert!(d.get("error").is_none());
+        assert_eq!(d["ttlMs"], Value::Null);
+        assert!(d.get("ttl").is_none() && d.get("pollInterval").is_none());
+        assert_eq!(d["pollIntervalMs"], 500);
+
+        let rpc_error = record(
+            TaskStatus::Failed,
+            Some(Outcome::Error {
+                code: -32602,
+                message: "no".into(),
+                data_json: Some(r#"{"why":1}"#.into()),
+            }),
+        );
+        let d = terminal(&rpc_error);
+        assert_eq!(d["status"], "failed");
+        assert_eq!(
+            d["error"],
+            json!({"code": -32602, "message": "no", "data": {"why": 1}})
+        );
+
+        let cancelled = terminal(&record(TaskStatus::Cancelled, None));
+        assert_eq!(cancelled["status"], "cancelled");
+        assert!(cancelled.get("result").is_none() && cancelled.get("error").is_none());
+
+        let c = created(&TaskView::from(&record(TaskStatus::Working, None)));
+        assert_eq!(c["resultType"], "task");
+        assert_eq!(c["status"], "working");
+        assert!(c.get("task").is_none(), "flat");
+    }
+}

@@ -1,0 +1,435 @@
+//! Protocol 2026-07-28 with the tasks extension, on the same endpoint and task store as
+//! 2025-11-25: the per-request `_meta` and headers checked with the errors the spec gives,
+//! `server/discover`, the server deciding on tasks, the flat `CreateTaskResult`, `tasks/get`
+//! with the outcome inline (a tool error `completed`), `tasks/cancel` acknowledged (also when
+//! terminal), `tasks/result` and `tasks/list` gone, the extension required for `tasks/*`; and a
+//! task made through either generation read through the other by its owner.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use taskmesh_testkit::{Client, Server};
+
+use super::{AUTH, TASKMESH};
+
+const V: &str = "2026-07-28";
+const EXT: &str = "io.modelcontextprotocol/tasks";
+
+/// A stateless client of 2026-07-28.
+struct Modern {
+    url: String,
+    token: Option<String>,
+    /// Whether requests declare the tasks extension.
+    tasks: bool,
+}
+
+/// What one request got: its HTTP status and JSON-RPC answer.
+struct Answer {
+    status: u16,
+    body: Value,
+}
+
+impl Answer {
+    fn result(&self) -> &Value {
+        assert!(
+            self.body.get("result").is_some(),
+            "no result: {}",
+            self.body
+        );
+        &self.body["result"]
+    }
+    fn code(&self) -> i64 {
+        self.body["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("not an error: {}", self.body))
+    }
+}
+
+impl Modern {
+    fn new(url: &str, token: Option<&str>, tasks: bool) -> Self {
+        Self {
+            url: url.to_string(),
+            token: token.map(str::to_string),
+            tasks,
+        }
+    }
+
+    fn meta(&self) -> Value {
+        let mut caps = json!({});
+        if self.tasks {
+            caps["extensions"] = json!({ EXT: {} });
+        }
+        json!({
+            "io.modelcontextprotocol/protocolVersion": V,
+            "io.modelcontextprotocol/clientCapabilities": caps,
+            "io.modelcontextprotocol/clientInfo": {"name": "modern-test", "version": "1"},
+        })
+    }
+
+    /// The `Mcp-Name` a request of `method` carries.
+    fn name_of(method: &str, params: &Value) -> Option<String> {
+        let field = match method {
+            "tools/call" => "name",
+            "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
+            _ => return None,
+        };
+        params[field].as_str().map(str::to_string)
+    }
+
+    /// `method` with `params` (its `_meta` added), the routing headers set from the body,
+    /// then `change` applied to the headers (`None` removes one).
+    async fn send_with(
+        &self,
+        method: &str,
+        mut params: Value,
+        change: &[(&str, Option<&str>)],
+    ) -> Answer {
+        params["_meta"] = self.meta();
+        let mut headers: Vec<(String, String)> = vec![
+            ("mcp-protocol-version".into(), V.into()),
+            ("mcp-method".into(), method.into()),
+        ];
+        if let Some(n) = Self::name_of(method, &params) {
+            headers.push(("mcp-name".into(), n));
+        }
+        for (k, v) in change {
+            headers.retain(|(h, _)| h != k);
+            if let Some(v) = v {
+                headers.push(((*k).to_string(), (*v).to_string()));
+            }
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+        let mut r = taskmesh_testkit::http()
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        for (k, v) in &headers {
+            r = r.header(k.as_str(), v.as_str());
+        }
+        if let Some(t) = &self.token {
+            r = r.header("authorization", format!("Bearer {t}"));
+        }
+        let resp = r.send().await.expect("send");
+        let status = resp.status().as_u16();
+        assert!(
+            resp.headers().get("mcp-session-id").is_none(),
+            "no session on {V}"
+        );
+        let text = resp.text().await.expect("body");
+        let body = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+        Answer { status, body }
+    }
+
+    async fn send(&self, method: &str, params: Value) -> Answer {
+        self.send_with(method, params, &[]).await
+    }
+
+    async fn ok(&self, method: &str, params: Value) -> Value {
+        let a = self.send(method, params).await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        let r = a.result().clone();
+        assert_eq!(
+            r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "taskmesh",
+            "{r}"
+        );
+        r
+    }
+
+    /// Create a task of `tool`; its id.
+    async fn start(&self, tool: &str, args: Value) -> String {
+        let r = self
+            .ok("tools/call", json!({"name": tool, "arguments": args}))
+            .await;
+        assert_eq!(r["resultType"], "task", "{r}");
+        r["taskId"].as_str().unwrap().to_string()
+    }
+
+    /// Poll until the task is terminal (bounded: 30 s); its `DetailedTask`.
+    async fn until_terminal(&self, id: &str) -> Value {
+        for _ in 0..600 {
+            let t = self.ok("tasks/get", json!({"taskId": id})).await;
+            assert_eq!(t["resultType"], "complete", "{t}");
+            if ["completed", "failed", "cancelled"].contains(&t["status"].as_str().unwrap()) {
+                return t;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("task {id} never ended");
+    }
+}
+
+#[tokio::test]
+async fn requests_are_checked_per_request_with_the_spec_s_errors() {
+    let s = Server::start(TASKMESH, "");
+    let m = Modern::new(&s.url, None, true);
+
+    let d = m.ok("server/discover", json!({})).await;
+    assert_eq!(d["resultType"], "complete");
+    let versions = d["supportedVersions"].as_array().unwrap();
+    assert!(
+        versions.contains(&json!(V)) && versions.contains(&json!("2025-11-25")),
+        "{d}"
+    );
+    assert_eq!(d["capabilities"]["extensions"][EXT], json!({}));
+    assert!(
+        d["capabilities"].get("tasks").is_none(),
+        "no legacy task keys: {d}"
+    );
+
+    // The version: unsupported, or the header not naming the body's.
+    let a = m
+        .send_with(
+            "server/discover",
+            json!({}),
+            &[("mcp-protocol-version", Some("2025-11-25"))],
+        )
+        .await;
+    assert_eq!((a.status, a.code()), (400, -32020), "{}", a.body);
+    let a = m
+        .send_with(
+            "server/discover",
+            json!({}),
+            &[("mcp-protocol-version", None)],
+        )
+        .await;
+    assert_eq!((a.status, a.code()), (400, -32020), "{}", a.body);
+    let old = Modern::new(&s.url, None, true);
+    let mut p = json!({});
+    p["_meta"] = old.meta();
+    p["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let r = taskmesh_testkit::http()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2099-01-01")
+        .header("mcp-method", "server/discover")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": p})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], -32022, "{e}");
+    assert!(
+        e["error"]["data"]["supported"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(V)),
+        "{e}"
+    );
+
+    // The routing headers.
+    let a = m
+        .send_with("tools/list", json!({}), &[("mcp-method", None)])
+        .await;
+    assert_eq!((a.status, a.code()), (400, -32020));
+    let a = m
+        .send_with(
+            "tools/list",
+            json!({}),
+            &[("mcp-method", Some("tools/call"))],
+        )
+        .await;
+    assert_eq!((a.status, a.code()), (400, -32020));
+    let call = json!({"name": "greet", "arguments": {"name": "x"}});
+    let a = m
+        .send_with("tools/call", call.clone(), &[("mcp-name", Some("other"))])
+        .await;
+    assert_eq!((a.status, a.code()), (400, -32020));
+    let a = m
+        .send_with("tools/call", call.clone(), &[("mcp-name", None)])
+        .await;
+    assert_eq!((a.status, a.code()), (400, -32020));
+    // "greet" in its base64 form.
+    let a = m
+        .send_with(
+            "tools/call",
+            call.clone(),
+            &[("mcp-name", Some("=?base64?Z3JlZXQ=?="))],
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.result()["resultType"], "complete");
+
+    // Capabilities must be an object.
+    let mut p = json!({});
+    p["_meta"] = m.meta();
+    p["_meta"]
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/clientCapabilities");
+    let r = taskmesh_testkit::http()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", V)
+        .header("mcp-method", "tools/list")
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": p}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], -32602, "{e}");
+
+    // Gone or unknown methods: 404 with -32601.
+    for method in ["tasks/result", "tasks/list", "ping", "no/such"] {
+        let a = m.send(method, json!({"taskId": "x"})).await;
+        assert_eq!((a.status, a.code()), (404, -32601), "{method}: {}", a.body);
+    }
+
+    // tools/list: no taskSupport on this wire.
+    let l = m.ok("tools/list", json!({})).await;
+    assert_eq!(l["resultType"], "complete");
+    let tools = l["tools"].as_array().unwrap();
+    assert!(tools.iter().any(|t| t["name"] == "slow_compute"));
+    assert!(tools.iter().all(|t| t.get("execution").is_none()), "{l}");
+}
+
+#[tokio::test]
+async fn the_server_decides_on_tasks_and_renders_them_for_the_extension() {
+    let s = Server::start(TASKMESH, "");
+    let with = Modern::new(&s.url, None, true);
+    let without = Modern::new(&s.url, None, false);
+
+    // Without the extension: plain calls; a task-only tool and tasks/* need it.
+    let r = without
+        .ok(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0}}),
+        )
+        .await;
+    assert_eq!(r["resultType"], "complete", "{r}");
+    assert!(r["content"].is_array(), "{r}");
+    let a = without
+        .send(
+            "tools/call",
+            json!({"name": "failing_job", "arguments": {}}),
+        )
+        .await;
+    assert_eq!((a.status, a.code()), (400, -32021), "{}", a.body);
+    assert_eq!(
+        a.body["error"]["data"]["requiredCapabilities"]["extensions"][EXT],
+        json!({})
+    );
+    let a = without.send("tasks/get", json!({"taskId": "x"})).await;
+    assert_eq!((a.status, a.code()), (400, -32021));
+    // A legacy `task` parameter changes nothing.
+    let r = without
+        .ok(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {"ttl": 1000}}),
+        )
+        .await;
+    assert_eq!(r["resultType"], "complete", "{r}");
+
+    // With it: a task, flat, with the renamed fields; its result inline once completed.
+    let c = with
+        .ok(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0.2}}),
+        )
+        .await;
+    assert_eq!(c["resultType"], "task", "{c}");
+    assert_eq!(c["status"], "working");
+    assert!(
+        c.get("task").is_none() && c.get("ttl").is_none() && c.get("pollInterval").is_none(),
+        "{c}"
+    );
+    assert!(
+        c["pollIntervalMs"].is_u64() && c.get("ttlMs").is_some(),
+        "{c}"
+    );
+    let id = c["taskId"].as_str().unwrap().to_string();
+    let t = with.until_terminal(&id).await;
+    assert_eq!(t["status"], "completed", "{t}");
+    assert!(t["result"]["content"].is_array(), "{t}");
+    assert!(
+        t["result"]
+            .get("_meta")
+            .is_none_or(|m| m.get("io.modelcontextprotocol/related-task").is_none()),
+        "no related-task _meta inline: {t}"
+    );
+    // A forbidden tool is answered plainly even with the extension.
+    let r = with
+        .ok(
+            "tools/call",
+            json!({"name": "greet", "arguments": {"name": "ext"}}),
+        )
+        .await;
+    assert_eq!(r["resultType"], "complete", "{r}");
+
+    // A tool error ends completed, with the result; a JSON-RPC error ends failed.
+    let id = with.start("failing_job", json!({})).await;
+    let t = with.until_terminal(&id).await;
+    assert_eq!(t["status"], "completed", "{t}");
+    assert_eq!(t["result"]["isError"], true, "{t}");
+    let id = with.start("protocol_error_job", json!({})).await;
+    let t = with.until_terminal(&id).await;
+    assert_eq!(t["status"], "failed", "{t}");
+    assert_eq!(t["error"]["code"], -32603, "{t}");
+
+    // tasks/cancel: acknowledged, also once terminal; unknown ids are invalid params.
+    let id = with.start("slow_compute", json!({"seconds": 60})).await;
+    let ack = with.ok("tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(ack["resultType"], "complete", "{ack}");
+    assert_eq!(with.until_terminal(&id).await["status"], "cancelled");
+    with.ok("tasks/cancel", json!({"taskId": id})).await;
+    let a = with
+        .send("tasks/cancel", json!({"taskId": "no-such-task"}))
+        .await;
+    assert_eq!((a.status, a.code()), (200, -32602), "{}", a.body);
+    let a = with
+        .send("tasks/get", json!({"taskId": "no-such-task"}))
+        .await;
+    assert_eq!(a.code(), -32602);
+    let a = with
+        .send(
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": {"k": {}}}),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let a = with.send("tasks/update", json!({"taskId": id})).await;
+    assert_eq!(a.code(), -32602, "inputResponses is required");
+}
+
+#[tokio::test]
+async fn one_task_store_serves_both_generations_to_the_owner() {
+    let s = Server::start(TASKMESH, AUTH);
+    let legacy = Client::connect(&s.url, Some("alice-token-1"), "2025-11-25", json!({})).await;
+    let alice = Modern::new(&s.url, Some("alice-token-1"), true);
+    let bob = Modern::new(&s.url, Some("bob-token-22"), true);
+
+    // Made through 2025-11-25, read through 2026-07-28: the tool error reads `failed` there
+    // and `completed` here, from the one stored outcome.
+    let id = legacy.start_task("failing_job", json!({})).await;
+    legacy.wait_status(&id, "failed").await;
+    let t = alice.until_terminal(&id).await;
+    assert_eq!(t["status"], "completed", "{t}");
+    assert_eq!(t["result"]["isError"], true, "{t}");
+    let a = bob.send("tasks/get", json!({"taskId": id})).await;
+    assert_eq!(
+        a.code(),
+        -32602,
+        "another principal's task reads as unknown"
+    );
+
+    // Made through 2026-07-28, read and listed through 2025-11-25.
+    let id = alice.start("slow_compute", json!({"seconds": 0.1})).await;
+    legacy.wait_status(&id, "completed").await;
+    let r = legacy.ok("tasks/result", json!({"taskId": id})).await;
+    assert!(r["content"].is_array(), "{r}");
+    let listed = legacy.ok("tasks/list", json!({})).await;
+    assert!(
+        listed["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["taskId"] == json!(id)),
+        "{listed}"
+    );
+}
