@@ -21,6 +21,8 @@ struct Modern {
     token: Option<String>,
     /// Whether requests declare the tasks extension.
     tasks: bool,
+    /// Whether requests declare elicitation.
+    elicitation: bool,
 }
 
 /// What one request got: its HTTP status and JSON-RPC answer.
@@ -51,6 +53,7 @@ impl Modern {
             url: url.to_string(),
             token: token.map(str::to_string),
             tasks,
+            elicitation: false,
         }
     }
 
@@ -58,6 +61,9 @@ impl Modern {
         let mut caps = json!({});
         if self.tasks {
             caps["extensions"] = json!({ EXT: {} });
+        }
+        if self.elicitation {
+            caps["elicitation"] = json!({});
         }
         json!({
             "io.modelcontextprotocol/protocolVersion": V,
@@ -172,6 +178,7 @@ async fn requests_are_checked_per_request_with_the_spec_s_errors() {
         "{d}"
     );
     assert_eq!(d["capabilities"]["extensions"][EXT], json!({}));
+    assert!(d["ttlMs"].is_u64() && d["cacheScope"] == "public", "{d}");
     assert!(
         d["capabilities"].get("tasks").is_none(),
         "no legacy task keys: {d}"
@@ -194,26 +201,35 @@ async fn requests_are_checked_per_request_with_the_spec_s_errors() {
         )
         .await;
     assert_eq!((a.status, a.code()), (400, -32020), "{}", a.body);
-    let old = Modern::new(&s.url, None, true);
-    let mut p = json!({});
-    p["_meta"] = old.meta();
-    p["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
-    let r = taskmesh_testkit::http()
-        .post(&s.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2099-01-01")
-        .header("mcp-method", "server/discover")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": p})
-                .to_string(),
-        )
-        .send()
-        .await
-        .unwrap();
+    // The body names a version the header does not: a mismatch, even when unsupported; both
+    // name an unsupported one: -32022, with what is served and what was asked.
+    let raw = |version: &str, header: &str, meta: Option<Value>| {
+        let mut p = json!({});
+        if let Some(m) = meta {
+            p["_meta"] = m;
+            p["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!(version);
+        }
+        taskmesh_testkit::http()
+            .post(&s.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", header)
+            .header("mcp-method", "server/discover")
+            .body(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": p})
+                    .to_string(),
+            )
+            .send()
+    };
+    let r = raw("v999.0.0", V, Some(m.meta())).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], -32020, "{e}");
+    let r = raw("v999.0.0", "v999.0.0", Some(m.meta())).await.unwrap();
     assert_eq!(r.status().as_u16(), 400);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], -32022, "{e}");
+    assert_eq!(e["error"]["data"]["requested"], "v999.0.0", "{e}");
     assert!(
         e["error"]["data"]["supported"]
             .as_array()
@@ -221,6 +237,11 @@ async fn requests_are_checked_per_request_with_the_spec_s_errors() {
             .contains(&json!(V)),
         "{e}"
     );
+    // No `_meta` at all, under the version header: malformed, -32602 with HTTP 400.
+    let r = raw(V, V, None).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], -32602, "{e}");
 
     // The routing headers.
     let a = m
@@ -272,11 +293,19 @@ async fn requests_are_checked_per_request_with_the_spec_s_errors() {
         .send()
         .await
         .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], -32602, "{e}");
 
-    // Gone or unknown methods: 404 with -32601.
-    for method in ["tasks/result", "tasks/list", "ping", "no/such"] {
+    // Gone or unknown methods: 404 with -32601; so are the session-era methods.
+    for method in [
+        "tasks/result",
+        "tasks/list",
+        "ping",
+        "initialize",
+        "logging/setLevel",
+        "no/such",
+    ] {
         let a = m.send(method, json!({"taskId": "x"})).await;
         assert_eq!((a.status, a.code()), (404, -32601), "{method}: {}", a.body);
     }
@@ -287,6 +316,96 @@ async fn requests_are_checked_per_request_with_the_spec_s_errors() {
     let tools = l["tools"].as_array().unwrap();
     assert!(tools.iter().any(|t| t["name"] == "slow_compute"));
     assert!(tools.iter().all(|t| t.get("execution").is_none()), "{l}");
+    assert!(l["ttlMs"].is_u64() && l["cacheScope"].is_string(), "{l}");
+}
+
+/// Poll until the task is `input_required` with exactly `n` requests (bounded: 30 s); they.
+async fn until_asking(m: &Modern, id: &str, n: usize) -> serde_json::Map<String, Value> {
+    for _ in 0..600 {
+        let t = m.ok("tasks/get", json!({"taskId": id})).await;
+        if t["status"] == "input_required" {
+            let asked = t["inputRequests"]
+                .as_object()
+                .expect("inputRequests")
+                .clone();
+            if asked.len() == n {
+                return asked;
+            }
+        }
+        assert!(
+            t["status"] == "working" || t["status"] == "input_required",
+            "{t}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("task {id} never asked {n} questions");
+}
+
+#[tokio::test]
+async fn input_is_asked_in_input_requests_and_answered_with_tasks_update() {
+    let s = Server::start(TASKMESH, "");
+    let mut m = Modern::new(&s.url, None, true);
+    m.elicitation = true;
+
+    let id = m
+        .start("confirm_delete", json!({"filename": "notes.txt"}))
+        .await;
+    let asked = until_asking(&m, &id, 1).await;
+    let (key, request) = asked.iter().next().unwrap();
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    assert_eq!(
+        request["params"]["message"], "Delete notes.txt?",
+        "{request}"
+    );
+    assert!(
+        request.get("jsonrpc").is_none() && request.get("id").is_none(),
+        "{request}"
+    );
+    // Keys the task does not wait on are ignored; the answer goes to its request.
+    let ack = m
+        .ok(
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": {
+                "not-a-key": {"action": "decline"},
+                key: {"action": "accept", "content": {"confirm": true}},
+            }}),
+        )
+        .await;
+    assert_eq!(
+        ack,
+        json!({"resultType": "complete", "_meta": ack["_meta"]})
+    );
+    let t = m.until_terminal(&id).await;
+    assert_eq!(t["status"], "completed", "{t}");
+    assert_eq!(
+        t["result"]["content"][0]["text"], "Deleted notes.txt",
+        "{t}"
+    );
+
+    // Two questions, one after the other: each key once, never reused.
+    let id = m.start("multi_input", json!({})).await;
+    let first = until_asking(&m, &id, 1).await;
+    let k1 = first.keys().next().unwrap().clone();
+    m.ok(
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {k1.clone(): {"action": "accept", "content": {"name": "Ada"}}}}),
+    )
+    .await;
+    let second = loop {
+        let asked = until_asking(&m, &id, 1).await;
+        if !asked.contains_key(&k1) {
+            break asked;
+        }
+    };
+    let k2 = second.keys().next().unwrap().clone();
+    assert_ne!(k1, k2);
+    m.ok(
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {k2: {"action": "accept", "content": {"colour": "blue"}}}}),
+    )
+    .await;
+    let t = m.until_terminal(&id).await;
+    assert_eq!(t["result"]["content"][0]["text"], "Ada likes blue", "{t}");
 }
 
 #[tokio::test]

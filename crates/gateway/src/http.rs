@@ -198,8 +198,7 @@ async fn handle_post(
     };
     let is_initialize = matches!(&msg, Message::Request { method, .. } if method == "initialize");
     // Protocol 2026-07-28: no session, the version in the request's `_meta`.
-    let modern =
-        !is_initialize && !headers.contains_key(SESSION_HEADER) && crate::modern::is_modern(&msg);
+    let modern = !headers.contains_key(SESSION_HEADER) && crate::modern::is_modern(&headers, &msg);
     let session = if modern {
         None // its checks are its own (`crate::modern`)
     } else if is_initialize {

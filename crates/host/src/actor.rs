@@ -95,6 +95,9 @@ pub enum TaskMsg {
         /// The message (any JSON).
         data: Value,
     },
+    /// Which requests to the client the execution waits on (their JSON-RPC requests, in the
+    /// order sent).
+    Pending(oneshot::Sender<Vec<Arc<Vec<u8>>>>),
     /// The tool finished.
     Done(ToolResult),
     /// Try again the write that the shard refused.
@@ -558,6 +561,14 @@ async fn handle_msg(
             params["_meta"] = json!({ META_RELATED_TASK: { "taskId": st.task_id } });
             let json = Arc::new(jsonrpc::notification("notifications/message", &params));
             deliver(st, json, None);
+        }
+        TaskMsg::Pending(reply) => {
+            let mut pending: Vec<(&String, &Pending)> = st.pending.iter().collect();
+            pending.sort_by_key(|(id, _)| match id.parse::<ServerRequestId>() {
+                Ok(ServerRequestId::Task { seq, .. } | ServerRequestId::Plain { seq, .. }) => seq,
+                Err(_) => u64::MAX,
+            });
+            let _ = reply.send(pending.into_iter().map(|(_, p)| p.json.clone()).collect());
         }
         TaskMsg::Follow {
             upstream_task,

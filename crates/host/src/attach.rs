@@ -94,6 +94,35 @@ impl Host {
             None => false,
         }
     }
+    /// The requests to the client that `owner`'s live task `task_id` waits on, as the JSON-RPC
+    /// requests it sent, in order; none for a task that is not live here or not `owner`'s.
+    /// `NotLeader` when this node does not lead the shard.
+    pub async fn pending_requests(
+        &self,
+        shard_id: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Vec<std::sync::Arc<Vec<u8>>>, HostError> {
+        let shard = self.shard(shard_id)?;
+        if !shard.is_leader() {
+            return Err(HostError::NotLeader {
+                shard: shard_id,
+                leader_hint: shard.leadership().borrow().leader,
+            });
+        }
+        if !shard.read_local(|st| st.get(task_id).is_some_and(|r| r.owner == owner)) {
+            return Ok(Vec::new());
+        }
+        let Some(actor) = self.actor(task_id) else {
+            return Ok(Vec::new());
+        };
+        let (reply, answer) = oneshot::channel();
+        if actor.cast(TaskMsg::Pending(reply)).is_err() {
+            return Ok(Vec::new());
+        }
+        Ok(answer.await.unwrap_or_default())
+    }
+
     /// A GET stream of the task's session asks to carry the task's request `request_id`;
     /// whether it is the one to send it (the first claim of a request that no other stream
     /// carries). False when the task has no execution here or the request is not pending.

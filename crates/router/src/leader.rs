@@ -8,6 +8,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -118,6 +119,21 @@ impl Router {
         })
         .await
         .unwrap_or(false)
+    }
+
+    /// The requests to the client that `owner`'s live task `task_id` waits on (serialised
+    /// JSON-RPC requests, in the order sent), from the shard's leader.
+    pub async fn pending_requests(
+        &self,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Vec<Arc<Vec<u8>>>, HostError> {
+        Self::check_id(task_id)?;
+        let shard = self.shard_of(task_id);
+        self.on_leader(shard, |t| async move {
+            t.pending_requests(shard, task_id, owner).await
+        })
+        .await
     }
 
     /// The voters and learners of `shard`'s group, from its leader.
@@ -336,6 +352,14 @@ pub trait ShardLeader {
         release: bool,
     ) -> impl Future<Output = Result<bool, HostError>> + Send;
 
+    /// The requests to the client that `owner`'s live task waits on, as sent, in order.
+    fn pending_requests(
+        &self,
+        shard: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> impl Future<Output = Result<Vec<Arc<Vec<u8>>>, HostError>> + Send;
+
     /// The voters and learners of `shard`'s group.
     fn members(
         &self,
@@ -401,6 +425,15 @@ impl ShardLeader for Host {
         release: bool,
     ) -> Result<bool, HostError> {
         Ok(Host::claim(self, task_id, request_id.to_string(), release).await)
+    }
+
+    async fn pending_requests(
+        &self,
+        shard: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Vec<Arc<Vec<u8>>>, HostError> {
+        Host::pending_requests(self, shard, task_id, owner).await
     }
 
     async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
@@ -471,6 +504,17 @@ impl ShardLeader for RemoteNode<'_> {
     ) -> Result<bool, HostError> {
         self.peers
             .claim(self.id, shard, task_id, request_id, release)
+            .await
+    }
+
+    async fn pending_requests(
+        &self,
+        shard: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Vec<Arc<Vec<u8>>>, HostError> {
+        self.peers
+            .pending_requests(self.id, shard, task_id, owner)
             .await
     }
 
@@ -552,6 +596,15 @@ impl ShardLeader for Target<'_> {
         release: bool,
     ) -> Result<bool, HostError> {
         on_target!(self, claim(shard, task_id, request_id, release))
+    }
+
+    async fn pending_requests(
+        &self,
+        shard: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Vec<Arc<Vec<u8>>>, HostError> {
+        on_target!(self, pending_requests(shard, task_id, owner))
     }
 
     async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {

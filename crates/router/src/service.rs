@@ -384,6 +384,21 @@ impl TaskService for TaskGrpc {
         Ok(Response::new(v1::ClaimMessageResponse { claimed }))
     }
 
+    async fn pending_requests(
+        &self,
+        request: Request<v1::PendingRequestsRequest>,
+    ) -> Result<Response<v1::PendingRequestsResponse>, Status> {
+        let r = request.into_inner();
+        let pending = self
+            .host
+            .pending_requests(r.shard, &r.task_id, &r.owner)
+            .await
+            .map_err(|e| self.err(&e))?;
+        Ok(Response::new(v1::PendingRequestsResponse {
+            requests_json: pending.iter().map(|j| j.to_vec()).collect(),
+        }))
+    }
+
     async fn shard_members(
         &self,
         request: Request<v1::ShardMembersRequest>,

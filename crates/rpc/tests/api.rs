@@ -251,6 +251,13 @@ impl TaskService for OneTask {
         Err(Status::unimplemented("claim"))
     }
 
+    async fn pending_requests(
+        &self,
+        _request: Request<taskmesh_rpc::v1::PendingRequestsRequest>,
+    ) -> Result<Response<taskmesh_rpc::v1::PendingRequestsResponse>, Status> {
+        Err(Status::unimplemented("pending"))
+    }
+
     async fn shard_members(
         &self,
         _request: Request<taskmesh_rpc::v1::ShardMembersRequest>,

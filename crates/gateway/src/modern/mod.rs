@@ -68,17 +68,39 @@ const VERSION_HEADER: &str = crate::http::VERSION_HEADER;
 const METHOD_HEADER: &str = "mcp-method";
 const NAME_HEADER: &str = "mcp-name";
 
-/// Whether a message that came without a session is of this generation: it names its
-/// protocol version in `_meta`.
-pub(crate) fn is_modern(msg: &Message) -> bool {
+/// Whether a message that came without a session is of this generation: its
+/// `MCP-Protocol-Version` header names a version of it, or its `_meta` names a protocol
+/// version (whatever its method: an `initialize` of this generation is an unknown method).
+pub(crate) fn is_modern(headers: &HeaderMap, msg: &Message) -> bool {
+    let by_header = headers
+        .get(VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| SUPPORTED.contains(&v));
     let params = match msg {
         Message::Request { params, .. } | Message::Notification { params, .. } => params.as_ref(),
         Message::Response { .. } => None,
     };
-    params
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(META_VERSION))
-        .is_some()
+    by_header
+        || params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(META_VERSION))
+            .is_some()
+}
+
+/// Why a request is not answered with a result: its JSON-RPC error, and the HTTP status when
+/// it is not the one [`http_status`] gives the code.
+struct Failure {
+    error: ErrorObject,
+    status: Option<StatusCode>,
+}
+
+impl From<ErrorObject> for Failure {
+    fn from(error: ErrorObject) -> Self {
+        Self {
+            error,
+            status: None,
+        }
+    }
 }
 
 /// Answer one message of this generation.
@@ -94,7 +116,10 @@ pub(crate) async fn handle(
     };
     match serve(gw, headers, principal, &method, params.as_ref()).await {
         Ok(v) => reply(StatusCode::OK, jsonrpc::response(&id, &with_server_info(v))),
-        Err(e) => reply(http_status(&e), jsonrpc::error_response(Some(&id), &e)),
+        Err(f) => reply(
+            f.status.unwrap_or_else(|| http_status(&f.error)),
+            jsonrpc::error_response(Some(&id), &f.error),
+        ),
     }
 }
 
@@ -127,8 +152,8 @@ fn complete(mut m: Map<String, Value>) -> Value {
     Value::Object(m)
 }
 
-fn mismatch(what: impl Into<String>) -> ErrorObject {
-    ErrorObject::new(HEADER_MISMATCH, what)
+fn mismatch(what: impl Into<String>) -> Failure {
+    ErrorObject::new(HEADER_MISMATCH, what).into()
 }
 
 /// `-32021` for a request that needed the tasks extension declared.
@@ -161,33 +186,45 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
 struct Declared {
     /// The tasks extension.
     tasks: bool,
+    /// `elicitation` and `sampling`: what the tasks it creates may ask the client (in
+    /// `inputRequests`).
+    client: ClientCaps,
+}
+
+/// `-32602` with HTTP 400, for a request whose `_meta` lacks what every request carries.
+fn malformed(message: impl Into<String>) -> Failure {
+    Failure {
+        error: ErrorObject::invalid_params(message),
+        status: Some(StatusCode::BAD_REQUEST),
+    }
 }
 
 /// Check the request's `_meta` and headers (see the module doc).
-fn check(
-    headers: &HeaderMap,
-    method: &str,
-    p: &Map<String, Value>,
-) -> Result<Declared, ErrorObject> {
-    let meta = p
-        .get("_meta")
-        .and_then(Value::as_object)
-        .ok_or_else(|| ErrorObject::invalid_params("Invalid params: '_meta' must be an object"))?;
+fn check(headers: &HeaderMap, method: &str, p: &Map<String, Value>) -> Result<Declared, Failure> {
+    let meta = p.get("_meta").and_then(Value::as_object).ok_or_else(|| {
+        malformed(
+            "Invalid params: every request carries '_meta' with its protocol version and \
+             client capabilities",
+        )
+    })?;
     let version = meta
         .get(META_VERSION)
         .and_then(Value::as_str)
         .ok_or_else(|| {
-            ErrorObject::invalid_params(format!(
+            malformed(format!(
                 "Invalid params: '_meta.{META_VERSION}' must be a string"
             ))
         })?;
-    if !SUPPORTED.contains(&version) {
-        return Err(ErrorObject {
-            code: UNSUPPORTED_VERSION,
-            message: format!("Unsupported protocol version: {version}"),
-            data: Some(json!({ "supported": SUPPORTED, "requested": version })),
-        });
-    }
+    let caps = meta
+        .get(META_CAPABILITIES)
+        .and_then(Value::as_object)
+        .ok_or_else(|| {
+            malformed(format!(
+                "Invalid params: '_meta.{META_CAPABILITIES}' must be an object"
+            ))
+        })?;
+    // The header is compared first: a body that names an unsupported version under a header
+    // that names another one is a mismatch.
     match headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()) {
         Some(h) if h == version => {}
         Some(h) => {
@@ -197,14 +234,14 @@ fn check(
         }
         None => return Err(mismatch("the MCP-Protocol-Version header is required")),
     }
-    let caps = meta
-        .get(META_CAPABILITIES)
-        .and_then(Value::as_object)
-        .ok_or_else(|| {
-            ErrorObject::invalid_params(format!(
-                "Invalid params: '_meta.{META_CAPABILITIES}' must be an object"
-            ))
-        })?;
+    if !SUPPORTED.contains(&version) {
+        return Err(ErrorObject {
+            code: UNSUPPORTED_VERSION,
+            message: format!("Unsupported protocol version: {version}"),
+            data: Some(json!({ "supported": SUPPORTED, "requested": version })),
+        }
+        .into());
+    }
     match header_text(headers, METHOD_HEADER) {
         Some(m) if m == method => {}
         Some(m) => {
@@ -222,7 +259,7 @@ fn check(
     if let Some(field) = named {
         let want = p.get(field).and_then(Value::as_str).unwrap_or_default();
         match header_text(headers, NAME_HEADER) {
-            Some(n) if n == want => {}
+            Some(n) if n.trim() == want => {}
             Some(n) => {
                 return Err(mismatch(format!(
                     "Mcp-Name header {n:?} differs from the request's {field} {want:?}"
@@ -239,7 +276,13 @@ fn check(
         .get("extensions")
         .and_then(|e| e.get(EXTENSION))
         .is_some_and(Value::is_object);
-    Ok(Declared { tasks })
+    Ok(Declared {
+        tasks,
+        client: ClientCaps {
+            elicitation: caps.get("elicitation").is_some_and(Value::is_object),
+            sampling: caps.get("sampling").is_some_and(Value::is_object),
+        },
+    })
 }
 
 async fn serve(
@@ -248,16 +291,29 @@ async fn serve(
     principal: &str,
     method: &str,
     params: Option<&Value>,
-) -> Result<Value, ErrorObject> {
+) -> Result<Value, Failure> {
     let p = params::object(params)?;
     let declared = check(headers, method, p)?;
+    Ok(dispatch(gw, principal, method, p, &declared).await?)
+}
+
+async fn dispatch(
+    gw: &Arc<Gateway>,
+    principal: &str,
+    method: &str,
+    p: &Map<String, Value>,
+    declared: &Declared,
+) -> Result<Value, ErrorObject> {
     match method {
         "server/discover" => Ok(discover()),
         "tools/list" => {
-            let page = crate::dispatch::tools::tools_page(gw, p, false)?;
+            let mut page = crate::dispatch::tools::tools_page(gw, p, false)?;
+            // The tool list may change at any time (upstreams): not to be cached.
+            page["ttlMs"] = json!(0);
+            page["cacheScope"] = json!("public");
             Ok(complete(page.as_object().cloned().unwrap_or_default()))
         }
-        "tools/call" => Box::pin(tools_call(gw, principal, p, &declared)).await,
+        "tools/call" => Box::pin(tools_call(gw, principal, p, declared)).await,
         "tasks/get" | "tasks/update" | "tasks/cancel" if !declared.tasks => {
             Err(missing_extension(format!(
                 "{method} needs the tasks extension ({EXTENSION}) declared in the request's client capabilities"
@@ -270,6 +326,9 @@ async fn serve(
     }
 }
 
+/// How long a `server/discover` answer may be kept, ms.
+const DISCOVER_TTL_MS: u64 = 60_000;
+
 /// `server/discover`: the versions served and what the server offers.
 fn discover() -> Value {
     let mut versions: Vec<&str> = SUPPORTED.to_vec();
@@ -281,6 +340,9 @@ fn discover() -> Value {
             "tools": { "listChanged": true },
             "extensions": { EXTENSION: {} },
         },
+        // What a node offers changes only with its configuration, the same for every caller.
+        "ttlMs": DISCOVER_TTL_MS,
+        "cacheScope": "public",
     })
 }
 
@@ -318,9 +380,7 @@ async fn tools_call(
             arguments_json: Value::Object(args).to_string(),
             progress_token: None,
             ttl_ms: None,
-            // Input reaches a task of this generation through `tasks/update`, which is not
-            // served yet: its tools are told the client can answer nothing.
-            client: ClientCaps::default(),
+            client: declared.client,
         };
         let created = gw
             .router
@@ -395,6 +455,16 @@ async fn tasks_get(
         .get(task_id, principal)
         .await
         .map_err(|e| task_error(gw, principal, task_id, &e))?;
+    if view.status == taskmesh_task::TaskStatus::InputRequired {
+        let pending = gw
+            .router
+            .pending_requests(task_id, principal)
+            .await
+            .map_err(|e| task_error(gw, principal, task_id, &e))?;
+        let mut d = tasks::live(&view);
+        d.insert("inputRequests".into(), tasks::input_requests(&pending));
+        return Ok(complete(d));
+    }
     if !view.status.is_terminal() {
         return Ok(complete(tasks::live(&view)));
     }

@@ -47,6 +47,33 @@ pub(crate) fn live(v: &TaskView) -> Map<String, Value> {
     task_object(v, v.status)
 }
 
+/// `inputRequests` of an `input_required` task: each request the task waits on, keyed by its
+/// id (unique for the task's life), as `{method, params}` (the related-task `_meta` left out:
+/// the key names the task's request).
+pub(crate) fn input_requests(pending: &[std::sync::Arc<Vec<u8>>]) -> Value {
+    let mut m = Map::new();
+    for json in pending {
+        let Ok(req) = serde_json::from_slice::<Value>(json) else {
+            continue;
+        };
+        let (Some(id), Some(method)) = (req["id"].as_str(), req["method"].as_str()) else {
+            continue;
+        };
+        let mut params = req.get("params").cloned().unwrap_or_else(|| json!({}));
+        if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+            meta.remove(taskmesh_mcp::META_RELATED_TASK);
+            if meta.is_empty() {
+                params.as_object_mut().map(|p| p.remove("_meta"));
+            }
+        }
+        m.insert(
+            id.to_string(),
+            json!({ "method": method, "params": params }),
+        );
+    }
+    Value::Object(m)
+}
+
 /// The `DetailedTask` of a terminal record: its outcome inline.
 pub(crate) fn terminal(r: &TaskRecord) -> Map<String, Value> {
     let view = TaskView::from(r);

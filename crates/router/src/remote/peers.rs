@@ -428,6 +428,30 @@ impl Peers {
         Ok(r.claimed)
     }
 
+    /// The requests `owner`'s live task waits on, asked of node `id` (the shard's leader).
+    pub async fn pending_requests(
+        &self,
+        id: u64,
+        shard: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Vec<std::sync::Arc<Vec<u8>>>, HostError> {
+        let req = v1::PendingRequestsRequest {
+            shard,
+            task_id: task_id.into(),
+            owner: owner.into(),
+        };
+        let r = self
+            .call(id, shard, req, |mut c, r| async move {
+                c.pending_requests(r).await
+            })
+            .await?;
+        Ok(r.requests_json
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect())
+    }
+
     /// The voters and learners of `shard`'s group, asked of node `id` (its leader).
     pub async fn members(&self, id: u64, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
         let r = self
