@@ -10,6 +10,7 @@ use serde_json::json;
 use taskmesh_testkit::{free_ports, Client, Server, V};
 
 mod membership;
+mod modern;
 mod serving;
 mod streams;
 mod trace;

@@ -19,6 +19,7 @@
 mod client;
 mod cluster;
 mod history;
+pub mod modern;
 pub mod npm;
 mod process;
 pub mod python;

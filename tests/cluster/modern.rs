@@ -1,0 +1,67 @@
+//! Protocol 2026-07-28 across the cluster: stateless requests reach any node. A task created
+//! through one node is read through the others, its `inputRequests` come from its shard's
+//! leader whichever node is asked, and the answer (`tasks/update`) through yet another node
+//! reaches the task.
+
+use serde_json::json;
+use taskmesh_testkit::modern::Modern;
+
+use super::{start_cluster, TOKEN};
+
+#[tokio::test]
+async fn stateless_requests_and_task_input_work_through_any_node() {
+    let nodes = start_cluster();
+    taskmesh_testkit::wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
+    let through: Vec<Modern> = nodes
+        .iter()
+        .map(|n| {
+            let mut m = Modern::new(&n.url, Some(TOKEN), true);
+            m.elicitation = true;
+            m
+        })
+        .collect();
+
+    // Tasks on every shard's leader, each read through every node.
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(
+            through[i % 3]
+                .start("slow_compute", json!({"seconds": 0.1}))
+                .await,
+        );
+    }
+    for id in &ids {
+        for m in &through {
+            let t = m.until_terminal(id).await;
+            assert_eq!(t["status"], "completed", "{t}");
+            assert!(t["result"]["content"].is_array(), "{t}");
+        }
+    }
+
+    // Input: asked through node 1, seen through nodes 2 and 3, answered through node 3.
+    for _ in 0..3 {
+        let id = through[0]
+            .start("confirm_delete", json!({"filename": "x"}))
+            .await;
+        let mut key = None;
+        for _ in 0..600 {
+            let t = through[1].ok("tasks/get", json!({"taskId": id})).await;
+            if let Some(k) = t["inputRequests"].as_object().and_then(|m| m.keys().next()) {
+                key = Some(k.clone());
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let key = key.expect("the task asked");
+        let seen = through[2].ok("tasks/get", json!({"taskId": id})).await;
+        assert!(seen["inputRequests"].get(&key).is_some(), "{seen}");
+        through[2]
+            .ok(
+                "tasks/update",
+                json!({"taskId": id, "inputResponses": {key: {"action": "accept", "content": {"confirm": true}}}}),
+            )
+            .await;
+        let t = through[1].until_terminal(&id).await;
+        assert_eq!(t["result"]["content"][0]["text"], "Deleted x", "{t}");
+    }
+}
