@@ -154,7 +154,7 @@ impl Modern {
             .ok("tools/call", json!({"name": tool, "arguments": args}))
             .await;
         assert_eq!(r["resultType"], "task", "{r}");
-        r["taskId"].as_str().unwrap().to_string()
+        r["taskId"].as_str().expect("a task id").to_string()
     }
 
     /// Poll until the task is terminal (bounded: 30 s); its `DetailedTask`.
@@ -162,7 +162,9 @@ impl Modern {
         for _ in 0..600 {
             let t = self.ok("tasks/get", json!({"taskId": id})).await;
             assert_eq!(t["resultType"], "complete", "{t}");
-            if ["completed", "failed", "cancelled"].contains(&t["status"].as_str().unwrap()) {
+            if ["completed", "failed", "cancelled"]
+                .contains(&t["status"].as_str().expect("a status"))
+            {
                 return t;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -170,4 +172,3 @@ impl Modern {
         panic!("task {id} never ended");
     }
 }
-
