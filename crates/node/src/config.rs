@@ -245,6 +245,9 @@ pub struct TasksConfig {
 pub struct ToolsConfig {
     /// Serve the built-in tools.
     pub builtin: bool,
+    /// Serve the tools the official conformance suite calls (`test_simple_text`, ...), listed
+    /// first. Default false.
+    pub conformance: bool,
     /// Tools per `tools/list` page. Default 50, at least 1.
     pub page_size: usize,
 }
@@ -350,6 +353,7 @@ impl Default for ToolsConfig {
     fn default() -> Self {
         Self {
             builtin: true,
+            conformance: false,
             page_size: taskmesh_gateway::GatewayConfig::default().tools_page_size,
         }
     }

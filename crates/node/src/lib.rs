@@ -376,11 +376,17 @@ pub async fn serve(
     check_identity(&db, cfg.shards)?;
     let clustered = !cfg.cluster.peers.is_empty();
 
-    let tools = Arc::new(if cfg.tools.builtin {
-        ToolRegistry::with_builtins()
-    } else {
-        ToolRegistry::new()
-    });
+    let tools = Arc::new(ToolRegistry::new());
+    if cfg.tools.conformance {
+        for t in taskmesh_tools::conformance::all() {
+            tools.register(t);
+        }
+    }
+    if cfg.tools.builtin {
+        for t in taskmesh_tools::builtin::all() {
+            tools.register(t);
+        }
+    }
     let stop_upstreams = CancellationToken::new();
     let upstreams = start_upstreams(&cfg, &tools, &stop_upstreams).await;
     let host = Host::new(cfg.host_config(), tools, cfg.shards);

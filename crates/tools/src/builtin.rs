@@ -28,14 +28,14 @@ use crate::{first_text, text_result, ResumePolicy, Tool, ToolContext, ToolResult
 /// Longest `slow_compute` run accepted, in seconds (one day).
 pub const SLOW_COMPUTE_MAX_SECONDS: f64 = 86_400.0;
 
-type Validate = fn(&Map<String, Value>) -> Result<(), ErrorObject>;
-type Run = fn(Map<String, Value>, ToolContext) -> BoxFuture<'static, ToolResult>;
+pub(crate) type Validate = fn(&Map<String, Value>) -> Result<(), ErrorObject>;
+pub(crate) type Run = fn(Map<String, Value>, ToolContext) -> BoxFuture<'static, ToolResult>;
 
 /// A tool made of a spec and two functions.
 pub struct Builtin {
-    spec: ToolSpec,
-    validate: Validate,
-    run: Run,
+    pub(crate) spec: ToolSpec,
+    pub(crate) validate: Validate,
+    pub(crate) run: Run,
 }
 
 impl Tool for Builtin {
@@ -66,12 +66,12 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
     .collect()
 }
 
-fn empty_schema() -> Value {
+pub(crate) fn empty_schema() -> Value {
     json!({ "type": "object", "properties": {}, "additionalProperties": false })
 }
 
 /// An object schema with one required string property.
-fn one_string(name: &str) -> Value {
+pub(crate) fn one_string(name: &str) -> Value {
     json!({
         "type": "object",
         "properties": { name: { "type": "string" } },
@@ -79,7 +79,7 @@ fn one_string(name: &str) -> Value {
     })
 }
 
-fn no_args(args: &Map<String, Value>) -> Result<(), ErrorObject> {
+pub(crate) fn no_args(args: &Map<String, Value>) -> Result<(), ErrorObject> {
     match args.keys().next() {
         None => Ok(()),
         Some(k) => Err(ErrorObject::invalid_params(format!(
@@ -89,7 +89,7 @@ fn no_args(args: &Map<String, Value>) -> Result<(), ErrorObject> {
 }
 
 /// The string argument `name` (already validated).
-fn str_arg(args: &Map<String, Value>, name: &str) -> String {
+pub(crate) fn str_arg(args: &Map<String, Value>, name: &str) -> String {
     args.get(name)
         .and_then(Value::as_str)
         .unwrap_or_default()
@@ -267,7 +267,7 @@ pub fn protocol_error_job() -> Builtin {
 }
 
 /// Ask the client for a form and return the accepted content (or `None` when declined).
-async fn elicit(
+pub(crate) async fn elicit(
     ctx: &ToolContext,
     message: String,
     schema: Value,

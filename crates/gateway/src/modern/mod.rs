@@ -30,6 +30,9 @@ pub mod tasks;
 
 use std::sync::Arc;
 
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -41,6 +44,8 @@ use taskmesh_mcp::{params, LogLevel, TaskSupport};
 use taskmesh_router::mint_task_id;
 use taskmesh_task::ClientCaps;
 use taskmesh_tools::{ToolContext, ToolIo, ToolResult};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::{wire, Gateway};
@@ -103,6 +108,20 @@ impl From<ErrorObject> for Failure {
     }
 }
 
+/// What a request of this generation is answered with.
+enum Answer {
+    /// One JSON result.
+    Value(Value),
+    /// A plain call that reports progress: its notifications, then its result, as an SSE
+    /// stream.
+    Progress {
+        /// The call's `notifications/progress`, serialised; closed when the call ends.
+        notes: mpsc::Receiver<Vec<u8>>,
+        /// The call's outcome.
+        done: tokio::task::JoinHandle<Result<Value, ErrorObject>>,
+    },
+}
+
 /// Answer one message of this generation.
 pub(crate) async fn handle(
     gw: &Arc<Gateway>,
@@ -115,12 +134,67 @@ pub(crate) async fn handle(
         return StatusCode::ACCEPTED.into_response();
     };
     match serve(gw, headers, principal, &method, params.as_ref()).await {
-        Ok(v) => reply(StatusCode::OK, jsonrpc::response(&id, &with_server_info(v))),
+        Ok(Answer::Value(v)) => reply(StatusCode::OK, jsonrpc::response(&id, &with_server_info(v))),
+        Ok(Answer::Progress { notes, done }) => progress_stream(id, notes, done),
         Err(f) => reply(
             f.status.unwrap_or_else(|| http_status(&f.error)),
             jsonrpc::error_response(Some(&id), &f.error),
         ),
     }
+}
+
+/// The SSE answer of a plain call with a progress token: its progress notifications as they
+/// come, then its response. A client that closes the stream cancels the call (the tool's
+/// future is dropped).
+fn progress_stream(
+    id: jsonrpc::RequestId,
+    mut notes: mpsc::Receiver<Vec<u8>>,
+    done: tokio::task::JoinHandle<Result<Value, ErrorObject>>,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(16);
+    tokio::spawn(async move {
+        let abort = done.abort_handle();
+        let frame = |json: &[u8]| -> Result<Bytes, Infallible> {
+            let mut f = Vec::with_capacity(json.len() + 8);
+            f.extend_from_slice(b"data: ");
+            f.extend_from_slice(json);
+            f.extend_from_slice(b"\n\n");
+            Ok(Bytes::from(f))
+        };
+        while let Some(n) = notes.recv().await {
+            if tx.send(frame(&n)).await.is_err() {
+                abort.abort();
+                return;
+            }
+        }
+        let outcome = done
+            .await
+            .unwrap_or_else(|_| Err(ErrorObject::internal("the call stopped")));
+        let last = match outcome {
+            Ok(Value::Object(m)) => jsonrpc::response(&id, &with_server_info(complete(m))),
+            Ok(other) => jsonrpc::error_response(
+                Some(&id),
+                &ErrorObject::internal(format!(
+                    "the tool answered with something that is not a result: {other}"
+                )),
+            ),
+            Err(e) => jsonrpc::error_response(Some(&id), &e),
+        };
+        let _ = tx.send(frame(&last)).await;
+    });
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        [(
+            axum::http::HeaderName::from_static("x-accel-buffering"),
+            "no",
+        )],
+        Body::from_stream(ReceiverStream::new(rx)),
+    )
+        .into_response()
 }
 
 fn reply(status: StatusCode, body: Vec<u8>) -> Response {
@@ -291,10 +365,15 @@ async fn serve(
     principal: &str,
     method: &str,
     params: Option<&Value>,
-) -> Result<Value, Failure> {
+) -> Result<Answer, Failure> {
     let p = params::object(params)?;
     let declared = check(headers, method, p)?;
-    Ok(dispatch(gw, principal, method, p, &declared).await?)
+    if method == "tools/call" {
+        return Ok(Box::pin(tools_call(gw, principal, p, &declared)).await?);
+    }
+    Ok(Answer::Value(
+        dispatch(gw, principal, method, p, &declared).await?,
+    ))
 }
 
 async fn dispatch(
@@ -313,7 +392,6 @@ async fn dispatch(
             page["cacheScope"] = json!("public");
             Ok(complete(page.as_object().cloned().unwrap_or_default()))
         }
-        "tools/call" => Box::pin(tools_call(gw, principal, p, declared)).await,
         "tasks/get" | "tasks/update" | "tasks/cancel" if !declared.tasks => {
             Err(missing_extension(format!(
                 "{method} needs the tasks extension ({EXTENSION}) declared in the request's client capabilities"
@@ -359,7 +437,7 @@ async fn tools_call(
     principal: &str,
     p: &Map<String, Value>,
     declared: &Declared,
-) -> Result<Value, ErrorObject> {
+) -> Result<Answer, ErrorObject> {
     let name = params::req_str(p, "name")?;
     let args = params::opt_obj(p, "arguments")?
         .cloned()
@@ -387,39 +465,78 @@ async fn tools_call(
             .create(new)
             .await
             .map_err(|e| wire::host_error(&e))?;
-        return Ok(tasks::created(&created.task));
+        return Ok(Answer::Value(tasks::created(&created.task)));
     }
     if support == TaskSupport::Required {
         return Err(missing_extension(format!(
             "Tool '{name}' runs only as a task: declare the tasks extension ({EXTENSION}) in the request's client capabilities"
         )));
     }
+    let token = match p.get("_meta").and_then(|m| m.get("progressToken")) {
+        None | Some(Value::Null) => None,
+        Some(t @ (Value::String(_) | Value::Number(_))) => Some(t.clone()),
+        Some(_) => {
+            return Err(ErrorObject::invalid_params(
+                "Invalid params: '_meta.progressToken' must be a string or an integer",
+            ))
+        }
+    };
     let cancel = CancellationToken::new();
-    let _cancel_on_drop = cancel.clone().drop_guard();
+    let (notes_tx, notes) = mpsc::channel(PROGRESS_BUFFER);
     let ctx = ToolContext {
         cancel: cancel.clone(),
-        ended: cancel,
-        io: Arc::new(NoChannel),
-        has_progress_token: false,
+        ended: cancel.clone(),
+        io: Arc::new(NoChannel {
+            progress: token.clone().map(|t| (t, notes_tx)),
+        }),
+        has_progress_token: token.is_some(),
         client_elicitation: false,
         client_sampling: false,
         principal: principal.to_string(),
         upstream_task: None,
     };
-    match tool.call(args, ctx).await? {
-        Value::Object(m) => Ok(complete(m)),
+    let run = tool.call(args, ctx);
+    if token.is_some() {
+        let done = tokio::spawn(async move {
+            let _cancel_on_drop = cancel.drop_guard();
+            run.await
+        });
+        return Ok(Answer::Progress { notes, done });
+    }
+    let _cancel_on_drop = cancel.drop_guard();
+    match run.await? {
+        Value::Object(m) => Ok(Answer::Value(complete(m))),
         other => Err(ErrorObject::internal(format!(
             "the tool answered with something that is not a result: {other}"
         ))),
     }
 }
 
-/// A plain call's side channel on this generation: the server sends nothing to the client
-/// while a request runs (no progress, no log messages) and asks it nothing.
-struct NoChannel;
+/// Progress notifications a plain call may queue before its stream takes them; more are
+/// dropped.
+const PROGRESS_BUFFER: usize = 64;
+
+/// A plain call's side channel on this generation: progress on the call's token (when it
+/// has one) goes on its answer stream; the server asks the client nothing (that is done with
+/// `InputRequiredResult` rounds) and sends no log messages (none was asked for).
+struct NoChannel {
+    progress: Option<(Value, mpsc::Sender<Vec<u8>>)>,
+}
 
 impl ToolIo for NoChannel {
-    fn progress(&self, _progress: f64, _total: Option<f64>, _message: Option<String>) {}
+    fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        let Some((token, tx)) = &self.progress else {
+            return;
+        };
+        let mut p = json!({ "progressToken": token, "progress": progress });
+        if let Some(t) = total {
+            p["total"] = json!(t);
+        }
+        if let Some(m) = message {
+            p["message"] = json!(m);
+        }
+        let _ = tx.try_send(jsonrpc::notification("notifications/progress", &p));
+    }
 
     fn request(&self, method: &'static str, _params: Value) -> BoxFuture<'static, ToolResult> {
         Box::pin(async move {
