@@ -20,6 +20,11 @@ use serde_json::{json, Value};
 
 /// The protocol version the generator speaks.
 pub const PROTOCOL_VERSION: &str = "2025-11-25";
+/// The protocol version of a stateless client ([`Session::open_stateless`]).
+pub const STATELESS_VERSION: &str = "2026-07-28";
+/// The `_meta` of every request of a stateless client: its version and capabilities (the tasks
+/// extension declared).
+const STATELESS_META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}"#;
 
 /// Why a request failed, as counted in reports.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -66,6 +71,9 @@ struct Endpoint {
 /// that what it measures is the server.
 pub struct Session {
     endpoint: Endpoint,
+    /// Protocol 2026-07-28: no session; every request carries its `_meta` and routing
+    /// headers.
+    stateless: bool,
     session_id: Option<HeaderValue>,
     bearer: Option<HeaderValue>,
     next_id: AtomicI64,
@@ -94,6 +102,7 @@ impl Session {
                 path: uri.path().to_string(),
             },
             session_id: None,
+            stateless: false,
             bearer: match token {
                 Some(t) => Some(
                     HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| Failure::BadUrl)?,
@@ -125,6 +134,37 @@ impl Session {
         }
     }
 
+    /// A client of protocol 2026-07-28 on `url`, declaring the tasks extension: no session,
+    /// so nothing is sent until the first request.
+    pub async fn open_stateless(url: &str, token: Option<&str>) -> Result<Self, Failure> {
+        // `open` runs `initialize`; the stateless client only needs the endpoint it set up.
+        let uri: Uri = url.parse().map_err(|_| Failure::BadUrl)?;
+        let auth = uri.authority().ok_or(Failure::BadUrl)?;
+        let port = auth.port_u16().unwrap_or(80);
+        let addr = tokio::net::lookup_host((auth.host(), port))
+            .await
+            .map_err(|_| Failure::Transport)?
+            .next()
+            .ok_or(Failure::Transport)?;
+        Ok(Session {
+            endpoint: Endpoint {
+                addr,
+                authority: HeaderValue::from_str(auth.as_str()).map_err(|_| Failure::BadUrl)?,
+                path: uri.path().to_string(),
+            },
+            stateless: true,
+            session_id: None,
+            bearer: match token {
+                Some(t) => Some(
+                    HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| Failure::BadUrl)?,
+                ),
+                None => None,
+            },
+            next_id: AtomicI64::new(1),
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
     async fn connect(&self) -> Result<Sender, Failure> {
         let tcp = tokio::net::TcpStream::connect(self.endpoint.addr)
             .await
@@ -140,6 +180,15 @@ impl Session {
     /// POST one JSON-RPC message; the answer's headers and whole body when the status is 200,
     /// else `Failure::Http(status)`.
     async fn post(&self, body: String) -> Result<(HeaderMap, Bytes), Failure> {
+        self.post_with(body, None).await
+    }
+
+    /// [`Session::post`], with the 2026-07-28 routing headers `(method, name)` when given.
+    async fn post_with(
+        &self,
+        body: String,
+        route: Option<(&str, Option<&str>)>,
+    ) -> Result<(HeaderMap, Bytes), Failure> {
         let reused = self.idle.lock().expect("idle connections").pop();
         let mut sender = match reused {
             Some(mut s) => match s.ready().await {
@@ -158,10 +207,30 @@ impl Session {
             ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
         );
-        h.insert(
-            "mcp-protocol-version",
-            HeaderValue::from_static(PROTOCOL_VERSION),
-        );
+        match route {
+            Some((method, name)) => {
+                h.insert(
+                    "mcp-protocol-version",
+                    HeaderValue::from_static(STATELESS_VERSION),
+                );
+                h.insert(
+                    "mcp-method",
+                    HeaderValue::from_str(method).map_err(|_| Failure::BadUrl)?,
+                );
+                if let Some(n) = name {
+                    h.insert(
+                        "mcp-name",
+                        HeaderValue::from_str(n).map_err(|_| Failure::BadUrl)?,
+                    );
+                }
+            }
+            None => {
+                h.insert(
+                    "mcp-protocol-version",
+                    HeaderValue::from_static(PROTOCOL_VERSION),
+                );
+            }
+        }
         if let Some(sid) = &self.session_id {
             h.insert("mcp-session-id", sid.clone());
         }
@@ -195,9 +264,24 @@ impl Session {
     /// no error), as bytes for the caller to decode.
     async fn exchange(&self, method: &str, params: &Value) -> Result<Bytes, Failure> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let body =
-            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
-        let (headers, bytes) = self.post(body).await?;
+        let (headers, bytes) = if self.stateless {
+            // The `_meta` every request of 2026-07-28 carries, spliced in front of the params.
+            let p = params.to_string();
+            let rest = p.strip_prefix('{').unwrap_or("}");
+            let sep = if rest.starts_with('}') { "" } else { "," };
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{"_meta":{STATELESS_META}{sep}{rest}}}"#
+            );
+            let name = params
+                .get("taskId")
+                .or_else(|| params.get("name"))
+                .and_then(Value::as_str);
+            self.post_with(body, Some((method, name))).await?
+        } else {
+            let body =
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+            self.post(body).await?
+        };
         let msg = answer_message(&headers, &bytes)?;
         let head: Head = serde_json::from_slice(&msg).map_err(|_| Failure::BadBody("json"))?;
         if let Some(e) = head.error {

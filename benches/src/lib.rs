@@ -133,6 +133,9 @@ pub struct RunConfig {
     /// `poll` and `failover`: the tool of the tasks created to poll, called with
     /// `{"seconds": task_seconds}` (`slow_compute`, or an upstream's tool that takes the same).
     pub poll_tool: String,
+    /// Speak protocol 2026-07-28 with the tasks extension (stateless) instead of 2025-11-25
+    /// sessions.
+    pub stateless: bool,
 }
 
 impl Default for RunConfig {
@@ -158,6 +161,7 @@ impl Default for RunConfig {
             tool: "greet".into(),
             arguments: json!({"name": "bench"}),
             poll_tool: "slow_compute".into(),
+            stateless: false,
         }
     }
 }
@@ -186,7 +190,14 @@ async fn open_sessions(cfg: &RunConfig) -> anyhow::Result<Vec<Session>> {
     let opens = (0..cfg.sessions.max(1)).map(|i| {
         let url = cfg.urls[i % cfg.urls.len()].clone();
         let token = cfg.token.clone();
-        async move { Session::open(&url, token.as_deref()).await }
+        let stateless = cfg.stateless;
+        async move {
+            if stateless {
+                Session::open_stateless(&url, token.as_deref()).await
+            } else {
+                Session::open(&url, token.as_deref()).await
+            }
+        }
     });
     let mut sessions = Vec::new();
     for s in futures::future::join_all(opens).await {
@@ -208,7 +219,8 @@ pub async fn create_task_of(s: &Session, tool: &str, seconds: f64) -> Result<Str
             json!({"name": tool, "arguments": {"seconds": seconds}, "task": {"ttl": 3_600_000}}),
         )
         .await?;
-    let task = &r["task"];
+    // 2025-11-25 nests the task; 2026-07-28 answers it flat.
+    let task = r.get("task").unwrap_or(&r);
     match (task["taskId"].as_str(), task["status"].as_str()) {
         (Some(id), Some("working" | "completed")) => Ok(id.to_string()),
         _ => Err(Failure::BadBody("create")),

@@ -71,6 +71,10 @@ struct Args {
     /// poll and failover: the tool of the tasks to poll, called with {"seconds": task_seconds}.
     #[arg(long, default_value = "slow_compute")]
     poll_tool: String,
+    /// The protocol: 2025-11-25 (sessions, the default) or 2026-07-28 (stateless, with the
+    /// tasks extension).
+    #[arg(long, default_value = "2025-11-25")]
+    protocol: String,
     /// Also write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -117,6 +121,11 @@ fn main() -> anyhow::Result<()> {
         tool: a.tool,
         arguments,
         poll_tool: a.poll_tool,
+        stateless: match a.protocol.as_str() {
+            "2025-11-25" => false,
+            "2026-07-28" => true,
+            other => anyhow::bail!("--protocol is 2025-11-25 or 2026-07-28, not {other}"),
+        },
         ..RunConfig::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -112,6 +112,8 @@ impl From<ErrorObject> for Failure {
 enum Answer {
     /// One JSON result.
     Value(Value),
+    /// The `tasks/get` answer of a `working` task, serialised straight from its view.
+    Working(taskmesh_task::TaskView),
     /// A plain call that reports progress: its notifications, then its result, as an SSE
     /// stream.
     Progress {
@@ -135,6 +137,10 @@ pub(crate) async fn handle(
     };
     match serve(gw, headers, principal, &method, params.as_ref()).await {
         Ok(Answer::Value(v)) => reply(StatusCode::OK, jsonrpc::response(&id, &with_server_info(v))),
+        Ok(Answer::Working(view)) => reply(
+            StatusCode::OK,
+            jsonrpc::response(&id, &tasks::WorkingAnswer::of(&view)),
+        ),
         Ok(Answer::Progress { notes, done }) => progress_stream(id, notes, done),
         Err(f) => reply(
             f.status.unwrap_or_else(|| http_status(&f.error)),
@@ -371,6 +377,9 @@ async fn serve(
     if method == "tools/call" {
         return Ok(Box::pin(tools_call(gw, principal, p, &declared)).await?);
     }
+    if method == "tasks/get" && declared.tasks {
+        return Ok(tasks_get(gw, principal, p).await?);
+    }
     Ok(Answer::Value(
         dispatch(gw, principal, method, p, &declared).await?,
     ))
@@ -397,7 +406,6 @@ async fn dispatch(
                 "{method} needs the tasks extension ({EXTENSION}) declared in the request's client capabilities"
             )))
         }
-        "tasks/get" => tasks_get(gw, principal, p).await,
         "tasks/update" => tasks_update(gw, principal, p).await,
         "tasks/cancel" => tasks_cancel(gw, principal, p).await,
         _ => Err(ErrorObject::method_not_found(method)),
@@ -565,7 +573,7 @@ async fn tasks_get(
     gw: &Arc<Gateway>,
     principal: &str,
     p: &Map<String, Value>,
-) -> Result<Value, ErrorObject> {
+) -> Result<Answer, ErrorObject> {
     let task_id = task_id_param(p)?;
     let view = gw
         .router
@@ -580,15 +588,15 @@ async fn tasks_get(
             .map_err(|e| task_error(gw, principal, task_id, &e))?;
         let mut d = tasks::live(&view);
         d.insert("inputRequests".into(), tasks::input_requests(&pending));
-        return Ok(complete(d));
+        return Ok(Answer::Value(complete(d)));
     }
     if !view.status.is_terminal() {
-        return Ok(complete(tasks::live(&view)));
+        return Ok(Answer::Working(view));
     }
     // Terminal: the outcome comes with the record.
     match gw.router.attach(task_id, principal).await {
-        Ok(Attachment::Terminal(r)) => Ok(complete(tasks::terminal(&r))),
-        Ok(Attachment::Live { task, .. }) => Ok(complete(tasks::live(&task))),
+        Ok(Attachment::Terminal(r)) => Ok(Answer::Value(complete(tasks::terminal(&r)))),
+        Ok(Attachment::Live { task, .. }) => Ok(Answer::Value(complete(tasks::live(&task)))),
         Err(e) => Err(task_error(gw, principal, task_id, &e)),
     }
 }
@@ -639,6 +647,21 @@ async fn tasks_cancel(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fast_answer_of_a_working_task_is_its_detailed_task() {
+        let mut r = taskmesh_task::TaskRecord::sample("t-9");
+        r.status_message = Some("busy".into());
+        let v = taskmesh_task::TaskView::from(&r);
+        let fast = serde_json::to_value(tasks::WorkingAnswer::of(&v)).unwrap();
+        assert_eq!(fast, with_server_info(complete(tasks::live(&v))));
+        r.ttl_ms = None;
+        r.status_message = None;
+        let v = taskmesh_task::TaskView::from(&r);
+        let fast = serde_json::to_value(tasks::WorkingAnswer::of(&v)).unwrap();
+        assert_eq!(fast, with_server_info(complete(tasks::live(&v))));
+        assert_eq!(fast["ttlMs"], Value::Null);
+    }
 
     #[test]
     fn header_values_decode_from_their_base64_form() {

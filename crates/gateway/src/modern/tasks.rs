@@ -42,6 +42,61 @@ pub(crate) fn created(v: &TaskView) -> Value {
     Value::Object(m)
 }
 
+/// The `tasks/get` result of a `working` task, serialised as it stands (the hot path of
+/// polls: no intermediate JSON value). The same fields as [`live`], with `resultType` and the
+/// server's info in `_meta`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WorkingAnswer<'a> {
+    task_id: &'a str,
+    status: taskmesh_mcp::WireStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status_message: Option<&'a str>,
+    created_at: String,
+    last_updated_at: String,
+    ttl_ms: Option<u64>,
+    poll_interval_ms: u64,
+    result_type: &'static str,
+    #[serde(rename = "_meta")]
+    meta: ServerInfoMeta,
+}
+
+#[derive(serde::Serialize)]
+pub(crate) struct ServerInfoMeta {
+    #[serde(rename = "io.modelcontextprotocol/serverInfo")]
+    server_info: ServerInfo,
+}
+
+#[derive(serde::Serialize)]
+struct ServerInfo {
+    name: &'static str,
+    title: &'static str,
+    version: &'static str,
+}
+
+impl<'a> WorkingAnswer<'a> {
+    /// The answer for `v`.
+    pub(crate) fn of(v: &'a TaskView) -> Self {
+        Self {
+            task_id: &v.task_id,
+            status: wire_status(v.status),
+            status_message: v.status_message.as_deref(),
+            created_at: rfc3339_ms(v.created_at_ms),
+            last_updated_at: rfc3339_ms(v.last_updated_at_ms),
+            ttl_ms: v.ttl_ms,
+            poll_interval_ms: v.poll_interval_ms,
+            result_type: "complete",
+            meta: ServerInfoMeta {
+                server_info: ServerInfo {
+                    name: "taskmesh",
+                    title: "taskmesh",
+                    version: env!("CARGO_PKG_VERSION"),
+                },
+            },
+        }
+    }
+}
+
 /// The `DetailedTask` of a task that is not terminal.
 pub(crate) fn live(v: &TaskView) -> Map<String, Value> {
     task_object(v, v.status)
