@@ -192,7 +192,8 @@ async fn until_asking(m: &Modern, id: &str, n: usize) -> serde_json::Map<String,
 
 #[tokio::test]
 async fn input_is_asked_in_input_requests_and_answered_with_tasks_update() {
-    let s = Server::start(TASKMESH, "");
+    // The conformance set's `multi_input` asks its two questions at once.
+    let s = Server::start(TASKMESH, "[tools]\nconformance = true\n");
     let mut m = Modern::new(&s.url, None, true);
     m.elicitation = true;
 

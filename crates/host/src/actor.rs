@@ -434,7 +434,10 @@ async fn handle_msg(
             let number = st.next_sink;
             st.next_sink += 1;
             let open: Vec<u64> = st.sinks.iter().map(|(n, _)| *n).collect();
-            for p in st.pending.values_mut() {
+            // In the order they were sent (the map has none).
+            let mut pending: Vec<(&String, &mut Pending)> = st.pending.iter_mut().collect();
+            pending.sort_by_key(|(id, _)| request_seq(id));
+            for (_, p) in pending {
                 let carried = match p.carrier {
                     Carrier::GetStream => true,
                     Carrier::Sink(n) => open.contains(&n),
@@ -564,10 +567,7 @@ async fn handle_msg(
         }
         TaskMsg::Pending(reply) => {
             let mut pending: Vec<(&String, &Pending)> = st.pending.iter().collect();
-            pending.sort_by_key(|(id, _)| match id.parse::<ServerRequestId>() {
-                Ok(ServerRequestId::Task { seq, .. } | ServerRequestId::Plain { seq, .. }) => seq,
-                Err(_) => u64::MAX,
-            });
+            pending.sort_by_key(|(id, _)| request_seq(id));
             let _ = reply.send(pending.into_iter().map(|(_, p)| p.json.clone()).collect());
         }
         TaskMsg::Follow {
@@ -729,6 +729,14 @@ async fn write(myself: &ActorRef<TaskMsg>, st: &mut State, retry: bool) {
                 return;
             }
         }
+    }
+}
+
+/// The sequence number of one of the task's request ids: the order it was sent in.
+fn request_seq(id: &str) -> u64 {
+    match id.parse::<ServerRequestId>() {
+        Ok(ServerRequestId::Task { seq, .. } | ServerRequestId::Plain { seq, .. }) => seq,
+        Err(_) => u64::MAX,
     }
 }
 

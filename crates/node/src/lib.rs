@@ -383,8 +383,11 @@ pub async fn serve(
         }
     }
     if cfg.tools.builtin {
+        // A conformance tool of the same name (`multi_input`) takes the built-in one's place.
         for t in taskmesh_tools::builtin::all() {
-            tools.register(t);
+            if tools.get(&t.spec().name).is_none() {
+                tools.register(t);
+            }
         }
     }
     let stop_upstreams = CancellationToken::new();

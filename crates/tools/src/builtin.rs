@@ -357,7 +357,7 @@ pub fn multi_input() -> Builtin {
             name: "multi_input".into(),
             title: Some("Multi input".into()),
             description: Some(
-                "Asks two questions at once (a name and a colour) before it answers.".into(),
+                "Asks two questions (a name, then a colour) before it answers.".into(),
             ),
             input_schema: empty_schema(),
             task_support: TaskSupport::Required,
@@ -371,12 +371,14 @@ pub fn multi_input() -> Builtin {
                 let read = |c: Option<Map<String, Value>>, key: &str| {
                     c.and_then(|c| c.get(key).and_then(Value::as_str).map(str::to_string))
                 };
-                // Both questions are out at once; the name's is asked first.
-                let (name, colour) = futures::join!(
-                    elicit(&ctx, "Your name?".into(), one_string("name")),
-                    elicit(&ctx, "Your favourite colour?".into(), one_string("colour")),
+                let name = read(
+                    elicit(&ctx, "Your name?".into(), one_string("name")).await?,
+                    "name",
                 );
-                let (name, colour) = (read(name?, "name"), read(colour?, "colour"));
+                let colour = read(
+                    elicit(&ctx, "Your favourite colour?".into(), one_string("colour")).await?,
+                    "colour",
+                );
                 match (name, colour) {
                     (Some(n), Some(c)) => Ok(text_result(format!("{n} likes {c}"), false)),
                     _ => Ok(text_result("multi_input: an answer was declined", true)),

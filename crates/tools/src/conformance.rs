@@ -1,6 +1,7 @@
 //! The tools the official conformance suite's server scenarios call, served when
 //! `tools.conformance = true` (off by default): each answers exactly what its scenario checks.
-//! They are plain tools (taskSupport `forbidden`), listed before every other tool.
+//! They are plain tools (taskSupport `forbidden`) but for `multi_input`, listed before every
+//! other tool.
 //!
 //! | tool | arguments | what it does |
 //! |---|---|---|
@@ -14,6 +15,7 @@
 //! | `test_tool_with_logging` | `{}` | three `info` log messages, 50 ms apart |
 //! | `test_sampling` | `{prompt}` | asks the client's model (`sampling/createMessage`) |
 //! | `test_elicitation` | `{message}` | asks the user for a username and an email |
+//! | `multi_input` | `{}` | asks a name and a colour at once (taskSupport `required`); in place of the built-in tool of that name, which asks one after the other |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -226,5 +228,37 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
                 .boxed()
             },
         ),
+        Arc::new(Builtin {
+            spec: ToolSpec {
+                name: "multi_input".into(),
+                title: Some("Multi input".into()),
+                description: Some(
+                    "Asks two questions at once (a name and a colour) before it answers.".into(),
+                ),
+                input_schema: empty_schema(),
+                task_support: TaskSupport::Required,
+                resume: ResumePolicy::Fail,
+                output_schema: None,
+                annotations: None,
+            },
+            validate: no_args,
+            run: |_args, ctx| {
+                async move {
+                    // Both questions are out at once (the suite answers them one at a time).
+                    let (name, colour) = futures::join!(
+                        elicit(&ctx, "Your name?".into(), one_string("name")),
+                        elicit(&ctx, "Your favourite colour?".into(), one_string("colour")),
+                    );
+                    let read = |c: Option<serde_json::Map<String, Value>>, key: &str| {
+                        c.and_then(|c| c.get(key).and_then(Value::as_str).map(str::to_string))
+                    };
+                    match (read(name?, "name"), read(colour?, "colour")) {
+                        (Some(n), Some(c)) => Ok(text_result(format!("{n} likes {c}"), false)),
+                        _ => Ok(text_result("multi_input: an answer was declined", true)),
+                    }
+                }
+                .boxed()
+            },
+        }),
     ]
 }
