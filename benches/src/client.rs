@@ -84,34 +84,7 @@ impl Session {
     /// Open a session on `url` (`http://host:port/path`): `initialize` and
     /// `notifications/initialized`.
     pub async fn open(url: &str, token: Option<&str>) -> Result<Self, Failure> {
-        let uri: Uri = url.parse().map_err(|_| Failure::BadUrl)?;
-        if uri.scheme_str() != Some("http") {
-            return Err(Failure::BadUrl);
-        }
-        let auth = uri.authority().ok_or(Failure::BadUrl)?;
-        let port = auth.port_u16().unwrap_or(80);
-        let addr = tokio::net::lookup_host((auth.host(), port))
-            .await
-            .map_err(|_| Failure::Transport)?
-            .next()
-            .ok_or(Failure::Transport)?;
-        let mut s = Session {
-            endpoint: Endpoint {
-                addr,
-                authority: HeaderValue::from_str(auth.as_str()).map_err(|_| Failure::BadUrl)?,
-                path: uri.path().to_string(),
-            },
-            session_id: None,
-            stateless: false,
-            bearer: match token {
-                Some(t) => Some(
-                    HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| Failure::BadUrl)?,
-                ),
-                None => None,
-            },
-            next_id: AtomicI64::new(1),
-            idle: Mutex::new(Vec::new()),
-        };
+        let mut s = Self::at(url, token, false).await?;
         let body = json!({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
             "params": {
@@ -137,8 +110,15 @@ impl Session {
     /// A client of protocol 2026-07-28 on `url`, declaring the tasks extension: no session,
     /// so nothing is sent until the first request.
     pub async fn open_stateless(url: &str, token: Option<&str>) -> Result<Self, Failure> {
-        // `open` runs `initialize`; the stateless client only needs the endpoint it set up.
+        Self::at(url, token, true).await
+    }
+
+    /// A client of `url` (`http://host:port/path`) that has sent nothing yet.
+    async fn at(url: &str, token: Option<&str>, stateless: bool) -> Result<Self, Failure> {
         let uri: Uri = url.parse().map_err(|_| Failure::BadUrl)?;
+        if uri.scheme_str() != Some("http") {
+            return Err(Failure::BadUrl);
+        }
         let auth = uri.authority().ok_or(Failure::BadUrl)?;
         let port = auth.port_u16().unwrap_or(80);
         let addr = tokio::net::lookup_host((auth.host(), port))
@@ -152,7 +132,7 @@ impl Session {
                 authority: HeaderValue::from_str(auth.as_str()).map_err(|_| Failure::BadUrl)?,
                 path: uri.path().to_string(),
             },
-            stateless: true,
+            stateless,
             session_id: None,
             bearer: match token {
                 Some(t) => Some(

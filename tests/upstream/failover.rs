@@ -31,6 +31,22 @@ async fn leader_of(observer: &Server, shard: u32) -> u64 {
         .expect("the shard has a leader")
 }
 
+/// Three nodes serving `upstreams` (node settings), ready, their upstreams served.
+async fn start_cluster(upstreams: &str) -> Vec<Server> {
+    let grpc = free_ports(3);
+    let config = |id| node_config(id, &grpc, SHARDS, TOKEN, upstreams);
+    let nodes = vec![
+        Server::start_node(TASKMESH, &config(1), true),
+        Server::start_node(TASKMESH, &config(2), false),
+        Server::start_node(TASKMESH, &config(3), false),
+    ];
+    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, SHARDS).await;
+    for n in &nodes {
+        taskmesh_testkit::wait_upstreams_serving(n, TOKEN).await;
+    }
+    nodes
+}
+
 /// Poll `id` until it is terminal (bounded: 60 s).
 async fn until_terminal(history: &mut History, c: &Client, id: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -70,17 +86,7 @@ tools = {{ include = ["slow"] }}
 "#,
         url = up.url
     );
-    let grpc = free_ports(3);
-    let config = |id| node_config(id, &grpc, SHARDS, TOKEN, &upstreams);
-    let mut nodes = vec![
-        Server::start_node(TASKMESH, &config(1), true),
-        Server::start_node(TASKMESH, &config(2), false),
-        Server::start_node(TASKMESH, &config(3), false),
-    ];
-    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, SHARDS).await;
-    for n in &nodes {
-        taskmesh_testkit::wait_upstreams_serving(n, TOKEN).await;
-    }
+    let mut nodes = start_cluster(&upstreams).await;
     let mut clients = Vec::new();
     for n in &nodes {
         clients.push(Client::connect(&n.url, Some(TOKEN), V, json!({})).await);
@@ -164,17 +170,7 @@ tools = {{ include = ["research", "starts"] }}
 "#,
         url = up.url
     );
-    let grpc = free_ports(3);
-    let config = |id| node_config(id, &grpc, SHARDS, TOKEN, &upstreams);
-    let mut nodes = vec![
-        Server::start_node(TASKMESH, &config(1), true),
-        Server::start_node(TASKMESH, &config(2), false),
-        Server::start_node(TASKMESH, &config(3), false),
-    ];
-    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, SHARDS).await;
-    for n in &nodes {
-        taskmesh_testkit::wait_upstreams_serving(n, TOKEN).await;
-    }
+    let mut nodes = start_cluster(&upstreams).await;
     let mut clients = Vec::new();
     for n in &nodes {
         clients.push(Client::connect(&n.url, Some(TOKEN), V, json!({})).await);
@@ -265,17 +261,7 @@ tools = {{ include = ["mutter"] }}
 "#,
         url = up.url
     );
-    let grpc = free_ports(3);
-    let config = |id| node_config(id, &grpc, SHARDS, TOKEN, &upstreams);
-    let nodes = [
-        Server::start_node(TASKMESH, &config(1), true),
-        Server::start_node(TASKMESH, &config(2), false),
-        Server::start_node(TASKMESH, &config(3), false),
-    ];
-    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, SHARDS).await;
-    for n in &nodes {
-        taskmesh_testkit::wait_upstreams_serving(n, TOKEN).await;
-    }
+    let nodes = start_cluster(&upstreams).await;
     // One session, made on node 1 (its home), used through every node.
     let at1 = Client::connect(&nodes[0].url, Some(TOKEN), V, json!({})).await;
     let through = |i: usize| {

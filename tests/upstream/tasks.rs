@@ -27,6 +27,16 @@ fn task_server_script() -> String {
         .to_string()
 }
 
+/// The `[[upstream]]` lines of the task server over stdio, counting its starts in `starts`.
+fn stdio_endpoint(python: &std::path::Path, starts: &std::path::Path) -> String {
+    format!(
+        "command = {:?}\nargs = [{:?}, \"stdio\", {:?}]\nenv = {{ PYTHONUNBUFFERED = \"1\" }}",
+        python.display().to_string(),
+        task_server_script(),
+        starts.display().to_string()
+    )
+}
+
 /// Poll until the task's status message is `want` (bounded: 30 s).
 pub(crate) async fn wait_message(c: &Client, id: &str, want: &str) -> Value {
     for _ in 0..600 {
@@ -48,12 +58,7 @@ async fn an_upstream_that_runs_tasks_is_followed_through_its_own_tasks() {
     let python = tokio::task::spawn_blocking(python).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let starts = dir.path().join("starts");
-    let endpoint = format!(
-        "command = {:?}\nargs = [{:?}, \"stdio\", {:?}]\nenv = {{ PYTHONUNBUFFERED = \"1\" }}",
-        python.display().to_string(),
-        task_server_script(),
-        starts.display().to_string()
-    );
+    let endpoint = stdio_endpoint(&python, &starts);
     let s = Server::start(
         TASKMESH,
         &config_with(&endpoint, "task_poll_min_ms = 20", ""),
@@ -162,12 +167,7 @@ async fn a_task_lost_with_its_stdio_upstream_fails_by_the_resume_policy() {
     let python = tokio::task::spawn_blocking(python).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let starts = dir.path().join("starts");
-    let endpoint = format!(
-        "command = {:?}\nargs = [{:?}, \"stdio\", {:?}]\nenv = {{ PYTHONUNBUFFERED = \"1\" }}",
-        python.display().to_string(),
-        task_server_script(),
-        starts.display().to_string()
-    );
+    let endpoint = stdio_endpoint(&python, &starts);
     let s = Server::start(
         TASKMESH,
         &config_with(

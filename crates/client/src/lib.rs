@@ -362,11 +362,8 @@ impl Client {
             .await?;
         Ok(ToolCall {
             id,
-            events: rx,
-            result,
+            steps: Steps::new(rx, result),
             inner: self.inner.clone(),
-            outcome: None,
-            done: false,
         })
     }
 
@@ -410,11 +407,57 @@ impl Drop for Inner {
 /// A `tools/call` in flight.
 pub struct ToolCall {
     id: i64,
+    steps: Steps,
+    inner: Arc<Inner>,
+}
+
+/// What a call yields: the events the server sent about it, then its outcome, once.
+struct Steps {
     events: mpsc::Receiver<CallEvent>,
     result: oneshot::Receiver<Result<Value, ClientError>>,
-    inner: Arc<Inner>,
+    /// The outcome, once it came, until the events queued before it are taken.
     outcome: Option<Result<Value, ClientError>>,
-    done: bool,
+    /// The outcome has been handed out (or the call given up).
+    ended: bool,
+}
+
+impl Steps {
+    fn new(
+        events: mpsc::Receiver<CallEvent>,
+        result: oneshot::Receiver<Result<Value, ClientError>>,
+    ) -> Self {
+        Self {
+            events,
+            result,
+            outcome: None,
+            ended: false,
+        }
+    }
+
+    /// The next event, or the outcome (the last item); events queued before the outcome come
+    /// first. `inner` says why the connection ended when the outcome was lost with it.
+    async fn next(&mut self, inner: &Inner) -> Step {
+        loop {
+            if let Some(outcome) = self.outcome.take() {
+                if let Ok(ev) = self.events.try_recv() {
+                    self.outcome = Some(outcome);
+                    return Step::Event(ev);
+                }
+                self.ended = true;
+                return Step::Done(outcome);
+            }
+            if self.ended {
+                return Step::Done(Err(ClientError::Closed("the call has ended".into())));
+            }
+            tokio::select! {
+                biased;
+                Some(ev) = self.events.recv() => return Step::Event(ev),
+                r = &mut self.result => {
+                    self.outcome = Some(r.unwrap_or_else(|_| Err(inner.why_closed())));
+                }
+            }
+        }
+    }
 }
 
 /// What [`ToolCall::next`] yields.
@@ -435,33 +478,13 @@ impl ToolCall {
     /// The next event of the call, or its outcome (the last item). Events the server sent
     /// before the result come first.
     pub async fn next(&mut self) -> Step {
-        loop {
-            if let Some(outcome) = self.outcome.take() {
-                // What arrived before the result is still queued: it comes first.
-                if let Ok(ev) = self.events.try_recv() {
-                    self.outcome = Some(outcome);
-                    return Step::Event(ev);
-                }
-                self.done = true;
-                return Step::Done(outcome);
-            }
-            if self.done {
-                return Step::Done(Err(ClientError::Closed("the call has ended".into())));
-            }
-            tokio::select! {
-                biased;
-                Some(ev) = self.events.recv() => return Step::Event(ev),
-                r = &mut self.result => {
-                    self.outcome = Some(r.unwrap_or_else(|_| Err(self.inner.why_closed())));
-                }
-            }
-        }
+        self.steps.next(&self.inner).await
     }
 
     /// Cancel the call: `notifications/cancelled` with `reason`. The call's outcome is not
     /// awaited.
     pub async fn cancel(mut self, reason: &str) {
-        self.done = true;
+        self.steps.ended = true;
         if self.inner.pending.lock().remove(&self.id).is_none() {
             return;
         }
@@ -479,7 +502,7 @@ impl Drop for ToolCall {
     /// A call given up before its outcome is cancelled on the server.
     fn drop(&mut self) {
         let was_pending = self.inner.pending.lock().remove(&self.id).is_some();
-        if !was_pending || self.done {
+        if !was_pending || self.steps.ended {
             return;
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {

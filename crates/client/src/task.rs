@@ -19,7 +19,9 @@ use serde_json::{json, Map, Value};
 use taskmesh_mcp::META_RELATED_TASK;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{CallEvent, Client, ClientError, HeaderName, HeaderValue, Inner, Step, CALL_EVENTS};
+use crate::{
+    CallEvent, Client, ClientError, HeaderName, HeaderValue, Inner, Step, Steps, CALL_EVENTS,
+};
 
 /// How often a followed task is polled: the server's `pollInterval`, kept within
 /// `[min, max]`; `default` when the server suggests none.
@@ -77,10 +79,7 @@ impl Follows {
 /// A task the server runs for a call of this client, followed to its result.
 pub struct TaskCall {
     task_id: String,
-    events: mpsc::Receiver<CallEvent>,
-    done: oneshot::Receiver<Result<Value, ClientError>>,
-    outcome: Option<Result<Value, ClientError>>,
-    finished: bool,
+    steps: Steps,
     inner: Arc<Inner>,
     token: Option<String>,
     driver: Option<tokio::task::AbortHandle>,
@@ -124,20 +123,11 @@ impl Client {
             answer.await.unwrap_or_else(|_| Err(inner.why_closed()))
         }
         .await;
-        let mut call = TaskCall {
-            task_id: String::new(),
-            events: rx,
-            done: oneshot::channel().1,
-            outcome: None,
-            finished: false,
-            inner: inner.clone(),
-            token: Some(token),
-            driver: None,
-        };
+        let mut call = TaskCall::unstarted(inner.clone(), rx, Some(token));
         let created = created?;
         let Some(task_id) = created["task"]["taskId"].as_str().map(str::to_string) else {
             if created.get("content").is_some() {
-                call.outcome = Some(Ok(created));
+                call.steps.outcome = Some(Ok(created));
                 return Ok(call);
             }
             return Err(ClientError::Protocol(
@@ -153,16 +143,7 @@ impl Client {
     /// Follow task `task_id`, created earlier, to its result.
     pub fn follow_task(&self, task_id: &str, polling: Polling) -> TaskCall {
         let (tx, rx) = mpsc::channel(CALL_EVENTS);
-        let mut call = TaskCall {
-            task_id: String::new(),
-            events: rx,
-            done: oneshot::channel().1,
-            outcome: None,
-            finished: false,
-            inner: self.inner.clone(),
-            token: None,
-            driver: None,
-        };
+        let mut call = TaskCall::unstarted(self.inner.clone(), rx, None);
         tracing::info!(upstream = %self.inner.name, task_id, "following an upstream task");
         call.start(task_id.to_string(), tx, polling);
         call
@@ -170,6 +151,21 @@ impl Client {
 }
 
 impl TaskCall {
+    /// A task call whose events come on `events`, not yet following a task.
+    fn unstarted(
+        inner: Arc<Inner>,
+        events: mpsc::Receiver<CallEvent>,
+        token: Option<String>,
+    ) -> Self {
+        TaskCall {
+            task_id: String::new(),
+            steps: Steps::new(events, oneshot::channel().1),
+            inner,
+            token,
+            driver: None,
+        }
+    }
+
     fn start(&mut self, task_id: String, tx: mpsc::Sender<CallEvent>, polling: Polling) {
         self.inner
             .follows
@@ -177,7 +173,7 @@ impl TaskCall {
             .by_task
             .insert(task_id.clone(), tx.clone());
         let (done_tx, done_rx) = oneshot::channel();
-        self.done = done_rx;
+        self.steps.result = done_rx;
         self.task_id = task_id.clone();
         let weak = Arc::downgrade(&self.inner);
         let driver = tokio::spawn(async move {
@@ -197,31 +193,12 @@ impl TaskCall {
     /// [`ClientError::TaskCancelled`], [`ClientError::TaskLost`] when the server no longer
     /// knows the task, or how the connection failed.
     pub async fn next(&mut self) -> Step {
-        loop {
-            if let Some(outcome) = self.outcome.take() {
-                if let Ok(ev) = self.events.try_recv() {
-                    self.outcome = Some(outcome);
-                    return Step::Event(ev);
-                }
-                self.finished = true;
-                return Step::Done(outcome);
-            }
-            if self.finished {
-                return Step::Done(Err(ClientError::Closed("the task call has ended".into())));
-            }
-            tokio::select! {
-                biased;
-                Some(ev) = self.events.recv() => return Step::Event(ev),
-                r = &mut self.done => {
-                    self.outcome = Some(r.unwrap_or_else(|_| Err(self.inner.why_closed())));
-                }
-            }
-        }
+        self.steps.next(&self.inner).await
     }
 
     /// Cancel the task on the server (`tasks/cancel`); its outcome is not awaited.
     pub async fn cancel(mut self, reason: &str) {
-        self.finished = true;
+        self.steps.ended = true;
         if let Some(d) = self.driver.take() {
             d.abort();
         }

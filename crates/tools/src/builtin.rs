@@ -352,13 +352,19 @@ pub fn confirm_delete() -> Builtin {
 /// answers with both, or with a tool error when one was declined. Task only; needs the
 /// client's `elicitation` capability; not rerun after a failover.
 pub fn multi_input() -> Builtin {
+    multi_input_asking(
+        "Asks two questions (a name, then a colour) before it answers.",
+        |_args, ctx| ask_name_and_colour(ctx, false).boxed(),
+    )
+}
+
+/// A task-only `multi_input` described by `description`, running `run`.
+pub(crate) fn multi_input_asking(description: &str, run: Run) -> Builtin {
     Builtin {
         spec: ToolSpec {
             name: "multi_input".into(),
             title: Some("Multi input".into()),
-            description: Some(
-                "Asks two questions (a name, then a colour) before it answers.".into(),
-            ),
+            description: Some(description.into()),
             input_schema: empty_schema(),
             task_support: TaskSupport::Required,
             resume: ResumePolicy::Fail,
@@ -366,26 +372,28 @@ pub fn multi_input() -> Builtin {
             annotations: None,
         },
         validate: no_args,
-        run: |_args, ctx| {
-            async move {
-                let read = |c: Option<Map<String, Value>>, key: &str| {
-                    c.and_then(|c| c.get(key).and_then(Value::as_str).map(str::to_string))
-                };
-                let name = read(
-                    elicit(&ctx, "Your name?".into(), one_string("name")).await?,
-                    "name",
-                );
-                let colour = read(
-                    elicit(&ctx, "Your favourite colour?".into(), one_string("colour")).await?,
-                    "colour",
-                );
-                match (name, colour) {
-                    (Some(n), Some(c)) => Ok(text_result(format!("{n} likes {c}"), false)),
-                    _ => Ok(text_result("multi_input: an answer was declined", true)),
-                }
-            }
-            .boxed()
-        },
+        run,
+    }
+}
+
+/// Ask a name and a colour, one after the other or `at_once` (both out together, the name's
+/// first), and say who likes which colour.
+pub(crate) async fn ask_name_and_colour(ctx: ToolContext, at_once: bool) -> ToolResult {
+    let ask_name = elicit(&ctx, "Your name?".into(), one_string("name"));
+    let ask_colour = elicit(&ctx, "Your favourite colour?".into(), one_string("colour"));
+    let (name, colour) = if at_once {
+        let (n, c) = futures::join!(ask_name, ask_colour);
+        (n?, c?)
+    } else {
+        let n = ask_name.await?;
+        (n, ask_colour.await?)
+    };
+    let read = |c: Option<Map<String, Value>>, key: &str| {
+        c.and_then(|c| c.get(key).and_then(Value::as_str).map(str::to_string))
+    };
+    match (read(name, "name"), read(colour, "colour")) {
+        (Some(n), Some(c)) => Ok(text_result(format!("{n} likes {c}"), false)),
+        _ => Ok(text_result("multi_input: an answer was declined", true)),
     }
 }
 

@@ -24,7 +24,10 @@ use futures::FutureExt;
 use serde_json::{json, Value};
 use taskmesh_mcp::{params, ErrorObject, LogLevel, TaskSupport};
 
-use crate::builtin::{elicit, empty_schema, no_args, one_string, str_arg, Builtin, Run, Validate};
+use crate::builtin::{
+    ask_name_and_colour, elicit, empty_schema, multi_input_asking, no_args, one_string, str_arg,
+    Builtin, Run, Validate,
+};
 use crate::{text_result, ResumePolicy, Tool, ToolSpec};
 
 /// A 1×1 red PNG.
@@ -228,37 +231,10 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
                 .boxed()
             },
         ),
-        Arc::new(Builtin {
-            spec: ToolSpec {
-                name: "multi_input".into(),
-                title: Some("Multi input".into()),
-                description: Some(
-                    "Asks two questions at once (a name and a colour) before it answers.".into(),
-                ),
-                input_schema: empty_schema(),
-                task_support: TaskSupport::Required,
-                resume: ResumePolicy::Fail,
-                output_schema: None,
-                annotations: None,
-            },
-            validate: no_args,
-            run: |_args, ctx| {
-                async move {
-                    // Both questions are out at once (the suite answers them one at a time).
-                    let (name, colour) = futures::join!(
-                        elicit(&ctx, "Your name?".into(), one_string("name")),
-                        elicit(&ctx, "Your favourite colour?".into(), one_string("colour")),
-                    );
-                    let read = |c: Option<serde_json::Map<String, Value>>, key: &str| {
-                        c.and_then(|c| c.get(key).and_then(Value::as_str).map(str::to_string))
-                    };
-                    match (read(name?, "name"), read(colour?, "colour")) {
-                        (Some(n), Some(c)) => Ok(text_result(format!("{n} likes {c}"), false)),
-                        _ => Ok(text_result("multi_input: an answer was declined", true)),
-                    }
-                }
-                .boxed()
-            },
-        }),
+        Arc::new(multi_input_asking(
+            "Asks two questions at once (a name and a colour) before it answers.",
+            // Both questions are out at once (the suite answers them one at a time).
+            |_args, ctx| ask_name_and_colour(ctx, true).boxed(),
+        )),
     ]
 }

@@ -420,11 +420,10 @@ impl Tool for UpstreamTool {
             ResumePolicy::Fail => 1,
         };
         async move {
-            let _permit = up
-                .calls
-                .acquire()
-                .await
-                .map_err(|_| ErrorObject::internal(format!("upstream {}: shut down", up.name())))?;
+            let _permit =
+                up.calls.acquire().await.map_err(|_| {
+                    ErrorObject::internal(format!("upstream {}: shut down", up.name()))
+                })?;
             let headers = match &up.principal_header {
                 Some(name) => {
                     let value = HeaderValue::try_from(ctx.principal.as_str()).map_err(|_| {
@@ -447,7 +446,8 @@ impl Tool for UpstreamTool {
                     up.attempt_task(&remote, args.clone(), &ctx, timeout, &headers, &mut follow)
                         .await
                 } else {
-                    up.attempt(&remote, args.clone(), &ctx, timeout, &headers).await
+                    up.attempt(&remote, args.clone(), &ctx, timeout, &headers)
+                        .await
                 };
                 let lost = match result {
                     Ok(outcome) => return outcome,
@@ -482,7 +482,7 @@ impl Tool for UpstreamTool {
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = ctx.cancel.cancelled() => {
-                        return Err(ErrorObject::new(taskmesh_mcp::jsonrpc::REQUEST_CANCELLED, "cancelled"));
+                        return Err(cancelled());
                     }
                 }
                 if !again {
@@ -525,18 +525,24 @@ impl Upstream {
                 },
                 _ = ctx.cancel.cancelled() => {
                     call.cancel("the task was cancelled").await;
-                    return Ok(Err(ErrorObject::new(taskmesh_mcp::jsonrpc::REQUEST_CANCELLED, "cancelled")));
+                    return Ok(Err(cancelled()));
                 }
                 _ = &mut deadline => {
                     call.cancel("the call timed out").await;
-                    return Ok(Err(ErrorObject::internal(format!(
-                        "upstream {}: no answer from tool {remote} within {} ms",
-                        self.name(),
-                        timeout.as_millis()
-                    ))));
+                    return Ok(Err(self.timed_out("no answer from", remote, timeout)));
                 }
             }
         }
+    }
+
+    /// The outcome of a call past its timeout: `what` (`no answer from`, `no result of`) the
+    /// tool within it.
+    fn timed_out(&self, what: &str, remote: &str, timeout: Duration) -> ErrorObject {
+        ErrorObject::internal(format!(
+            "upstream {}: {what} tool {remote} within {} ms",
+            self.name(),
+            timeout.as_millis()
+        ))
     }
 
     /// Pass on what the upstream sent about a call: progress to the task's token, its
@@ -645,17 +651,18 @@ impl Upstream {
                         tracing::info!(upstream = %self.name(), tool = %remote, upstream_task = %task.task_id(),
                             "execution handed over; the upstream task runs on");
                     }
-                    return Ok(Err(ErrorObject::new(taskmesh_mcp::jsonrpc::REQUEST_CANCELLED, "cancelled")));
+                    return Ok(Err(cancelled()));
                 }
                 _ = &mut deadline => {
                     task.cancel("the call timed out").await;
-                    return Ok(Err(ErrorObject::internal(format!(
-                        "upstream {}: no result of tool {remote} within {} ms",
-                        self.name(),
-                        timeout.as_millis()
-                    ))));
+                    return Ok(Err(self.timed_out("no result of", remote, timeout)));
                 }
             }
         }
     }
+}
+
+/// The outcome of a call or task cancelled while it waited on the upstream.
+fn cancelled() -> ErrorObject {
+    ErrorObject::new(taskmesh_mcp::jsonrpc::REQUEST_CANCELLED, "cancelled")
 }

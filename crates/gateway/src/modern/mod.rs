@@ -374,15 +374,7 @@ async fn serve(
 ) -> Result<Answer, Failure> {
     let p = params::object(params)?;
     let declared = check(headers, method, p)?;
-    if method == "tools/call" {
-        return Ok(Box::pin(tools_call(gw, principal, p, &declared)).await?);
-    }
-    if method == "tasks/get" && declared.tasks {
-        return Ok(tasks_get(gw, principal, p).await?);
-    }
-    Ok(Answer::Value(
-        dispatch(gw, principal, method, p, &declared).await?,
-    ))
+    Ok(dispatch(gw, principal, method, p, &declared).await?)
 }
 
 async fn dispatch(
@@ -391,25 +383,28 @@ async fn dispatch(
     method: &str,
     p: &Map<String, Value>,
     declared: &Declared,
-) -> Result<Value, ErrorObject> {
-    match method {
-        "server/discover" => Ok(discover()),
+) -> Result<Answer, ErrorObject> {
+    let value = match method {
+        "server/discover" => discover(),
         "tools/list" => {
             let mut page = crate::dispatch::tools::tools_page(gw, p, false)?;
             // The tool list may change at any time (upstreams): not to be cached.
             page["ttlMs"] = json!(0);
             page["cacheScope"] = json!("public");
-            Ok(complete(page.as_object().cloned().unwrap_or_default()))
+            complete(page.as_object().cloned().unwrap_or_default())
         }
+        "tools/call" => return Box::pin(tools_call(gw, principal, p, declared)).await,
         "tasks/get" | "tasks/update" | "tasks/cancel" if !declared.tasks => {
-            Err(missing_extension(format!(
+            return Err(missing_extension(format!(
                 "{method} needs the tasks extension ({EXTENSION}) declared in the request's client capabilities"
             )))
         }
-        "tasks/update" => tasks_update(gw, principal, p).await,
-        "tasks/cancel" => tasks_cancel(gw, principal, p).await,
-        _ => Err(ErrorObject::method_not_found(method)),
-    }
+        "tasks/get" => return tasks_get(gw, principal, p).await,
+        "tasks/update" => tasks_update(gw, principal, p).await?,
+        "tasks/cancel" => tasks_cancel(gw, principal, p).await?,
+        _ => return Err(ErrorObject::method_not_found(method)),
+    };
+    Ok(Answer::Value(value))
 }
 
 /// How long a `server/discover` answer may be kept, ms.
