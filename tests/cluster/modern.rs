@@ -1,7 +1,8 @@
 //! Protocol 2026-07-28 across the cluster: stateless requests reach any node. A task created
 //! through one node is read through the others, its `inputRequests` come from its shard's
 //! leader whichever node is asked, and the answer (`tasks/update`) through yet another node
-//! reaches the task.
+//! reaches the task. A `subscriptions/listen` stream on any node is told each change of the
+//! tasks it watches, wherever their shards' leaders run.
 
 use serde_json::json;
 use taskmesh_testkit::modern::Modern;
@@ -63,5 +64,38 @@ async fn stateless_requests_and_task_input_work_through_any_node() {
             .await;
         let t = through[1].until_terminal(&id).await;
         assert_eq!(t["result"]["content"][0]["text"], "Deleted x", "{t}");
+    }
+
+    // Task notifications through each node, of tasks created through another one (on shards
+    // led anywhere): every watched task is told until it completes, then the stream ends.
+    for (n, m) in through.iter().enumerate() {
+        let mut ids = Vec::new();
+        for _ in 0..4 {
+            ids.push(
+                through[(n + 1) % 3]
+                    .start("slow_compute", json!({"seconds": 1.0}))
+                    .await,
+            );
+        }
+        let mut l = m
+            .listen(json!({"taskIds": ids}))
+            .await
+            .unwrap_or_else(|a| panic!("refused: {} {}", a.status, a.body));
+        let ack = l.next().await.expect("the acknowledgement");
+        assert_eq!(ack["params"]["notifications"]["taskIds"], json!(ids), "{ack}");
+        let mut completed = std::collections::HashSet::new();
+        loop {
+            let msg = l.next().await.expect("a message");
+            if msg.get("id").is_some() {
+                assert_eq!(msg["result"]["resultType"], "complete", "{msg}");
+                break;
+            }
+            assert_eq!(msg["method"], "notifications/tasks", "{msg}");
+            if msg["params"]["status"] == "completed" {
+                assert!(msg["params"]["result"]["content"].is_array(), "{msg}");
+                completed.insert(msg["params"]["taskId"].as_str().unwrap().to_string());
+            }
+        }
+        assert_eq!(completed.len(), ids.len(), "through node {}", n + 1);
     }
 }

@@ -406,3 +406,91 @@ async fn one_task_store_serves_both_generations_to_the_owner() {
         "{listed}"
     );
 }
+
+/// `_meta` key of the subscription a listen-stream message belongs to.
+const SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
+
+#[tokio::test]
+async fn subscriptions_listen_tells_each_change_of_the_tasks_it_watches() {
+    let s = Server::start(
+        TASKMESH,
+        "[tools]\nconformance = true\n[http]\nmax_listen_task_ids = 3\nmax_listen_streams_per_principal = 2\n",
+    );
+    let mut m = Modern::new(&s.url, None, true);
+    m.elicitation = true;
+    let id = m.start("confirm_delete", json!({"filename": "a.txt"})).await;
+
+    // Only what the server has is honored: a task of the caller's, not an unknown id, not
+    // prompts (there are none).
+    let mut l = m
+        .listen(json!({"taskIds": [id, "no-such-task", id], "promptsListChanged": true}))
+        .await
+        .unwrap_or_else(|a| panic!("refused: {} {}", a.status, a.body));
+    let ack = l.next().await.expect("the acknowledgement");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(ack["params"]["notifications"], json!({"taskIds": [id]}), "{ack}");
+    assert_eq!(ack["params"]["_meta"][SUBSCRIPTION], 7, "{ack}");
+
+    // The task as it stands, then each change, as tasks/get shows it, until it is terminal.
+    let mut statuses = Vec::new();
+    let done = loop {
+        let n = l.next().await.expect("a notification");
+        assert_eq!(n["method"], "notifications/tasks", "{n}");
+        let t = &n["params"];
+        assert_eq!((&t["taskId"], &t["_meta"][SUBSCRIPTION]), (&json!(id), &json!(7)), "{n}");
+        let status = t["status"].as_str().expect("a status").to_string();
+        if status == "input_required" {
+            let (key, r) = t["inputRequests"].as_object().unwrap().iter().next().unwrap();
+            assert_eq!(r["params"]["message"], "Delete a.txt?", "{n}");
+            m.ok(
+                "tasks/update",
+                json!({"taskId": id, "inputResponses": {key.clone(): {"action": "accept", "content": {"confirm": true}}}}),
+            )
+            .await;
+        }
+        statuses.push(status.clone());
+        if status == "completed" {
+            break t.clone();
+        }
+    };
+    assert!(statuses.contains(&"input_required".to_string()), "{statuses:?}");
+    assert_eq!(done["result"]["content"][0]["text"], "Deleted a.txt", "{done}");
+    let polled = m.ok("tasks/get", json!({"taskId": id})).await;
+    assert_eq!(polled["result"], done["result"]);
+    // Nothing left to watch: the subscription ends with its response.
+    let end = l.next().await.expect("the listen response");
+    assert_eq!(end["id"], 7, "{end}");
+    assert_eq!(end["result"]["resultType"], "complete", "{end}");
+    assert_eq!(end["result"]["_meta"][SUBSCRIPTION], 7, "{end}");
+    assert_eq!(l.next().await, None, "the stream ends");
+
+    // Tool-list changes alone: the stream stays open; the principal's streams are bounded.
+    let mut tools = m.listen(json!({"toolsListChanged": true})).await.ok().unwrap();
+    let ack = tools.next().await.unwrap();
+    assert_eq!(ack["params"]["notifications"], json!({"toolsListChanged": true}), "{ack}");
+    let _second = m.listen(json!({"toolsListChanged": true})).await.ok().unwrap();
+    let third = m.listen(json!({"toolsListChanged": true})).await.err().unwrap();
+    assert_eq!(third.status, 429, "{}", third.body);
+    drop(tools);
+
+    // Bad filters change nothing and say why.
+    let a = m.listen(json!({"taskIds": ["a", "b", "c", "d"]})).await.err().unwrap();
+    assert_eq!((a.status, a.body["error"]["code"].as_i64()), (200, Some(-32602)), "{}", a.body);
+    let a = m.listen(json!({"taskIds": "a"})).await.err().unwrap();
+    assert_eq!(a.body["error"]["code"], -32602, "{}", a.body);
+    let a = m.listen(json!({"toolsListChanged": "yes"})).await.err().unwrap();
+    assert_eq!(a.body["error"]["code"], -32602, "{}", a.body);
+    // Task notifications need the extension declared.
+    let plain = Modern::new(&s.url, None, false);
+    let a = plain.listen(json!({"taskIds": [id]})).await.err().unwrap();
+    assert_eq!((a.status, a.body["error"]["code"].as_i64()), (400, Some(-32021)), "{}", a.body);
+    assert_eq!(
+        a.body["error"]["data"]["requiredCapabilities"]["extensions"][EXT],
+        json!({}),
+        "{}",
+        a.body
+    );
+}

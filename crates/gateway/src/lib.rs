@@ -80,6 +80,12 @@ pub struct GatewayConfig {
     pub max_inflight_per_session: usize,
     /// GET streams one session may hold open at once; one more is refused with HTTP 429.
     pub max_streams_per_session: usize,
+    /// Task ids one 2026-07-28 `subscriptions/listen` may watch; more are refused with
+    /// `-32602`.
+    pub max_listen_task_ids: usize,
+    /// `subscriptions/listen` streams one principal may hold open on a node at once; one more
+    /// is refused with HTTP 429.
+    pub max_listen_streams_per_principal: usize,
 }
 
 impl Default for GatewayConfig {
@@ -110,6 +116,8 @@ impl Default for GatewayConfig {
             verified_session_cache: 65_536,
             max_inflight_per_session: 256,
             max_streams_per_session: 8,
+            max_listen_task_ids: 1000,
+            max_listen_streams_per_principal: 64,
         }
     }
 }
@@ -144,6 +152,8 @@ pub struct Gateway {
     pub(crate) limits: limits::Limits,
     /// How long the messages this node wrote to clients' streams took to get there.
     pub(crate) delivery: DeliveryStats,
+    /// The 2026-07-28 `subscriptions/listen` streams open on this node.
+    pub(crate) listeners: Arc<modern::listen::Listeners>,
 }
 
 impl Gateway {
@@ -178,6 +188,7 @@ impl Gateway {
             plain_pending: Mutex::new(HashMap::new()),
             limits: limits::Limits::new(&cfg_limits),
             delivery: DeliveryStats::default(),
+            listeners: Arc::default(),
         });
         gw.hub.set_gateway(&gw);
         gw.spawn_event_fanout();
@@ -202,6 +213,7 @@ impl Gateway {
                 changes.borrow_and_update();
                 let Some(gw) = weak.upgrade() else { break };
                 let told = gw.sessions.push_all(JsonMessage::plain(json.clone()));
+                gw.listeners.tools_changed();
                 tracing::debug!(sessions = told, "tools/list changed");
             }
         });
@@ -229,6 +241,7 @@ impl Gateway {
                 let Some(gw) = weak.upgrade() else { break };
                 match ev {
                     HostEvent::Status { task, at_us } => {
+                        gw.listeners.task_changed(&task.task_id);
                         if let Some(session) = &task.session {
                             let json = Arc::new(wire::status_notification(&task));
                             gw.sessions

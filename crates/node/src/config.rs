@@ -18,6 +18,8 @@ use serde::Deserialize;
 pub const MAX_WORKER_THREADS: usize = 1024;
 /// The most events `http.sse_buffer_events` may keep per stream.
 pub const MAX_SSE_BUFFER_EVENTS: usize = 65_536;
+/// The largest `http.max_listen_task_ids` accepted.
+pub const MAX_LISTEN_TASK_IDS: usize = 100_000;
 
 /// The most logical shards a cluster may have: every node keeps per-shard state (a Raft group
 /// per replica it holds, its trees, its reconciler), and the shard count never changes.
@@ -166,6 +168,12 @@ pub struct HttpConfig {
     pub sse_keepalive_ms: u64,
     /// GET streams one session may hold open at once; one more gets HTTP 429. At least 1.
     pub max_streams_per_session: usize,
+    /// Task ids one 2026-07-28 `subscriptions/listen` may watch; more get `-32602`. Default
+    /// 1000, between 1 and 100000.
+    pub max_listen_task_ids: usize,
+    /// `subscriptions/listen` streams one principal may hold open on a node; one more gets
+    /// HTTP 429. Default 64, at least 1.
+    pub max_listen_streams_per_principal: usize,
     /// Events one SSE stream keeps for a reconnection with `Last-Event-ID`, and the most that
     /// wait unread before its producer is held back. Default 256, between 1 and 65536.
     pub sse_buffer_events: usize,
@@ -321,6 +329,8 @@ impl Default for HttpConfig {
             allowed_origins: g.allowed_origins,
             sse_keepalive_ms: g.sse_keepalive_ms,
             max_streams_per_session: g.max_streams_per_session,
+            max_listen_task_ids: g.max_listen_task_ids,
+            max_listen_streams_per_principal: g.max_listen_streams_per_principal,
             sse_buffer_events: g.stream_buffer,
             sse_retry_ms: g.sse_retry_ms,
             sse_resume_window_ms: g.sse_resume_window_ms,
@@ -476,6 +486,15 @@ impl Config {
         }
         if self.http.max_streams_per_session == 0 {
             bail!("http.max_streams_per_session must be at least 1");
+        }
+        if !(1..=MAX_LISTEN_TASK_IDS).contains(&self.http.max_listen_task_ids) {
+            bail!(
+                "http.max_listen_task_ids must be between 1 and {MAX_LISTEN_TASK_IDS} (got {})",
+                self.http.max_listen_task_ids
+            );
+        }
+        if self.http.max_listen_streams_per_principal == 0 {
+            bail!("http.max_listen_streams_per_principal must be at least 1");
         }
         if !(1..=MAX_SSE_BUFFER_EVENTS).contains(&self.http.sse_buffer_events) {
             bail!(

@@ -564,6 +564,8 @@ impl Config {
             verified_session_cache: self.session.verified_cache,
             max_inflight_per_session: self.limits.max_inflight_per_session,
             max_streams_per_session: self.http.max_streams_per_session,
+            max_listen_task_ids: self.http.max_listen_task_ids,
+            max_listen_streams_per_principal: self.http.max_listen_streams_per_principal,
             stream_buffer: self.http.sse_buffer_events,
             sse_retry_ms: self.http.sse_retry_ms,
             sse_resume_window_ms: self.http.sse_resume_window_ms,

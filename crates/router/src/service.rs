@@ -310,7 +310,8 @@ impl TaskService for TaskGrpc {
         use v1::watch_status_event::Event;
         let r = request.into_inner();
         let sessions: std::collections::HashSet<String> = r.sessions.into_iter().collect();
-        let wanted = move |s: &str| r.all_sessions || sessions.contains(s);
+        let all = r.all_sessions;
+        let wanted = move |s: &str| all || sessions.contains(s);
         let mut events = self.host.subscribe();
         let (tx, rx) = mpsc::channel(WATCH_STREAM_BUFFER);
         tokio::spawn(async move {
@@ -321,8 +322,11 @@ impl TaskService for TaskGrpc {
                     Err(_) => return,
                 };
                 let (out, at_unix_us) = match ev {
+                    // A task without a session (protocol 2026-07-28) is watched by
+                    // `subscriptions/listen` streams anywhere: reported to a watch of all.
                     HostEvent::Status { task, at_us } => match &task.session {
                         Some(s) if wanted(s) => (Event::Status(view_to_pb(task)), at_us),
+                        None if all => (Event::Status(view_to_pb(task)), at_us),
                         _ => continue,
                     },
                     HostEvent::SessionMessage {

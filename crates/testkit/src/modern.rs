@@ -86,14 +86,14 @@ impl Modern {
         params[field].as_str().map(str::to_string)
     }
 
-    /// `method` with `params` (its `_meta` added), the routing headers set from the body,
-    /// then `change` applied to the headers (`None` removes one).
-    pub async fn send_with(
+    /// The HTTP request of `method` with `params` (its `_meta` added), the routing headers set
+    /// from the body, then `change` applied to the headers (`None` removes one).
+    fn request(
         &self,
         method: &str,
         mut params: Value,
         change: &[(&str, Option<&str>)],
-    ) -> Answer {
+    ) -> reqwest::RequestBuilder {
         params["_meta"] = self.meta();
         let mut headers: Vec<(String, String)> = vec![
             ("mcp-protocol-version".into(), V.into()),
@@ -120,7 +120,22 @@ impl Modern {
         if let Some(t) = &self.token {
             r = r.header("authorization", format!("Bearer {t}"));
         }
-        let resp = r.send().await.expect("send");
+        r
+    }
+
+    /// `method` with `params` (its `_meta` added), the routing headers set from the body,
+    /// then `change` applied to the headers (`None` removes one).
+    pub async fn send_with(
+        &self,
+        method: &str,
+        params: Value,
+        change: &[(&str, Option<&str>)],
+    ) -> Answer {
+        let resp = self
+            .request(method, params, change)
+            .send()
+            .await
+            .expect("send");
         let status = resp.status().as_u16();
         assert!(
             resp.headers().get("mcp-session-id").is_none(),
@@ -129,6 +144,32 @@ impl Modern {
         let text = resp.text().await.expect("body");
         let body = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
         Answer { status, body }
+    }
+
+    /// Open `subscriptions/listen` (request id 7) with the filter `notifications`: its SSE
+    /// stream, or the HTTP status and JSON-RPC answer of a refusal.
+    pub async fn listen(&self, notifications: Value) -> Result<crate::sse::Sse, Answer> {
+        let resp = self
+            .request(
+                "subscriptions/listen",
+                json!({ "notifications": notifications }),
+                &[],
+            )
+            .send()
+            .await
+            .expect("send");
+        let status = resp.status().as_u16();
+        let sse = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if sse {
+            return Ok(crate::sse::Sse::new(resp));
+        }
+        let text = resp.text().await.expect("body");
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Err(Answer { status, body })
     }
 
     /// `method` with `params`, headers from the body.

@@ -14,7 +14,8 @@
 //!   and to the task id on `tasks/get`, `tasks/update` and `tasks/cancel` (plain, or
 //!   `=?base64?...?=`), else `-32020` (HTTP 400).
 //!
-//! Methods: `server/discover`, `tools/list`, `tools/call`, and with the extension declared
+//! Methods: `server/discover`, `tools/list`, `tools/call`, `subscriptions/listen` ([`listen`]),
+//! and with the extension declared
 //! `tasks/get`, `tasks/update`, `tasks/cancel` (without it: `-32021`, HTTP 400). Any other
 //! method, `tasks/result` and `tasks/list` included, is `-32601` with HTTP 404. Every result
 //! carries `resultType` and the server's info in `_meta`.
@@ -26,6 +27,7 @@
 //! ignored. Tasks are bound to the principal, so a task made through either generation is
 //! served to its owner through the other ([`tasks`] says how each field reads).
 
+pub(crate) mod listen;
 pub mod tasks;
 
 use std::sync::Arc;
@@ -122,6 +124,10 @@ enum Answer {
         /// The call's outcome.
         done: tokio::task::JoinHandle<Result<Value, ErrorObject>>,
     },
+    /// An accepted `subscriptions/listen`: its stream.
+    Listen(listen::Listen),
+    /// A refusal that is not a JSON-RPC error (too many streams: HTTP 429).
+    Refused(Response),
 }
 
 /// Answer one message of this generation.
@@ -142,6 +148,8 @@ pub(crate) async fn handle(
             jsonrpc::response(&id, &tasks::WorkingAnswer::of(&view)),
         ),
         Ok(Answer::Progress { notes, done }) => progress_stream(id, notes, done),
+        Ok(Answer::Listen(l)) => listen::stream(gw, principal, id, l),
+        Ok(Answer::Refused(r)) => r,
         Err(f) => reply(
             f.status.unwrap_or_else(|| http_status(&f.error)),
             jsonrpc::error_response(Some(&id), &f.error),
@@ -400,6 +408,12 @@ async fn dispatch(
             )))
         }
         "tasks/get" => return tasks_get(gw, principal, p).await,
+        "subscriptions/listen" => {
+            return Ok(match listen::open(gw, principal, p, declared).await? {
+                Ok(l) => Answer::Listen(l),
+                Err(refused) => Answer::Refused(refused),
+            })
+        }
         "tasks/update" => tasks_update(gw, principal, p).await?,
         "tasks/cancel" => tasks_cancel(gw, principal, p).await?,
         _ => return Err(ErrorObject::method_not_found(method)),
