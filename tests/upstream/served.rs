@@ -198,6 +198,42 @@ async fn exercise(s: &Server) {
     );
     assert_eq!(text(&r["result"]), "model said: hi");
 
+    // Protocol 2026-07-28: an upstream's call cannot be made again for an answer, so a plain
+    // call that asks says to call it as a task; as a task it asks in `inputRequests`.
+    let mut m = taskmesh_testkit::modern::Modern::new(&s.url, None, false);
+    m.elicitation = true;
+    let a = m
+        .send("tools/call", json!({"name": "py_ask", "arguments": {}}))
+        .await;
+    assert_eq!(a.code(), -32603, "{}", a.body);
+    assert!(
+        a.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("call it as a task"),
+        "{}",
+        a.body
+    );
+    m.tasks = true;
+    let id = m.start("py_ask", json!({})).await;
+    let mut key = None;
+    for _ in 0..600 {
+        let t = m.ok("tasks/get", json!({"taskId": id})).await;
+        if let Some(k) = t["inputRequests"].as_object().and_then(|r| r.keys().next()) {
+            key = Some(k.clone());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let key = key.expect("the upstream's task asks");
+    m.ok(
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {key: {"action": "accept", "content": {"name": "Ida"}}}}),
+    )
+    .await;
+    let t = m.until_terminal(&id).await;
+    assert_eq!(t["result"]["content"][0]["text"], "hello Ida", "{t}");
+
     // A tool error fails the task and is its result; a JSON-RPC error is replayed exactly.
     let id = c.start_task("py_fail", json!({})).await;
     c.wait_status(&id, "failed").await;

@@ -86,6 +86,9 @@ pub struct GatewayConfig {
     /// `subscriptions/listen` streams one principal may hold open on a node at once; one more
     /// is refused with HTTP 429.
     pub max_listen_streams_per_principal: usize,
+    /// How long a 2026-07-28 `requestState` (the answers of a plain call's earlier input
+    /// rounds) stays good, ms; an older one is `-32602`.
+    pub request_state_ttl_ms: u64,
 }
 
 impl Default for GatewayConfig {
@@ -118,6 +121,7 @@ impl Default for GatewayConfig {
             max_streams_per_session: 8,
             max_listen_task_ids: 1000,
             max_listen_streams_per_principal: 64,
+            request_state_ttl_ms: 600_000,
         }
     }
 }

@@ -346,6 +346,14 @@ impl Actor for TaskActor {
             client_sampling: record.request.client.sampling,
             principal: record.owner.clone(),
             upstream_task: record.upstream_task.clone(),
+            answers: Arc::new(
+                record
+                    .request
+                    .answers_json
+                    .as_deref()
+                    .and_then(|a| serde_json::from_str(a).ok())
+                    .unwrap_or_default(),
+            ),
         };
         let me = myself.clone();
         match arguments {

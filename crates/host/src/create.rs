@@ -58,6 +58,7 @@ impl Host {
                 arguments_json: new.arguments_json,
                 progress_token_json: new.progress_token.map(|t| t.to_string()),
                 client: new.client,
+                answers_json: new.answers_json,
             },
             outcome: None,
             exec_term: term,

@@ -84,6 +84,9 @@ pub struct NewTask {
     pub ttl_ms: Option<u64>,
     /// What the client declared in its session (elicitation, sampling).
     pub client: ClientCaps,
+    /// What the client answered before the task was created, by request key (a JSON object's
+    /// text; see `ToolRequest::answers_json`); `None` for most tasks.
+    pub answers_json: Option<String>,
 }
 
 /// What a create returned: the task as committed, and whether this call created it (`false`:

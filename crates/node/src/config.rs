@@ -174,6 +174,9 @@ pub struct HttpConfig {
     /// `subscriptions/listen` streams one principal may hold open on a node; one more gets
     /// HTTP 429. Default 64, at least 1.
     pub max_listen_streams_per_principal: usize,
+    /// How long a 2026-07-28 plain call's `requestState` stays good, in ms. Default 600000,
+    /// at least 1000.
+    pub request_state_ttl_ms: u64,
     /// Events one SSE stream keeps for a reconnection with `Last-Event-ID`, and the most that
     /// wait unread before its producer is held back. Default 256, between 1 and 65536.
     pub sse_buffer_events: usize,
@@ -331,6 +334,7 @@ impl Default for HttpConfig {
             max_streams_per_session: g.max_streams_per_session,
             max_listen_task_ids: g.max_listen_task_ids,
             max_listen_streams_per_principal: g.max_listen_streams_per_principal,
+            request_state_ttl_ms: g.request_state_ttl_ms,
             sse_buffer_events: g.stream_buffer,
             sse_retry_ms: g.sse_retry_ms,
             sse_resume_window_ms: g.sse_resume_window_ms,
@@ -495,6 +499,12 @@ impl Config {
         }
         if self.http.max_listen_streams_per_principal == 0 {
             bail!("http.max_listen_streams_per_principal must be at least 1");
+        }
+        if self.http.request_state_ttl_ms < 1000 {
+            bail!(
+                "http.request_state_ttl_ms must be at least 1000 (got {})",
+                self.http.request_state_ttl_ms
+            );
         }
         if !(1..=MAX_SSE_BUFFER_EVENTS).contains(&self.http.sse_buffer_events) {
             bail!(

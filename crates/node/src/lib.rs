@@ -378,7 +378,7 @@ pub async fn serve(
 
     let tools = Arc::new(ToolRegistry::new());
     if cfg.tools.conformance {
-        for t in taskmesh_tools::conformance::all() {
+        for t in taskmesh_tools::conformance::all(&tools) {
             tools.register(t);
         }
     }
@@ -566,6 +566,7 @@ impl Config {
             max_streams_per_session: self.http.max_streams_per_session,
             max_listen_task_ids: self.http.max_listen_task_ids,
             max_listen_streams_per_principal: self.http.max_listen_streams_per_principal,
+            request_state_ttl_ms: self.http.request_state_ttl_ms,
             stream_buffer: self.http.sse_buffer_events,
             sse_retry_ms: self.http.sse_retry_ms,
             sse_resume_window_ms: self.http.sse_resume_window_ms,

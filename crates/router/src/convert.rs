@@ -103,6 +103,7 @@ pub fn request_to_pb(r: ToolRequest) -> v1::ToolRequest {
             elicitation: r.client.elicitation,
             sampling: r.client.sampling,
         }),
+        answers_json: r.answers_json,
     }
 }
 
@@ -118,6 +119,7 @@ pub fn request_from_pb(r: v1::ToolRequest) -> ToolRequest {
             elicitation: client.elicitation,
             sampling: client.sampling,
         },
+        answers_json: r.answers_json,
     }
 }
 
@@ -255,6 +257,7 @@ mod tests {
                     elicitation: true,
                     sampling: false,
                 },
+                answers_json: Some(r#"{"user_name":{"action":"accept"}}"#.into()),
             },
             outcome: Some(Outcome::Error {
                 code: -32603,

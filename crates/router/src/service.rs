@@ -119,6 +119,15 @@ impl TaskService for TaskGrpc {
                 "arguments_json is not a JSON object",
             ));
         }
+        if tool
+            .answers_json
+            .as_deref()
+            .is_some_and(|a| !is_json_object(a))
+        {
+            return Err(Status::invalid_argument(
+                "answers_json is not a JSON object",
+            ));
+        }
         let progress_token = match &tool.progress_token_json {
             None => None,
             Some(t) => Some(
@@ -135,6 +144,7 @@ impl TaskService for TaskGrpc {
             progress_token,
             ttl_ms: r.requested_ttl_ms,
             client: tool.client,
+            answers_json: tool.answers_json,
         };
         let created = self
             .host

@@ -39,6 +39,7 @@ fn sample_record(task_id: &str, owner: &str) -> TaskRecord {
                 elicitation: true,
                 sampling: false,
             }),
+            answers_json: None,
         }),
         outcome: Some(Outcome {
             kind: Some(outcome::Kind::Error(OutcomeError {

@@ -39,6 +39,11 @@ pub struct ToolRequest {
     /// What the requesting client declared it can answer (elicitation, sampling).
     #[serde(default)]
     pub client: ClientCaps,
+    /// What the client answered before the task was created, by request key, as the JSON
+    /// text of an object: the tool's questions settled first on protocol 2026-07-28. Its
+    /// executions get them without asking again. `None` for most tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers_json: Option<String>,
 }
 
 /// The client capabilities a task's execution may rely on.
@@ -172,6 +177,7 @@ impl TaskRecord {
                 arguments_json: r#"{"seconds":5}"#.to_string(),
                 progress_token_json: None,
                 client: ClientCaps::default(),
+                answers_json: None,
             },
             outcome: None,
             exec_term: 1,

@@ -11,6 +11,14 @@ use crate::{http, Client, Server};
 /// The configuration of node `id` of a test cluster whose nodes' gRPC ports are `grpc` (node
 /// `i` at index `i - 1`), with `shards` shards, the test token, and `extra` appended.
 pub fn node_config(id: u64, grpc: &[u16], shards: u32, token: &str, extra: &str) -> String {
+    format!(
+        "{}[auth.tokens]\n\"{token}\" = \"alice\"\n",
+        open_node_config(id, grpc, shards, extra)
+    )
+}
+
+/// [`node_config`] without authentication: every caller is `anonymous`.
+pub fn open_node_config(id: u64, grpc: &[u16], shards: u32, extra: &str) -> String {
     let peers: Vec<String> = grpc
         .iter()
         .enumerate()
@@ -23,8 +31,6 @@ shards = {shards}
 secret = "a-shared-cluster-secret-for-tests"
 [tasks]
 list_page_size = 5000
-[auth.tokens]
-"{token}" = "alice"
 [cluster]
 grpc_listen = "127.0.0.1:{}"
 peers = [{}]

@@ -94,7 +94,14 @@ impl Modern {
         mut params: Value,
         change: &[(&str, Option<&str>)],
     ) -> reqwest::RequestBuilder {
-        params["_meta"] = self.meta();
+        // `_meta` given in `params` is laid over the one every request carries.
+        let mut meta = self.meta();
+        if let Some(given) = params.get("_meta").and_then(Value::as_object) {
+            for (k, v) in given {
+                meta[k] = v.clone();
+            }
+        }
+        params["_meta"] = meta;
         let mut headers: Vec<(String, String)> = vec![
             ("mcp-protocol-version".into(), V.into()),
             ("mcp-method".into(), method.into()),
@@ -146,15 +153,11 @@ impl Modern {
         Answer { status, body }
     }
 
-    /// Open `subscriptions/listen` (request id 7) with the filter `notifications`: its SSE
-    /// stream, or the HTTP status and JSON-RPC answer of a refusal.
-    pub async fn listen(&self, notifications: Value) -> Result<crate::sse::Sse, Answer> {
+    /// `method` with `params` (request id 7), its answer read as a stream: the SSE stream,
+    /// or the HTTP status and JSON-RPC answer when the answer is not one.
+    pub async fn open(&self, method: &str, params: Value) -> Result<crate::sse::Sse, Answer> {
         let resp = self
-            .request(
-                "subscriptions/listen",
-                json!({ "notifications": notifications }),
-                &[],
-            )
+            .request(method, params, &[])
             .send()
             .await
             .expect("send");
@@ -170,6 +173,15 @@ impl Modern {
         let text = resp.text().await.expect("body");
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
         Err(Answer { status, body })
+    }
+
+    /// Open `subscriptions/listen` (request id 7) with the filter `notifications` ([`Modern::open`]).
+    pub async fn listen(&self, notifications: Value) -> Result<crate::sse::Sse, Answer> {
+        self.open(
+            "subscriptions/listen",
+            json!({ "notifications": notifications }),
+        )
+        .await
     }
 
     /// `method` with `params`, headers from the body.

@@ -500,6 +500,7 @@ mod tests {
                 client_sampling: true,
                 principal: "alice".into(),
                 upstream_task: None,
+                answers: Arc::default(),
             },
             io,
         )

@@ -1,7 +1,7 @@
 //! The tools the official conformance suite's server scenarios call, served when
 //! `tools.conformance = true` (off by default): each answers exactly what its scenario checks.
-//! They are plain tools (taskSupport `forbidden`) but for `multi_input`, listed before every
-//! other tool.
+//! They are plain tools (taskSupport `forbidden`) but for `multi_input` and
+//! `test_tool_with_task`, listed before every other tool.
 //!
 //! | tool | arguments | what it does |
 //! |---|---|---|
@@ -16,6 +16,23 @@
 //! | `test_sampling` | `{prompt}` | asks the client's model (`sampling/createMessage`) |
 //! | `test_elicitation` | `{message}` | asks the user for a username and an email |
 //! | `multi_input` | `{}` | asks a name and a colour at once (taskSupport `required`); in place of the built-in tool of that name, which asks one after the other |
+//! | `test_missing_capability` | `{}` | asks the client's model (key `question`); needs `sampling` declared, else `-32021` |
+//! | `test_streaming_elicitation` | `{}` | reports progress 50 of 100, then asks the user to confirm (key `confirmation`) |
+//! | `test_logging_tool` | `{}` | one `info` log message |
+//! | `test_trigger_tool_change` | `{}` | adds `test_dynamic_tool` to the tools served, or takes it away (tool-list change) |
+//! | `test_input_required_result_elicitation` | `{}` | asks the user's name (key `user_name`) |
+//! | `test_input_required_result_sampling` | `{}` | asks the model the capital of France (key `capital_question`) |
+//! | `test_input_required_result_list_roots` | `{}` | asks the client's roots (key `client_roots`) |
+//! | `test_input_required_result_request_state` | `{}` | asks to confirm (key `confirm`) |
+//! | `test_input_required_result_multiple_inputs` | `{}` | asks a name, a greeting from the model and the roots at once (keys `user_name`, `greeting`, `client_roots`) |
+//! | `test_input_required_result_multi_round` | `{}` | asks a name (key `step1`), then a colour (key `step2`) |
+//! | `test_input_required_result_tampered_state` | `{}` | asks a name (key `user_name`) |
+//! | `test_input_required_result_capabilities` | `{}` | asks the user (key `user_name`) if the client declared elicitation and the model (key `greeting`) if it declared sampling |
+//! | `json_schema_2020_12_tool` | an object of the 2020-12 dialect (`$defs`, `$ref`, `allOf`, `if`/`then`/`else`) | echoes its arguments; its schema is listed as written |
+//! | `test_tool_with_task` | `{}` | taskSupport `required`; asks the user's name (key `user_name`) before its task is created, then greets them from the task |
+//!
+//! The tools that ask do so by key ([`crate::ToolContext::ask`]): a protocol 2026-07-28 plain
+//! call gets those keys in its `inputRequests` rounds, a 2025-11-25 client is asked as it runs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +45,7 @@ use crate::builtin::{
     ask_name_and_colour, elicit, empty_schema, multi_input_asking, no_args, one_string, str_arg,
     Builtin, Run, Validate,
 };
-use crate::{text_result, ResumePolicy, Tool, ToolSpec};
+use crate::{text_result, Question, ResumePolicy, Tool, ToolContext, ToolRegistry, ToolSpec};
 
 /// A 1×1 red PNG.
 const PNG_BASE64: &str =
@@ -66,9 +83,10 @@ fn answer(v: Value) -> futures::future::BoxFuture<'static, crate::ToolResult> {
     async move { Ok(v) }.boxed()
 }
 
-/// Every conformance tool, in the order of the table above.
-pub fn all() -> Vec<Arc<dyn Tool>> {
-    vec![
+/// Every conformance tool, in the order of the table above; `test_trigger_tool_change`
+/// changes what `registry` serves.
+pub fn all(registry: &Arc<ToolRegistry>) -> Vec<Arc<dyn Tool>> {
+    let mut tools = vec![
         tool(
             "test_simple_text",
             "Answers with one text block.",
@@ -236,5 +254,406 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
             // Both questions are out at once (the suite answers them one at a time).
             |_args, ctx| ask_name_and_colour(ctx, true).boxed(),
         )),
+    ];
+    tools.extend(asking());
+    let after_logging = tools
+        .iter()
+        .position(|t| t.spec().name == "test_logging_tool")
+        .map_or(tools.len(), |i| i + 1);
+    tools.insert(
+        after_logging,
+        Arc::new(TriggerToolChange {
+            registry: Arc::downgrade(registry),
+        }),
+    );
+    tools
+}
+
+/// The elicitation of one required field named `field` of JSON type `kind`.
+fn form(message: &str, field: &str, kind: &str) -> Value {
+    json!({
+        "mode": "form",
+        "message": message,
+        "requestedSchema": {
+            "type": "object",
+            "properties": { field: { "type": kind } },
+            "required": [field],
+        },
+    })
+}
+
+/// The question of the user's name, under `key`.
+fn name_question(key: &str, message: &str) -> Question {
+    Question {
+        key: key.into(),
+        method: "elicitation/create",
+        params: form(message, "name", "string"),
+    }
+}
+
+/// A sampling request of one user message.
+fn sampling(text: &str, max_tokens: u64) -> Value {
+    json!({
+        "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+        "maxTokens": max_tokens,
+    })
+}
+
+/// Ask `q`; for an elicitation the accepted value of its one field (`None`: declined), for
+/// another request its answer.
+async fn ask(ctx: &ToolContext, q: Question) -> Result<Option<Value>, ErrorObject> {
+    let field = q.params["requestedSchema"]["required"][0]
+        .as_str()
+        .map(str::to_string);
+    let a = ctx.ask(&q.key, q.method, q.params).await?;
+    let Some(field) = field else {
+        return Ok(Some(a));
+    };
+    match a.get("action").and_then(Value::as_str) {
+        Some("accept") => Ok(a.get("content").and_then(|c| c.get(&field)).cloned()),
+        Some("decline") | Some("cancel") => Ok(None),
+        _ => Err(ErrorObject::invalid_params(format!(
+            "Invalid params: the answer to '{}' is not an elicitation result (no valid 'action')",
+            q.key
+        ))),
+    }
+}
+
+/// A value's text: a string as it is, anything else as JSON.
+fn text_of(v: Option<Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s,
+        Some(v) => v.to_string(),
+        None => "(declined)".into(),
+    }
+}
+
+/// What a sampling answer says.
+fn model_text(v: Option<Value>) -> String {
+    v.as_ref()
+        .and_then(|v| v["content"]["text"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The URIs of a `roots/list` answer.
+fn roots_text(v: Option<Value>) -> String {
+    let uris: Vec<&str> = v
+        .as_ref()
+        .and_then(|v| v["roots"].as_array())
+        .map(|r| r.iter().filter_map(|r| r["uri"].as_str()).collect())
+        .unwrap_or_default();
+    uris.join(", ")
+}
+
+/// The tools that ask the client by key.
+fn asking() -> Vec<Arc<dyn Tool>> {
+    vec![
+        tool(
+            "test_missing_capability",
+            "Asks the client's model a question: needs the sampling capability.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                async move {
+                    if !ctx.client_sampling {
+                        return Err(ErrorObject {
+                            code: MISSING_CAPABILITY,
+                            message: "Missing required client capability: this tool needs 'sampling'".into(),
+                            data: Some(json!({"requiredCapabilities": {"sampling": {}}})),
+                        });
+                    }
+                    let q = Question { key: "question".into(), method: "sampling/createMessage", params: sampling("Say hello.", 50) };
+                    let said = model_text(ask(&ctx, q).await?);
+                    Ok(text_result(format!("Success: the model said {said:?}"), false))
+                }
+                .boxed()
+            },
+        ),
+        tool(
+            "test_streaming_elicitation",
+            "Reports progress, then asks the user to confirm.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                async move {
+                    ctx.io.progress(50.0, Some(100.0), None);
+                    let q = Question { key: "confirmation".into(), method: "elicitation/create", params: form("Carry on?", "ok", "boolean") };
+                    let ok = ask(&ctx, q).await?;
+                    Ok(text_result(format!("Streaming complete (confirmed: {})", text_of(ok)), false))
+                }
+                .boxed()
+            },
+        ),
+        tool(
+            "test_logging_tool",
+            "Logs one message at info level.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                async move {
+                    ctx.io.log(LogLevel::Info, None, json!("Diagnostic trace logging activated")).await;
+                    Ok(text_result("Logging evaluated", false))
+                }
+                .boxed()
+            },
+        ),
+        tool(
+            "test_input_required_result_elicitation",
+            "Asks the user's name.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                async move {
+                    let name = ask(&ctx, name_question("user_name", "What is your name?")).await?;
+                    Ok(text_result(format!("Hello, {}!", text_of(name)), false))
+                }
+                .boxed()
+            },
+        ),
+        tool(
+            "test_input_required_result_sampling",
+            "Asks the client's model the capital of France.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                async move {
+                    let q = Question { key: "capital_question".into(), method: "sampling/createMessage", params: sampling("What is the capital of France?", 100) };
+                    let said = model_text(ask(&ctx, q).await?);
+                    Ok(text_result(format!("The model said: {said}"), false))
+                }
+                .boxed()
+            },
+        ),
+        tool(
+            "test_input_required_result_list_roots",
+            "Asks the client's roots.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                async move {
+                    let q = Question { key: "client_roots".into(), method: "roots/list", params: json!({}) };
+                    let roots = roots_text(ask(&ctx, q).await?);
+                    Ok(text_result(format!("Client roots: {roots}"), false))
+                }
+                .boxed()
+            },
+        ),
+        tool(
+            "test_input_required_result_request_state",
+            "Asks the user to confirm; the answer comes back with the request's state.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                async move {
+                    let q = Question { key: "confirm".into(), method: "elicitation/create", params: form("Please confirm", "ok", "boolean") };
+                    let ok = ask(&ctx, q).await?;
+                    Ok(text_result(format!("state-ok: confirmed {}", text_of(ok)), false))
+                }
+                .boxed()
+            },
+        ),
+        tool(
+            "test_input_required_result_multiple_inputs",
+            "Asks a name, a greeting from the model and the client's roots at once.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                async move {
+                    let roots = Question { key: "client_roots".into(), method: "roots/list", params: json!({}) };
+                    let greeting = Question { key: "greeting".into(), method: "sampling/createMessage", params: sampling("Generate a greeting", 50) };
+                    let (name, greeting, roots) = futures::join!(
+                        ask(&ctx, name_question("user_name", "What is your name?")),
+                        ask(&ctx, greeting),
+                        ask(&ctx, roots),
+                    );
+                    Ok(text_result(
+                        format!("{} for {}; roots: {}", model_text(greeting?), text_of(name?), roots_text(roots?)),
+                        false,
+                    ))
+                }
+                .boxed()
+            },
+        ),
+        tool(
+            "test_input_required_result_multi_round",
+            "Asks a name, then a favourite colour.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                async move {
+                    let name = ask(&ctx, name_question("step1", "Step 1: What is your name?")).await?;
+                    let q = Question { key: "step2".into(), method: "elicitation/create", params: form("Step 2: What is your favorite color?", "color", "string") };
+                    let colour = ask(&ctx, q).await?;
+                    Ok(text_result(format!("{} likes {}", text_of(name), text_of(colour)), false))
+                }
+                .boxed()
+            },
+        ),
+        tool(
+            "test_input_required_result_tampered_state",
+            "Asks the user's name; its request state is signed.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                async move {
+                    let name = ask(&ctx, name_question("user_name", "What is your name?")).await?;
+                    Ok(text_result(format!("Hello, {}!", text_of(name)), false))
+                }
+                .boxed()
+            },
+        ),
+        tool(
+            "test_input_required_result_capabilities",
+            "Asks the user if the client can be asked, and the model if the client has one.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                async move {
+                    let mut said = Vec::new();
+                    if ctx.client_elicitation {
+                        let name = ask(&ctx, name_question("user_name", "What is your name?"));
+                        said.push(format!("name: {}", text_of(name.await?)));
+                    }
+                    if ctx.client_sampling {
+                        let q = Question { key: "greeting".into(), method: "sampling/createMessage", params: sampling("Generate a greeting", 50) };
+                        said.push(format!("model: {}", model_text(ask(&ctx, q).await?)));
+                    }
+                    Ok(text_result(format!("Asked what the client can answer. {}", said.join("; ")), false))
+                }
+                .boxed()
+            },
+        ),
+        tool(
+            "json_schema_2020_12_tool",
+            "Echoes its arguments; its input schema uses JSON Schema 2020-12 keywords.",
+            json!({
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "type": "object",
+                "$defs": {"address": {"$anchor": "addressDef", "type": "object",
+                    "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+                "properties": {
+                    "name": {"type": "string"},
+                    "address": {"$ref": "#/$defs/address"},
+                    "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                    "phone": {"type": "string"},
+                    "email": {"type": "string"},
+                },
+                "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+                "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+                "then": {"required": ["phone"]},
+                "else": {"required": ["email"]},
+                "additionalProperties": false,
+            }),
+            |_| Ok(()),
+            |args, _| answer(text_result(Value::Object(args).to_string(), false)),
+        ),
+        Arc::new(AskingFirst {
+            inner: Builtin {
+                spec: ToolSpec {
+                    name: "test_tool_with_task".into(),
+                    title: None,
+                    description: Some("Asks the user's name before its task is created, then greets them from the task.".into()),
+                    input_schema: empty_schema(),
+                    task_support: TaskSupport::Required,
+                    resume: ResumePolicy::Rerun,
+                    output_schema: None,
+                    annotations: None,
+                },
+                validate: no_args,
+                run: |_, ctx| {
+                    async move {
+                        let name = ask(&ctx, name_question("user_name", "What is your name?")).await?;
+                        tokio::time::sleep(STEP).await;
+                        Ok(text_result(format!("Hello, {}! (from the task)", text_of(name)), false))
+                    }
+                    .boxed()
+                },
+            },
+            first: vec![name_question("user_name", "What is your name?")],
+        }),
     ]
+}
+
+/// The `-32021` code (a capability the client did not declare).
+const MISSING_CAPABILITY: i64 = -32021;
+
+/// A built-in tool with questions to settle before its task is created.
+struct AskingFirst {
+    inner: Builtin,
+    first: Vec<Question>,
+}
+
+impl Tool for AskingFirst {
+    fn spec(&self) -> &ToolSpec {
+        self.inner.spec()
+    }
+    fn validate(&self, args: &serde_json::Map<String, Value>) -> Result<(), ErrorObject> {
+        self.inner.validate(args)
+    }
+    fn call(
+        &self,
+        args: serde_json::Map<String, Value>,
+        ctx: ToolContext,
+    ) -> futures::future::BoxFuture<'static, crate::ToolResult> {
+        self.inner.call(args, ctx)
+    }
+    fn ask_first(&self) -> &[Question] {
+        &self.first
+    }
+}
+
+/// The source under which `test_trigger_tool_change` serves `test_dynamic_tool`.
+const DYNAMIC_SOURCE: &str = "conformance-dynamic";
+
+/// `test_trigger_tool_change`: each call adds `test_dynamic_tool` to the tools served, or
+/// takes it away again, so that the tool list changes.
+struct TriggerToolChange {
+    registry: std::sync::Weak<ToolRegistry>,
+}
+
+static TRIGGER_SPEC: std::sync::LazyLock<ToolSpec> = std::sync::LazyLock::new(|| ToolSpec {
+    name: "test_trigger_tool_change".into(),
+    title: None,
+    description: Some("Adds test_dynamic_tool to the tools served, or takes it away.".into()),
+    input_schema: empty_schema(),
+    task_support: TaskSupport::Forbidden,
+    resume: ResumePolicy::Rerun,
+    output_schema: None,
+    annotations: None,
+});
+
+impl Tool for TriggerToolChange {
+    fn spec(&self) -> &ToolSpec {
+        &TRIGGER_SPEC
+    }
+    fn validate(&self, args: &serde_json::Map<String, Value>) -> Result<(), ErrorObject> {
+        no_args(args)
+    }
+    fn call(
+        &self,
+        _args: serde_json::Map<String, Value>,
+        _ctx: ToolContext,
+    ) -> futures::future::BoxFuture<'static, crate::ToolResult> {
+        let Some(registry) = self.registry.upgrade() else {
+            return answer(text_result("the server is stopping", true));
+        };
+        let text = if registry.get("test_dynamic_tool").is_some() {
+            registry.set_source(DYNAMIC_SOURCE, vec![]);
+            "test_dynamic_tool is no longer served"
+        } else {
+            registry.set_source(
+                DYNAMIC_SOURCE,
+                vec![tool(
+                    "test_dynamic_tool",
+                    "Served after test_trigger_tool_change was called.",
+                    empty_schema(),
+                    no_args,
+                    |_, _| answer(text_result("dynamic", false)),
+                )],
+            );
+            "test_dynamic_tool is served"
+        };
+        answer(text_result(text, false))
+    }
 }

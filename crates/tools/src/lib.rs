@@ -98,6 +98,19 @@ pub trait ToolIo: Send + Sync {
     fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>);
     /// Send a request to the client and wait for its answer.
     fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult>;
+    /// Send a request under `key`, a name of the tool's that is unique in the call: on
+    /// protocol 2026-07-28 a plain call asks in `inputRequests` rounds whose answers come back
+    /// by key (and [`ToolContext::ask`] finds answers given earlier by it). Elsewhere the key
+    /// is not seen: the default is [`ToolIo::request`].
+    fn ask(
+        &self,
+        key: &str,
+        method: &'static str,
+        params: Value,
+    ) -> BoxFuture<'static, ToolResult> {
+        let _ = key;
+        self.request(method, params)
+    }
     /// `notifications/message` to the client (a log message: `level`, `logger`, `data`),
     /// sent only if the client's session asked for messages of that level or above
     /// (`logging/setLevel`; all of them when it never did). Done once it is handed on.
@@ -140,6 +153,39 @@ pub struct ToolContext {
     /// ([`ToolIo::record_upstream_task`]): the tool follows it rather than call again. `None`
     /// for a plain call and a first execution.
     pub upstream_task: Option<String>,
+    /// What the client answered before the call ran, by the key of the request answered
+    /// ([`ToolContext::ask`] returns it at once): the questions a tool asks before its task is
+    /// created ([`Tool::ask_first`]), or the answers of earlier rounds of a protocol 2026-07-28
+    /// plain call. Empty for most calls.
+    pub answers: Arc<serde_json::Map<String, Value>>,
+}
+
+impl ToolContext {
+    /// Ask the client `method` with `params` under `key` ([`ToolIo::ask`]); an answer the
+    /// client gave under that key already ([`ToolContext::answers`]) is returned at once.
+    pub fn ask(
+        &self,
+        key: &str,
+        method: &'static str,
+        params: Value,
+    ) -> BoxFuture<'static, ToolResult> {
+        if let Some(a) = self.answers.get(key) {
+            let a = a.clone();
+            return Box::pin(async move { Ok(a) });
+        }
+        self.io.ask(key, method, params)
+    }
+}
+
+/// A request a tool asks the client before its task is created ([`Tool::ask_first`]).
+#[derive(Debug, Clone)]
+pub struct Question {
+    /// The key the answer comes back by, and that the tool asks it by ([`ToolContext::ask`]).
+    pub key: String,
+    /// `elicitation/create`, `sampling/createMessage` or `roots/list`.
+    pub method: &'static str,
+    /// The request's params.
+    pub params: Value,
 }
 
 /// A tool that `tools/call` can run, as a task or as a plain call.
@@ -155,6 +201,19 @@ pub trait Tool: Send + Sync {
         args: serde_json::Map<String, Value>,
         ctx: ToolContext,
     ) -> BoxFuture<'static, ToolResult>;
+    /// Whether a call may be run again from the start to take the client's answers (protocol
+    /// 2026-07-28 plain calls ask in rounds, each a new run that gets the answers so far). An
+    /// upstream's tool cannot: its call would be made again.
+    fn reruns_for_input(&self) -> bool {
+        true
+    }
+    /// The questions to settle before a task of this tool is created (protocol 2026-07-28 with
+    /// the tasks extension: `inputRequests` rounds on `tools/call`, then the task, whose
+    /// execution gets the answers in [`ToolContext::answers`]). Elsewhere the tool asks them as
+    /// it runs, by the same keys. None by default.
+    fn ask_first(&self) -> &[Question] {
+        &[]
+    }
 }
 
 /// The tools this node serves, in a stable order, and what changes them.

@@ -405,6 +405,11 @@ impl Tool for UpstreamTool {
         &self.spec
     }
 
+    /// Its call cannot be made again for an answer of the client's.
+    fn reruns_for_input(&self) -> bool {
+        false
+    }
+
     /// The upstream checks the arguments against its schema: its error is the call's outcome.
     fn validate(&self, _args: &Map<String, Value>) -> Result<(), ErrorObject> {
         Ok(())

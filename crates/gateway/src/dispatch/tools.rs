@@ -166,6 +166,7 @@ pub(super) async fn tools_call(
                 progress_token,
                 ttl_ms,
                 client,
+                answers_json: None,
             };
             match gw.router.create(new).await {
                 Ok(created) => ok(&id, &CreateTaskResult { task: wire::task(&created.task) }),
@@ -284,6 +285,7 @@ fn call_plain(
         client_sampling: client.sampling,
         principal: cx.principal.clone(),
         upstream_task: None,
+        answers: Arc::default(),
     };
     // Tools that ask the client something are the task-required ones; a call that has no
     // progress token and cannot ask anything is answered as plain JSON.

@@ -237,10 +237,8 @@ pub(super) async fn open(
     let requested = match filter.get("taskIds") {
         None | Some(Value::Null) => None,
         Some(Value::Array(ids)) => {
-            let ids: Option<Vec<String>> = ids
-                .iter()
-                .map(|v| v.as_str().map(str::to_string))
-                .collect();
+            let ids: Option<Vec<String>> =
+                ids.iter().map(|v| v.as_str().map(str::to_string)).collect();
             Some(ids.ok_or_else(|| {
                 ErrorObject::invalid_params(
                     "Invalid params: 'notifications.taskIds' must be an array of strings",
@@ -326,11 +324,7 @@ async fn detailed(
 ) -> Option<(Map<String, Value>, u64, bool)> {
     let view: TaskView = gw.router.get(task_id, principal).await.ok()?;
     if view.status == TaskStatus::InputRequired {
-        let pending = gw
-            .router
-            .pending_requests(task_id, principal)
-            .await
-            .ok()?;
+        let pending = gw.router.pending_requests(task_id, principal).await.ok()?;
         let mut d = tasks::live(&view);
         d.insert("inputRequests".into(), tasks::input_requests(&pending));
         return Some((d, view.updated_index, false));
@@ -345,7 +339,12 @@ async fn detailed(
 }
 
 /// The stream of an accepted listen request `id` (see the module doc).
-pub(super) fn stream(gw: &Arc<Gateway>, principal: &str, id: RequestId, listen: Listen) -> Response {
+pub(super) fn stream(
+    gw: &Arc<Gateway>,
+    principal: &str,
+    id: RequestId,
+    listen: Listen,
+) -> Response {
     let keepalive = Duration::from_millis(gw.cfg.sse_keepalive_ms.max(100));
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(4);
     let gw = gw.clone();

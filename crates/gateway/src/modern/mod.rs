@@ -28,6 +28,7 @@
 //! served to its owner through the other ([`tasks`] says how each field reads).
 
 pub(crate) mod listen;
+mod rounds;
 pub mod tasks;
 
 use std::sync::Arc;
@@ -38,14 +39,13 @@ use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 use taskmesh_host::{Attachment, HostError, NewTask};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, METHOD_NOT_FOUND};
 use taskmesh_mcp::{params, LogLevel, TaskSupport};
 use taskmesh_router::mint_task_id;
 use taskmesh_task::ClientCaps;
-use taskmesh_tools::{ToolContext, ToolIo, ToolResult};
+use taskmesh_tools::ToolContext;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -62,6 +62,8 @@ pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
 pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 /// `_meta` key of a request's client capabilities.
 pub const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key of the deprecated per-request log level.
+pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// `_meta` key of the server's info on a result.
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// A routing header, or the protocol version header, disagrees with the body.
@@ -185,7 +187,7 @@ fn progress_stream(
             .await
             .unwrap_or_else(|_| Err(ErrorObject::internal("the call stopped")));
         let last = match outcome {
-            Ok(Value::Object(m)) => jsonrpc::response(&id, &with_server_info(complete(m))),
+            Ok(v @ Value::Object(_)) => jsonrpc::response(&id, &with_server_info(v)),
             Ok(other) => jsonrpc::error_response(
                 Some(&id),
                 &ErrorObject::internal(format!(
@@ -277,6 +279,8 @@ struct Declared {
     /// `elicitation` and `sampling`: what the tasks it creates may ask the client (in
     /// `inputRequests`).
     client: ClientCaps,
+    /// The client capabilities as declared.
+    caps: Map<String, Value>,
 }
 
 /// `-32602` with HTTP 400, for a request whose `_meta` lacks what every request carries.
@@ -370,6 +374,7 @@ fn check(headers: &HeaderMap, method: &str, p: &Map<String, Value>) -> Result<De
             elicitation: caps.get("elicitation").is_some_and(Value::is_object),
             sampling: caps.get("sampling").is_some_and(Value::is_object),
         },
+        caps: caps.clone(),
     })
 }
 
@@ -465,6 +470,29 @@ async fn tools_call(
     tool.validate(&args)?;
     let support = tool.spec().task_support;
     if declared.tasks && support != TaskSupport::Forbidden {
+        // The questions to settle first, in rounds, before the task is made with their answers.
+        let first = tool.ask_first();
+        let mut answers_json = None;
+        if !first.is_empty() {
+            let round = rounds::Round::of(gw, principal, name, &args, p)?;
+            let mut kept = Map::new();
+            let mut asked = Vec::new();
+            for q in first {
+                match round.answers.get(&q.key) {
+                    Some(a) => {
+                        kept.insert(q.key.clone(), a.clone());
+                    }
+                    None => {
+                        rounds::may_ask(&declared.caps, q.method)?;
+                        asked.push((q.key.clone(), q.method, q.params.clone()));
+                    }
+                }
+            }
+            if !asked.is_empty() {
+                return Ok(Answer::Value(round.input_required(gw, &asked, kept)));
+            }
+            answers_json = Some(Value::Object(kept).to_string());
+        }
         let task_id = mint_task_id().map_err(|e| wire::host_error(&e))?;
         tracing::Span::current().record("task_id", task_id.as_str());
         let new = NewTask {
@@ -476,6 +504,7 @@ async fn tools_call(
             progress_token: None,
             ttl_ms: None,
             client: declared.client,
+            answers_json,
         };
         let created = gw
             .router
@@ -489,7 +518,8 @@ async fn tools_call(
             "Tool '{name}' runs only as a task: declare the tasks extension ({EXTENSION}) in the request's client capabilities"
         )));
     }
-    let token = match p.get("_meta").and_then(|m| m.get("progressToken")) {
+    let meta = p.get("_meta");
+    let token = match meta.and_then(|m| m.get("progressToken")) {
         None | Some(Value::Null) => None,
         Some(t @ (Value::String(_) | Value::Number(_))) => Some(t.clone()),
         Some(_) => {
@@ -498,80 +528,70 @@ async fn tools_call(
             ))
         }
     };
-    let cancel = CancellationToken::new();
+    let log_level = match meta.and_then(|m| m.get(META_LOG_LEVEL)) {
+        None | Some(Value::Null) => None,
+        Some(l) => Some(l.as_str().and_then(LogLevel::parse).ok_or_else(|| {
+            ErrorObject::invalid_params(format!(
+                "Invalid params: '_meta.{META_LOG_LEVEL}' must be one of debug, info, notice, warning, error, critical, alert, emergency"
+            ))
+        })?),
+    };
+    let round = rounds::Round::of(gw, principal, name, &args, p)?;
+    let streamed = token.is_some() || log_level.is_some();
     let (notes_tx, notes) = mpsc::channel(PROGRESS_BUFFER);
+    let io = Arc::new(rounds::RoundIo {
+        stream: streamed.then_some(notes_tx),
+        token: token.clone(),
+        log_level,
+        caps: declared.caps.clone(),
+        reruns: tool.reruns_for_input(),
+        answers: round.answers.clone(),
+        asked: Default::default(),
+        taken: Default::default(),
+        unkeyed: Default::default(),
+        refused: Default::default(),
+    });
+    let cancel = CancellationToken::new();
     let ctx = ToolContext {
         cancel: cancel.clone(),
         ended: cancel.clone(),
-        io: Arc::new(NoChannel {
-            progress: token.clone().map(|t| (t, notes_tx)),
-        }),
+        io: io.clone(),
         has_progress_token: token.is_some(),
-        client_elicitation: false,
-        client_sampling: false,
+        client_elicitation: declared.client.elicitation,
+        client_sampling: declared.client.sampling,
         principal: principal.to_string(),
         upstream_task: None,
+        answers: Arc::default(),
     };
     let run = tool.call(args, ctx);
-    if token.is_some() {
-        let done = tokio::spawn(async move {
-            let _cancel_on_drop = cancel.drop_guard();
-            run.await
+    let gw_round = gw.clone();
+    let finish = async move {
+        let _cancel_on_drop = cancel.drop_guard();
+        match rounds::drive(run, io.clone()).await {
+            rounds::Ran::Done(r) => match r? {
+                Value::Object(m) => Ok(complete(m)),
+                other => Err(ErrorObject::internal(format!(
+                    "the tool answered with something that is not a result: {other}"
+                ))),
+            },
+            rounds::Ran::Asked(asked) => {
+                let kept = std::mem::take(&mut *io.taken.lock());
+                Ok(round.input_required(&gw_round, &asked, kept))
+            }
+        }
+    };
+    if streamed {
+        return Ok(Answer::Progress {
+            notes,
+            done: tokio::spawn(finish),
         });
-        return Ok(Answer::Progress { notes, done });
     }
-    let _cancel_on_drop = cancel.drop_guard();
-    match run.await? {
-        Value::Object(m) => Ok(Answer::Value(complete(m))),
-        other => Err(ErrorObject::internal(format!(
-            "the tool answered with something that is not a result: {other}"
-        ))),
-    }
+    finish.await.map(Answer::Value)
 }
 
-/// Progress notifications a plain call may queue before its stream takes them; more are
-/// dropped.
+/// Progress notifications and log messages a plain call may queue before its stream takes
+/// them; more are dropped.
 const PROGRESS_BUFFER: usize = 64;
-
-/// A plain call's side channel on this generation: progress on the call's token (when it
-/// has one) goes on its answer stream; the server asks the client nothing (that is done with
-/// `InputRequiredResult` rounds) and sends no log messages (none was asked for).
-struct NoChannel {
-    progress: Option<(Value, mpsc::Sender<Vec<u8>>)>,
-}
-
-impl ToolIo for NoChannel {
-    fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
-        let Some((token, tx)) = &self.progress else {
-            return;
-        };
-        let mut p = json!({ "progressToken": token, "progress": progress });
-        if let Some(t) = total {
-            p["total"] = json!(t);
-        }
-        if let Some(m) = message {
-            p["message"] = json!(m);
-        }
-        let _ = tx.try_send(jsonrpc::notification("notifications/progress", &p));
-    }
-
-    fn request(&self, method: &'static str, _params: Value) -> BoxFuture<'static, ToolResult> {
-        Box::pin(async move {
-            Err(ErrorObject::internal(format!(
-                "{method} cannot be sent on protocol {VERSION} outside a task"
-            )))
-        })
-    }
-
-    fn log(
-        &self,
-        _level: LogLevel,
-        _logger: Option<String>,
-        _data: Value,
-    ) -> BoxFuture<'static, ()> {
-        Box::pin(async {})
-    }
-}
 
 fn task_id_param(p: &Map<String, Value>) -> Result<&str, ErrorObject> {
     params::req_str(p, "taskId")

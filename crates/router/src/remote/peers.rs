@@ -184,6 +184,7 @@ impl Peers {
                     elicitation: new.client.elicitation,
                     sampling: new.client.sampling,
                 }),
+                answers_json: new.answers_json.clone(),
             }),
         };
         let r = self

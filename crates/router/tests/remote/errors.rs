@@ -23,6 +23,7 @@ fn new_task(task_id: &str, tool: &str) -> NewTask {
         progress_token: None,
         ttl_ms: None,
         client: Default::default(),
+        answers_json: None,
     }
 }
 
@@ -74,6 +75,7 @@ async fn each_error_reaches_the_caller_as_the_same_kind() {
                 arguments_json: "[1, 2".into(),
                 progress_token_json: None,
                 client: None,
+                answers_json: None,
             }),
         })
         .await

@@ -42,6 +42,7 @@ pub async fn host_with(dir: &std::path::Path, cfg: HostConfig) -> Host {
             progress_token: None,
             ttl_ms: None,
             client: Default::default(),
+            answers_json: None,
         },
     )
     .await
