@@ -6,7 +6,8 @@
 //! inline (`result` once `completed`, `error` once `failed`). The one status that reads
 //! differently is a tool error: stored as `failed` with a result whose `isError` is true (what
 //! a 2025-11-25 client sees), it is `completed` here with that result, since the extension
-//! keeps `failed` for JSON-RPC errors. The inline result carries no related-task `_meta`.
+//! keeps `failed` for JSON-RPC errors. The inline result carries no related-task `_meta`, and
+//! `resultType: "complete"` as every result of this generation does.
 
 use serde_json::{json, Map, Value};
 use taskmesh_mcp::time::rfc3339_ms;
@@ -129,6 +130,15 @@ pub(crate) fn input_requests(pending: &[std::sync::Arc<Vec<u8>>]) -> Value {
     Value::Object(m)
 }
 
+/// A stored `CallToolResult` as a result of this generation: with `resultType: "complete"`,
+/// which every result carries (the extension's own client reads the inline result as one).
+fn as_result(mut result: Value) -> Value {
+    if let Value::Object(m) = &mut result {
+        m.entry("resultType").or_insert_with(|| json!("complete"));
+    }
+    result
+}
+
 /// The `DetailedTask` of a terminal record: its outcome inline.
 pub(crate) fn terminal(r: &TaskRecord) -> Map<String, Value> {
     let view = TaskView::from(r);
@@ -139,7 +149,7 @@ pub(crate) fn terminal(r: &TaskRecord) -> Map<String, Value> {
             });
             // A tool error is `completed` here (see the module doc).
             let mut m = task_object(&view, TaskStatus::Completed);
-            m.insert("result".into(), result);
+            m.insert("result".into(), as_result(result));
             m
         }
         Some(Outcome::Error {
@@ -186,6 +196,7 @@ mod tests {
         let d = terminal(&tool_error);
         assert_eq!(d["status"], "completed", "a tool error is completed here");
         assert_eq!(d["result"]["isError"], true);
+        assert_eq!(d["result"]["resultType"], "complete");
         assert!(d.get("error").is_none());
         assert_eq!(d["ttlMs"], Value::Null);
         assert!(d.get("ttl").is_none() && d.get("pollInterval").is_none());
