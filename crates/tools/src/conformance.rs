@@ -15,6 +15,8 @@
 //! | `test_tool_with_logging` | `{}` | three `info` log messages, 50 ms apart |
 //! | `test_sampling` | `{prompt}` | asks the client's model (`sampling/createMessage`) |
 //! | `test_elicitation` | `{message}` | asks the user for a username and an email |
+//! | `test_elicitation_sep1034_defaults` | `{}` | asks with a default for each primitive type (a string, an integer, a number, an enum, a boolean) |
+//! | `test_elicitation_sep1330_enums` | `{}` | asks with the five enum forms (untitled and titled single-select, legacy `enumNames`, untitled and titled multi-select) |
 //! | `multi_input` | `{}` | asks a name and a colour at once (taskSupport `required`); in place of the built-in tool of that name, which asks one after the other |
 //! | `test_missing_capability` | `{}` | asks the client's model (key `question`); needs `sampling` declared, else `-32021` |
 //! | `test_streaming_elicitation` | `{}` | reports progress 50 of 100, then asks the user to confirm (key `confirmation`) |
@@ -249,6 +251,56 @@ pub fn all(registry: &Arc<ToolRegistry>) -> Vec<Arc<dyn Tool>> {
                 .boxed()
             },
         ),
+        tool(
+            "test_elicitation_sep1034_defaults",
+            "Asks the user with a default value for every primitive type.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                let schema = json!({"type": "object", "properties": {
+                    "name": {"type": "string", "description": "User name", "default": "John Doe"},
+                    "age": {"type": "integer", "description": "User age", "default": 30},
+                    "score": {"type": "number", "description": "User score", "default": 95.5},
+                    "status": {"type": "string", "description": "User status",
+                        "enum": ["active", "inactive", "pending"], "default": "active"},
+                    "verified": {"type": "boolean", "description": "Verification status", "default": true},
+                }});
+                elicitation_completed(
+                    ctx,
+                    "Please review and update the form fields with defaults",
+                    schema,
+                )
+                .boxed()
+            },
+        ),
+        tool(
+            "test_elicitation_sep1330_enums",
+            "Asks the user with each of the five enum schema forms.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                let schema = json!({"type": "object", "properties": {
+                    "untitledSingle": {"type": "string", "description": "Choose an option",
+                        "enum": ["option1", "option2", "option3"]},
+                    "titledSingle": {"type": "string", "description": "Choose a titled option", "oneOf": [
+                        {"const": "value1", "title": "First Option"},
+                        {"const": "value2", "title": "Second Option"},
+                        {"const": "value3", "title": "Third Option"}]},
+                    "legacyEnum": {"type": "string", "description": "Choose a legacy option",
+                        "enum": ["opt1", "opt2", "opt3"],
+                        "enumNames": ["Option One", "Option Two", "Option Three"]},
+                    "untitledMulti": {"type": "array", "description": "Choose multiple options",
+                        "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                    "titledMulti": {"type": "array", "description": "Choose multiple titled options",
+                        "items": {"anyOf": [
+                            {"const": "value1", "title": "First Choice"},
+                            {"const": "value2", "title": "Second Choice"},
+                            {"const": "value3", "title": "Third Choice"}]}},
+                }});
+                elicitation_completed(ctx, "Please select options from the enum fields", schema)
+                    .boxed()
+            },
+        ),
         Arc::new(multi_input_asking(
             "Asks two questions at once (a name and a colour) before it answers.",
             // Both questions are out at once (the suite answers them one at a time).
@@ -267,6 +319,32 @@ pub fn all(registry: &Arc<ToolRegistry>) -> Vec<Arc<dyn Tool>> {
         }),
     );
     tools
+}
+
+/// Ask the user with `schema`; the answer as `Elicitation completed: action=…, content={…}`.
+async fn elicitation_completed(
+    ctx: ToolContext,
+    message: &str,
+    schema: Value,
+) -> crate::ToolResult {
+    if !ctx.client_elicitation {
+        return Err(ErrorObject::invalid_params(
+            "the client did not declare the elicitation capability",
+        ));
+    }
+    let a = ctx
+        .ask(
+            "form",
+            "elicitation/create",
+            json!({"mode": "form", "message": message, "requestedSchema": schema}),
+        )
+        .await?;
+    let action = a.get("action").and_then(Value::as_str).unwrap_or("none");
+    let content = a.get("content").cloned().unwrap_or_else(|| json!({}));
+    Ok(text_result(
+        format!("Elicitation completed: action={action}, content={content}"),
+        false,
+    ))
 }
 
 /// The elicitation of one required field named `field` of JSON type `kind`.
