@@ -72,6 +72,7 @@ const STATELESS_ERA: &[&str] = &[
     "tools-call-error",
     "tools-call-with-progress",
     "server-stateless",
+    "http-custom-header-server-validation",
     "json-schema-2020-12",
     "input-required-result-basic-elicitation",
     "input-required-result-basic-sampling",

@@ -844,3 +844,87 @@ async fn a_listen_stream_is_told_when_the_tools_served_change() {
         "{after:?}"
     );
 }
+
+#[tokio::test]
+async fn mirrored_parameters_must_come_in_their_headers() {
+    let s = Server::start(TASKMESH, "[tools]\nconformance = true\n");
+    let m = Modern::new(&s.url, None, false);
+    let listed = m.ok("tools/list", json!({})).await;
+    let tool = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "test_header_param")
+        .unwrap();
+    assert_eq!(
+        tool["inputSchema"]["properties"]["region"]["x-mcp-header"], "Region",
+        "{tool}"
+    );
+    let call = |region: &str| json!({"name": "test_header_param", "arguments": {"region": region, "query": "q"}});
+    let a = m
+        .send_with(
+            "tools/call",
+            call("us-west1"),
+            &[("mcp-param-region", Some("us-west1"))],
+        )
+        .await;
+    assert_eq!(
+        a.result()["content"][0]["text"],
+        "q in us-west1",
+        "{}",
+        a.body
+    );
+    // Not plain ASCII: Base64 of its UTF-8.
+    let a = m
+        .send_with(
+            "tools/call",
+            call("Zürich"),
+            &[
+                ("mcp-param-region", Some("=?base64?WsO8cmljaA==?=")),
+                ("mcp-name", Some("test_header_param")),
+            ],
+        )
+        .await;
+    assert_eq!(
+        a.result()["content"][0]["text"],
+        "q in Zürich",
+        "{}",
+        a.body
+    );
+    // Missing, different, badly encoded, or given without a value in the body: -32020, and
+    // nothing runs.
+    for (args, header) in [
+        (call("us-west1"), None),
+        (call("us-west1"), Some("eu-north1")),
+        (call("Hello"), Some("=?base64?SGVsbG8?=")),
+        (call("Hello"), Some("=?base64?SGVs!!!bG8=?=")),
+        (
+            json!({"name": "test_header_param", "arguments": {"query": "q"}}),
+            Some("us-west1"),
+        ),
+    ] {
+        let a = m
+            .send_with("tools/call", args, &[("mcp-param-region", header)])
+            .await;
+        assert_eq!(
+            (a.status, a.code()),
+            (400, -32020),
+            "{header:?}: {}",
+            a.body
+        );
+    }
+    // Without the Base64 markers a value is read as it is.
+    let a = m
+        .send_with(
+            "tools/call",
+            call("=?base64?SGVsbG8="),
+            &[("mcp-param-region", Some("=?base64?SGVsbG8="))],
+        )
+        .await;
+    assert_eq!(
+        a.result()["content"][0]["text"],
+        "q in =?base64?SGVsbG8=",
+        "{}",
+        a.body
+    );
+}

@@ -30,6 +30,7 @@
 //! | `test_input_required_result_multi_round` | `{}` | asks a name (key `step1`), then a colour (key `step2`) |
 //! | `test_input_required_result_tampered_state` | `{}` | asks a name (key `user_name`) |
 //! | `test_input_required_result_capabilities` | `{}` | asks the user (key `user_name`) if the client declared elicitation and the model (key `greeting`) if it declared sampling |
+//! | `test_header_param` | `{region, query}` | `region` is mirrored into the `Mcp-Param-Region` header (`x-mcp-header`); echoes both |
 //! | `json_schema_2020_12_tool` | an object of the 2020-12 dialect (`$defs`, `$ref`, `allOf`, `if`/`then`/`else`) | echoes its arguments; its schema is listed as written |
 //! | `test_tool_with_task` | `{}` | taskSupport `required`; asks the user's name (key `user_name`) before its task is created, then greets them from the task |
 //!
@@ -600,6 +601,24 @@ fn asking() -> Vec<Arc<dyn Tool>> {
                     Ok(text_result(format!("Asked what the client can answer. {}", said.join("; ")), false))
                 }
                 .boxed()
+            },
+        ),
+        tool(
+            "test_header_param",
+            "Echoes its arguments; its region is mirrored into the Mcp-Param-Region header.",
+            json!({"type": "object", "properties": {
+                "region": {"type": "string", "description": "Where to run", "x-mcp-header": "Region"},
+                "query": {"type": "string", "description": "What to run"},
+            }, "required": ["region", "query"]}),
+            |a| {
+                params::req_str(a, "region")?;
+                params::req_str(a, "query").map(|_| ())
+            },
+            |args, _| {
+                answer(text_result(
+                    format!("{} in {}", str_arg(&args, "query"), str_arg(&args, "region")),
+                    false,
+                ))
             },
         ),
         tool(

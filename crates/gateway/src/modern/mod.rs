@@ -12,7 +12,9 @@
 //!   extension when `extensions["io.modelcontextprotocol/tasks"]` is in it;
 //! - `Mcp-Method` equal to its method, and `Mcp-Name` equal to the tool's name on `tools/call`
 //!   and to the task id on `tasks/get`, `tasks/update` and `tasks/cancel` (plain, or
-//!   `=?base64?...?=`), else `-32020` (HTTP 400).
+//!   `=?base64?...?=`), else `-32020` (HTTP 400);
+//! - on `tools/call`, an `Mcp-Param-{name}` header for each argument the tool's input schema
+//!   mirrors (`x-mcp-header`), reading as the argument does, else `-32020` (HTTP 400).
 //!
 //! Methods: `server/discover`, `tools/list`, `tools/call`, `subscriptions/listen` ([`listen`]),
 //! and with the extension declared
@@ -387,7 +389,111 @@ async fn serve(
 ) -> Result<Answer, Failure> {
     let p = params::object(params)?;
     let declared = check(headers, method, p)?;
+    if method == "tools/call" {
+        // An unknown tool is the dispatch's to refuse.
+        if let Some(tool) = p
+            .get("name")
+            .and_then(Value::as_str)
+            .and_then(|n| gw.tools.get(n))
+        {
+            let args = p.get("arguments").and_then(Value::as_object);
+            check_param_headers(headers, &tool.spec().input_schema, args)?;
+        }
+    }
     Ok(dispatch(gw, principal, method, p, &declared).await?)
+}
+
+/// The parameters a tool's input schema mirrors into `Mcp-Param-{name}` headers
+/// (`x-mcp-header`): each header name with the property path it mirrors, for the properties
+/// reachable from the root through `properties` keys alone (an annotation elsewhere mirrors
+/// nothing).
+fn header_params(schema: &Value) -> Vec<(String, Vec<String>)> {
+    fn walk(schema: &Value, path: &mut Vec<String>, out: &mut Vec<(String, Vec<String>)>) {
+        let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+            return;
+        };
+        for (key, prop) in props {
+            path.push(key.clone());
+            if let Some(name) = prop.get("x-mcp-header").and_then(Value::as_str) {
+                out.push((name.to_string(), path.clone()));
+            }
+            walk(prop, path, out);
+            path.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(schema, &mut Vec::new(), &mut out);
+    out
+}
+
+/// A `tools/call`'s `Mcp-Param-{name}` headers against its arguments: each parameter the
+/// tool mirrors ([`header_params`]) has its header exactly when the arguments have a value
+/// there, and the header (decoded from `=?base64?...?=`, strictly) reads as the value does
+/// (a string as it is, an integer in decimal, a boolean as `true`/`false`); else `-32020`
+/// (HTTP 400).
+fn check_param_headers(
+    headers: &HeaderMap,
+    schema: &Value,
+    args: Option<&Map<String, Value>>,
+) -> Result<(), Failure> {
+    for (name, path) in header_params(schema) {
+        let mut at = args.map(|a| Value::Object(a.clone()));
+        for key in &path {
+            at = at.and_then(|v| v.get(key).cloned());
+        }
+        let expected = match at {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s),
+            Some(other) => Some(other.to_string()),
+        };
+        let header = format!("mcp-param-{}", name.to_ascii_lowercase());
+        let given = match headers.get(&header) {
+            None => None,
+            Some(raw) => Some(param_header_value(raw).ok_or_else(|| {
+                mismatch(format!(
+                    "Mcp-Param-{name}: not a valid header value (visible ASCII, or =?base64?...?= with valid Base64 of UTF-8)"
+                ))
+            })?),
+        };
+        let field = path.join(".");
+        match (expected, given) {
+            (None, None) => {}
+            (Some(_), None) => return Err(mismatch(format!(
+                "the Mcp-Param-{name} header is required: the arguments have a value at '{field}'"
+            ))),
+            (None, Some(_)) => {
+                return Err(mismatch(format!(
+                    "Mcp-Param-{name} header given, but the arguments have no value at '{field}'"
+                )))
+            }
+            (Some(want), Some(got)) if want != got => {
+                return Err(mismatch(format!(
+                    "Mcp-Param-{name} header {got:?} differs from the arguments' '{field}' {want:?}"
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// An `Mcp-Param-*` header's value: decoded when it has the `=?base64?...?=` form (strict
+/// Base64 with padding, of UTF-8), as it is otherwise; `None` when it is not visible ASCII or
+/// its Base64 is not valid.
+fn param_header_value(raw: &axum::http::HeaderValue) -> Option<String> {
+    let text = raw.to_str().ok()?;
+    match text
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(text.to_string()),
+    }
 }
 
 async fn dispatch(
@@ -690,6 +796,42 @@ mod tests {
         let fast = serde_json::to_value(tasks::WorkingAnswer::of(&v)).unwrap();
         assert_eq!(fast, with_server_info(complete(tasks::live(&v))));
         assert_eq!(fast["ttlMs"], Value::Null);
+    }
+
+    #[test]
+    fn mirrored_parameters_are_found_through_properties_only() {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "db": {"type": "object", "properties": {"shard": {"type": "integer", "x-mcp-header": "Shard"}}},
+            "list": {"type": "array", "items": {"type": "object", "properties": {"x": {"x-mcp-header": "X"}}}},
+        }, "allOf": [{"properties": {"y": {"x-mcp-header": "Y"}}}]});
+        let mut found = header_params(&schema);
+        found.sort();
+        assert_eq!(
+            found,
+            vec![
+                ("Region".to_string(), vec!["region".to_string()]),
+                (
+                    "Shard".to_string(),
+                    vec!["db".to_string(), "shard".to_string()]
+                ),
+            ]
+        );
+        let args = json!({"region": "eu", "db": {"shard": 7}});
+        let mut h = HeaderMap::new();
+        h.insert("mcp-param-region", "=?base64?ZXU=?=".parse().unwrap());
+        h.insert("mcp-param-shard", "7".parse().unwrap());
+        assert!(check_param_headers(&h, &schema, args.as_object()).is_ok());
+        h.insert("mcp-param-shard", "8".parse().unwrap());
+        assert!(check_param_headers(&h, &schema, args.as_object()).is_err());
+        h.remove("mcp-param-shard");
+        assert!(check_param_headers(&h, &schema, args.as_object()).is_err());
+        h.insert("mcp-param-shard", "7".parse().unwrap());
+        h.insert("mcp-param-region", "=?base64?ZXU?=".parse().unwrap());
+        assert!(
+            check_param_headers(&h, &schema, args.as_object()).is_err(),
+            "no padding"
+        );
     }
 
     #[test]
