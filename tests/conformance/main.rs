@@ -38,6 +38,7 @@ const SESSION_ERA: &[&str] = &[
     "tools-list",
     "logging-set-level",
     "server-sse-multiple-streams",
+    "server-sse-polling",
     "dns-rebinding-protection",
     "tools-call-simple-text",
     "tools-call-image",

@@ -181,6 +181,42 @@ async fn a_long_stream_closed_on_purpose_is_continued_by_reconnections() {
     );
 }
 
+/// A tool may have the connection of its plain call closed on purpose mid-call (the
+/// conformance set's `test_reconnection`): the stream primes, closes with its `retry`, and the
+/// reconnection with the priming id gets the answer, once.
+#[tokio::test]
+async fn a_plain_call_s_connection_closed_mid_call_is_resumed_with_its_answer() {
+    let s = Server::start(
+        TASKMESH,
+        "[tools]\nconformance = true\n[http]\nsse_retry_ms = 300\n",
+    );
+    let c = Client::new_session(&s.url).await;
+    let (rid, mut sse) = c
+        .open_stream(
+            "tools/call",
+            json!({"name": "test_reconnection", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(sse.next().await, None, "closed before the answer");
+    assert_eq!(sse.retry_ms, Some(300), "the close says when to come back");
+    let last = sse
+        .last_event_id
+        .clone()
+        .expect("the priming event has an id");
+    let mut again = c.resume(&last).await;
+    let resp = again.next().await.expect("the answer");
+    assert_eq!(resp["id"], json!(rid), "{resp}");
+    assert_eq!(
+        resp["result"]["content"][0]["text"],
+        "Reconnection test completed"
+    );
+    assert_eq!(
+        again.next().await,
+        None,
+        "nothing more, and no second close"
+    );
+}
+
 /// A `Last-Event-ID` that is not an id this server sent is refused and changes nothing.
 #[tokio::test]
 async fn a_foreign_last_event_id_is_refused() {

@@ -78,18 +78,40 @@ pub struct JsonMessage {
     pub json: Arc<Vec<u8>>,
     /// Where its delay starts; `None`: not measured.
     pub stamp: Option<Stamp>,
+    /// Not a message: the connection that carries the stream is to be closed on purpose at
+    /// this point ([`JsonMessage::close_here`]); `json` is empty.
+    pub close: bool,
 }
 
 impl JsonMessage {
     /// A message whose delay is not measured (a response to the request, a message sent again).
     pub fn plain(json: Arc<Vec<u8>>) -> Self {
-        Self { json, stamp: None }
+        Self {
+            json,
+            stamp: None,
+            close: false,
+        }
+    }
+
+    /// The mark that ends the connection carrying a resumable stream on purpose once what came
+    /// before it is written (the client reconnects with `Last-Event-ID` for what follows); a
+    /// stream that cannot be resumed ignores it.
+    pub fn close_here() -> Self {
+        Self {
+            json: Arc::default(),
+            stamp: None,
+            close: true,
+        }
     }
 
     /// A message of `kind` that came to be at `at_us` (µs since the epoch; 0: not measured).
     pub fn stamped(json: Arc<Vec<u8>>, kind: Kind, at_us: u64) -> Self {
         let stamp = (at_us != 0).then_some(Stamp { kind, at_us });
-        Self { json, stamp }
+        Self {
+            json,
+            stamp,
+            close: false,
+        }
     }
 
     /// The same message without its stamp (it is delivered again).

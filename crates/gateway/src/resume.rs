@@ -135,6 +135,9 @@ struct State {
     /// Generation of the current reader; a reader of another generation ends.
     reader: u64,
     attached: bool,
+    /// The position at which the connection reading the stream is closed on purpose (a
+    /// [`JsonMessage::close_here`] came there), once; only for a stream that primes.
+    close_at: Option<u64>,
 }
 
 impl State {
@@ -282,7 +285,11 @@ impl Hub {
             primes: how.primes,
             state: Mutex::new(State {
                 first: 1,
-                events: first.into_iter().collect(),
+                close_at: first
+                    .as_ref()
+                    .is_some_and(|m| m.close && how.primes)
+                    .then_some(1),
+                events: first.into_iter().filter(|m| !m.close).collect(),
                 read: 1,
                 attached_us: 0,
                 finished: false,
@@ -446,6 +453,11 @@ async fn pump(stream: Arc<Stream>, mut rx: mpsc::Receiver<JsonMessage>, cap: usi
         {
             let mut st = stream.state.lock();
             match msg {
+                Some(m) if m.close => {
+                    if stream.primes {
+                        st.close_at = Some(st.next());
+                    }
+                }
                 Some(m) => {
                     st.events.push_back(m);
                     if st.events.len() > cap {
@@ -497,6 +509,11 @@ impl Reader {
                 let mut st = self.stream.state.lock();
                 if st.reader != self.gen || self.pos < st.first {
                     return None;
+                }
+                if st.close_at.is_some_and(|at| self.pos >= at) {
+                    st.close_at = None;
+                    self.closing_sent = true;
+                    return Some(Out::Closing);
                 }
                 if self.pos < st.next() {
                     let seq = self.pos;

@@ -30,6 +30,7 @@
 //! | `test_input_required_result_multi_round` | `{}` | asks a name (key `step1`), then a colour (key `step2`) |
 //! | `test_input_required_result_tampered_state` | `{}` | asks a name (key `user_name`) |
 //! | `test_input_required_result_capabilities` | `{}` | asks the user (key `user_name`) if the client declared elicitation and the model (key `greeting`) if it declared sampling |
+//! | `test_reconnection` | `{}` | has the connection of its call closed on purpose, then answers (on the client's reconnection) |
 //! | `test_header_param` | `{region, query}` | `region` is mirrored into the `Mcp-Param-Region` header (`x-mcp-header`); echoes both |
 //! | `json_schema_2020_12_tool` | an object of the 2020-12 dialect (`$defs`, `$ref`, `allOf`, `if`/`then`/`else`) | echoes its arguments; its schema is listed as written |
 //! | `test_tool_with_task` | `{}` | taskSupport `required`; asks the user's name (key `user_name`) before its task is created, then greets them from the task |
@@ -599,6 +600,20 @@ fn asking() -> Vec<Arc<dyn Tool>> {
                         said.push(format!("model: {}", model_text(ask(&ctx, q).await?)));
                     }
                     Ok(text_result(format!("Asked what the client can answer. {}", said.join("; ")), false))
+                }
+                .boxed()
+            },
+        ),
+        tool(
+            "test_reconnection",
+            "Has the connection carrying its call closed on purpose, then answers.",
+            empty_schema(),
+            no_args,
+            |_, ctx| {
+                async move {
+                    ctx.io.close_connection();
+                    tokio::time::sleep(STEP * 2).await;
+                    Ok(text_result("Reconnection test completed", false))
                 }
                 .boxed()
             },

@@ -115,6 +115,10 @@ pub trait ToolIo: Send + Sync {
     /// sent only if the client's session asked for messages of that level or above
     /// (`logging/setLevel`; all of them when it never did). Done once it is handed on.
     fn log(&self, level: LogLevel, logger: Option<String>, data: Value) -> BoxFuture<'static, ()>;
+    /// End the connection that carries the call's messages now, on purpose: the client
+    /// reconnects (`Last-Event-ID`) and gets what follows. Only a 2025-11-25 plain call's
+    /// resumable stream has one to end; elsewhere (the default) nothing happens.
+    fn close_connection(&self) {}
     /// Record, with the task, that an upstream server runs the call as its task `upstream_task`
     /// (see [`ToolContext::upstream_task`]); done once it is durable. A plain call has nothing
     /// to record it in: the default does nothing.

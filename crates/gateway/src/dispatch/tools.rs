@@ -188,6 +188,10 @@ struct PlainIo {
 }
 
 impl ToolIo for PlainIo {
+    fn close_connection(&self) {
+        let _ = self.tx.try_send(JsonMessage::close_here());
+    }
+
     fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
         if let Some(token) = &self.progress_token {
             let mut p = json!({ "progressToken": token, "progress": progress });

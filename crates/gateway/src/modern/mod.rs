@@ -458,9 +458,11 @@ fn check_param_headers(
         let field = path.join(".");
         match (expected, given) {
             (None, None) => {}
-            (Some(_), None) => return Err(mismatch(format!(
+            (Some(_), None) => {
+                return Err(mismatch(format!(
                 "the Mcp-Param-{name} header is required: the arguments have a value at '{field}'"
-            ))),
+            )))
+            }
             (None, Some(_)) => {
                 return Err(mismatch(format!(
                     "Mcp-Param-{name} header given, but the arguments have no value at '{field}'"
