@@ -928,3 +928,26 @@ async fn mirrored_parameters_must_come_in_their_headers() {
         a.body
     );
 }
+
+#[tokio::test]
+async fn listen_streams_end_with_their_response_when_the_server_stops() {
+    let mut s = Server::start(TASKMESH, "");
+    let m = Modern::new(&s.url, None, false);
+    let mut l = m
+        .listen(json!({"toolsListChanged": true}))
+        .await
+        .ok()
+        .expect("a stream");
+    let _ack = l.next().await.unwrap();
+    let stopping = tokio::task::spawn_blocking(move || {
+        let stopped = s.terminate();
+        (s, stopped)
+    });
+    let end = l.next().await.expect("the listen response");
+    assert_eq!(end["id"], 7, "{end}");
+    assert_eq!(end["result"]["resultType"], "complete", "{end}");
+    assert_eq!(end["result"]["_meta"][SUBSCRIPTION], 7, "{end}");
+    assert_eq!(l.next().await, None);
+    let (_s, stopped) = stopping.await.unwrap();
+    assert!(stopped, "the server stops cleanly");
+}

@@ -223,6 +223,12 @@ impl Gateway {
         });
     }
 
+    /// End every 2026-07-28 `subscriptions/listen` stream of this node with its response
+    /// (`{resultType: "complete"}`), as at shutdown; streams opened afterwards end at once.
+    pub fn end_subscriptions(&self) {
+        self.listeners.end_all();
+    }
+
     /// Whether tasks can be scoped to an authenticated principal (then `tasks.list` exists).
     pub fn has_auth(&self) -> bool {
         !self.cfg.auth_tokens.is_empty()

@@ -414,7 +414,7 @@ pub async fn serve(
         db.open_tree("sessions/log_levels")?,
         hub,
     );
-    let app = taskmesh_gateway::http_router(gateway);
+    let app = taskmesh_gateway::http_router(gateway.clone());
 
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
@@ -464,6 +464,8 @@ pub async fn serve(
         hand_over_leadership(&cfg, &host.replicas(), running.meta.as_ref()).await;
     }
     tracing::info!("shutting down: draining open streams");
+    // Subscriptions end with their response, so that clients know to listen elsewhere.
+    gateway.end_subscriptions();
     let _ = stop_tx.send(());
     let drain = Duration::from_millis(cfg.shutdown_drain_ms);
     if tokio::time::timeout(drain, server).await.is_err() {

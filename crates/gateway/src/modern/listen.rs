@@ -17,9 +17,9 @@
 //!
 //! Status changes reach every node (each node follows every other one's status stream), so
 //! a stream may be opened on any node for tasks led anywhere. Once every task it watches is
-//! terminal (or gone) and it watches nothing else, the stream ends with the listen request's
-//! response `{resultType: "complete"}`. A client that closes the stream ends the
-//! subscription.
+//! terminal (or gone) and it watches nothing else, and when the node shuts down, the stream
+//! ends with the listen request's response `{resultType: "complete"}`. A client that closes
+//! the stream ends the subscription.
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
@@ -87,6 +87,8 @@ pub(crate) struct Listeners {
     registry: Mutex<Registry>,
     /// Tasks watched by at least one stream: status changes skip the lock while it is 0.
     watched: AtomicUsize,
+    /// Cancelled when the node ends its subscriptions (shutdown).
+    ending: tokio_util::sync::CancellationToken,
 }
 
 impl Listeners {
@@ -100,6 +102,11 @@ impl Listeners {
                 l.mark_task(task_id);
             }
         }
+    }
+
+    /// End every stream with its response; streams opened later end at once.
+    pub(crate) fn end_all(&self) {
+        self.ending.cancel();
     }
 
     /// The tools served changed: the streams that asked are told.
@@ -371,13 +378,15 @@ pub(super) fn stream(
             return;
         }
         let listener = registration.listener.clone();
+        let ending = gw.listeners.ending.clone();
         // The log index of the last state told of each task.
         let mut told: HashMap<String, u64> = HashMap::new();
         loop {
-            if !tools && registration.tasks.is_empty() {
+            if (!tools && registration.tasks.is_empty()) || ending.is_cancelled() {
                 break;
             }
             tokio::select! {
+                () = ending.cancelled() => break,
                 () = listener.wake.notified() => {}
                 () = tokio::time::sleep(keepalive) => {
                     if tx.send(Ok(Bytes::from_static(b":\n\n"))).await.is_err() {
