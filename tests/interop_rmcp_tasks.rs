@@ -205,48 +205,27 @@ async fn rmcp_3_drives_tasks_through_the_extension() {
     let done = until_terminal(&client, &created.task.task_id).await;
     assert_eq!(done.task.status(), TaskStatus::Cancelled);
 
-    // A plain call's input rounds: input required, then the retry with the answer and the
-    // state echoed completes.
-    let r = client
-        .call_tool_once(CallToolRequestParams::new(
-            "test_input_required_result_multi_round",
-        ))
-        .await
-        .unwrap();
-    let rmcp3::model::CallToolResponse::InputRequired(round) = r else {
-        panic!("not input required: {r:?}");
-    };
-    let asked: Vec<&String> = round.input_requests.as_ref().unwrap().keys().collect();
-    assert_eq!(asked, ["step1"]);
-    let mut answers = InputResponses::new();
-    answers.insert(
-        "step1".into(),
-        json!({"action": "accept", "content": {"name": "Rust"}}),
-    );
-    let r = client
-        .call_tool_once(
-            CallToolRequestParams::new("test_input_required_result_multi_round")
-                .with_input_responses(answers)
-                .with_request_state(round.request_state.clone().unwrap()),
-        )
-        .await
-        .unwrap();
-    let rmcp3::model::CallToolResponse::InputRequired(round) = r else {
-        panic!("not input required: {r:?}");
-    };
-    let mut answers = InputResponses::new();
-    answers.insert(
-        "step2".into(),
-        json!({"action": "accept", "content": {"color": "orange"}}),
-    );
-    let r = client
-        .call_tool_once(
-            CallToolRequestParams::new("test_input_required_result_multi_round")
-                .with_input_responses(answers)
-                .with_request_state(round.request_state.clone().unwrap()),
-        )
-        .await
-        .unwrap();
+    // A plain call's input rounds: each round asks one question, answered in the next call
+    // with the state echoed; the last one completes.
+    const TOOL: &str = "test_input_required_result_multi_round";
+    let mut call = CallToolRequestParams::new(TOOL);
+    for (key, answer) in [
+        ("step1", json!({"name": "Rust"})),
+        ("step2", json!({"color": "orange"})),
+    ] {
+        let r = client.call_tool_once(call).await.unwrap();
+        let rmcp3::model::CallToolResponse::InputRequired(round) = r else {
+            panic!("not input required: {r:?}");
+        };
+        let asked: Vec<&String> = round.input_requests.as_ref().unwrap().keys().collect();
+        assert_eq!(asked, [key]);
+        let mut answers = InputResponses::new();
+        answers.insert(key.into(), json!({"action": "accept", "content": answer}));
+        call = CallToolRequestParams::new(TOOL)
+            .with_input_responses(answers)
+            .with_request_state(round.request_state.clone().unwrap());
+    }
+    let r = client.call_tool_once(call).await.unwrap();
     let rmcp3::model::CallToolResponse::Complete(result) = r else {
         panic!("not complete: {r:?}");
     };

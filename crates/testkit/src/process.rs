@@ -36,6 +36,28 @@ impl Finished {
             self.stderr
         )
     }
+
+    /// What a client script observed: it must have run to the end and printed one JSON value
+    /// per line, the last `{"done": true}`; the lines before that one. Panics (with the
+    /// output) otherwise.
+    pub fn observations(&self) -> Vec<serde_json::Value> {
+        assert!(self.ok(), "the client failed:\n{}", self.describe());
+        let mut lines: Vec<serde_json::Value> = self
+            .stdout
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("not JSON ({e}): {l}\n{}", self.describe()))
+            })
+            .collect();
+        assert_eq!(
+            lines.pop(),
+            Some(serde_json::json!({"done": true})),
+            "{}",
+            self.describe()
+        );
+        lines
+    }
 }
 
 /// Run `cmd` to completion, killing it once `limit` has passed.

@@ -257,10 +257,17 @@ fn missing_extension(message: String) -> ErrorObject {
     }
 }
 
-/// A header's value, decoded from the `=?base64?...?=` form when it has it.
+/// A header's value, decoded from the `=?base64?...?=` form when it has it ([`decoded`]).
 fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
-    let raw = headers.get(name)?.to_str().ok()?;
-    match raw
+    decoded(headers.get(name)?)
+}
+
+/// A routing header's value: decoded when it has the `=?base64?...?=` form (strict Base64
+/// with padding, of UTF-8), as it is otherwise (both markers are needed); `None` when it is
+/// not visible ASCII or its Base64 is not valid.
+fn decoded(raw: &axum::http::HeaderValue) -> Option<String> {
+    let text = raw.to_str().ok()?;
+    match text
         .strip_prefix("=?base64?")
         .and_then(|r| r.strip_suffix("?="))
     {
@@ -270,7 +277,7 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
                 .ok()?;
             String::from_utf8(bytes).ok()
         }
-        None => Some(raw.to_string()),
+        None => Some(text.to_string()),
     }
 }
 
@@ -449,7 +456,7 @@ fn check_param_headers(
         let header = format!("mcp-param-{}", name.to_ascii_lowercase());
         let given = match headers.get(&header) {
             None => None,
-            Some(raw) => Some(param_header_value(raw).ok_or_else(|| {
+            Some(raw) => Some(decoded(raw).ok_or_else(|| {
                 mismatch(format!(
                     "Mcp-Param-{name}: not a valid header value (visible ASCII, or =?base64?...?= with valid Base64 of UTF-8)"
                 ))
@@ -477,25 +484,6 @@ fn check_param_headers(
         }
     }
     Ok(())
-}
-
-/// An `Mcp-Param-*` header's value: decoded when it has the `=?base64?...?=` form (strict
-/// Base64 with padding, of UTF-8), as it is otherwise; `None` when it is not visible ASCII or
-/// its Base64 is not valid.
-fn param_header_value(raw: &axum::http::HeaderValue) -> Option<String> {
-    let text = raw.to_str().ok()?;
-    match text
-        .strip_prefix("=?base64?")
-        .and_then(|r| r.strip_suffix("?="))
-    {
-        Some(encoded) => {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(encoded)
-                .ok()?;
-            String::from_utf8(bytes).ok()
-        }
-        None => Some(text.to_string()),
-    }
 }
 
 async fn dispatch(
