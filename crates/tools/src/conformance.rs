@@ -399,6 +399,18 @@ async fn ask(ctx: &ToolContext, q: Question) -> Result<Option<Value>, ErrorObjec
     }
 }
 
+/// Ask the user's name (key `user_name`) and greet them.
+fn say_hello(
+    _args: serde_json::Map<String, Value>,
+    ctx: ToolContext,
+) -> futures::future::BoxFuture<'static, crate::ToolResult> {
+    async move {
+        let name = ask(&ctx, name_question("user_name", "What is your name?")).await?;
+        Ok(text_result(format!("Hello, {}!", text_of(name)), false))
+    }
+    .boxed()
+}
+
 /// A value's text: a string as it is, anything else as JSON.
 fn text_of(v: Option<Value>) -> String {
     match v {
@@ -483,13 +495,7 @@ fn asking() -> Vec<Arc<dyn Tool>> {
             "Asks the user's name.",
             empty_schema(),
             no_args,
-            |_, ctx| {
-                async move {
-                    let name = ask(&ctx, name_question("user_name", "What is your name?")).await?;
-                    Ok(text_result(format!("Hello, {}!", text_of(name)), false))
-                }
-                .boxed()
-            },
+            say_hello,
         ),
         tool(
             "test_input_required_result_sampling",
@@ -575,13 +581,7 @@ fn asking() -> Vec<Arc<dyn Tool>> {
             "Asks the user's name; its request state is signed.",
             empty_schema(),
             no_args,
-            |_, ctx| {
-                async move {
-                    let name = ask(&ctx, name_question("user_name", "What is your name?")).await?;
-                    Ok(text_result(format!("Hello, {}!", text_of(name)), false))
-                }
-                .boxed()
-            },
+            say_hello,
         ),
         tool(
             "test_input_required_result_capabilities",
