@@ -136,6 +136,13 @@ async fn transport_rules() {
     // Body over the limit: 413, nothing happens.
     let big = json!({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"greet","arguments":{"name":"x".repeat(4096)}}}).to_string();
     assert_eq!(c.post(&big, &[]).await.status, 413);
+    // Also when it comes in chunks, without a length announced.
+    assert_eq!(
+        c.post_chunked(big.clone().into_bytes(), &[]).await.status,
+        413
+    );
+    let fits = json!({"jsonrpc":"2.0","id":7,"method":"ping"}).to_string();
+    assert_eq!(c.post_chunked(fits.into_bytes(), &[]).await.status, 200);
 
     // Notifications and client responses: 202 without a body.
     let n = c
@@ -200,6 +207,16 @@ async fn jsonrpc_error_table_changes_nothing() {
         -32600
     );
     assert_eq!(raw("42").await, -32600);
+    // A body that is not UTF-8, wherever the bad bytes are, is not JSON.
+    for body in [
+        &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"pi\xffng\"}"[..],
+        &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"x\":\"\xc3\"}}"[..],
+        &b"[\"\xfe\"]"[..],
+    ] {
+        let r = c.post_bytes(body.to_vec(), &[]).await;
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert_eq!(r.json()["error"]["code"], -32700, "{}", r.body);
+    }
 
     assert_eq!(c.err_code("no/such/method", json!({})).await, -32601);
     let r = c.call("tasks/get", json!({"taskId": 5})).await;

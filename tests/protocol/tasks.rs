@@ -340,6 +340,29 @@ async fn principals_are_isolated() {
         .to_str()
         .unwrap()
         .contains("invalid_token"));
+    // The token is checked on the headers: a request that announces a large body and sends
+    // none of it is answered 401 at once (the body is never waited for).
+    let addr = s
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let head = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(
+            tcp,
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer wrong-token-x\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n"
+        )
+        .unwrap();
+        let mut got = [0u8; 64];
+        let n = tcp.read(&mut got).unwrap_or(0);
+        String::from_utf8_lossy(&got[..n]).to_string()
+    })
+    .await
+    .unwrap();
+    assert!(head.starts_with("HTTP/1.1 401"), "{head:?}");
     // Alice's session with Bob's token is unknown.
     let mut stolen = alice.clone();
     stolen.token = Some("bob-token-22".into());

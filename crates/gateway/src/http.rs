@@ -170,27 +170,48 @@ fn front(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
     Ok(principal)
 }
 
-async fn handle_post(
-    State(gw): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Response {
+/// The whole body, at most `limit` bytes: a larger one (by its `Content-Length`, before
+/// anything is read, or as it arrives) is 413, one that breaks off is 400.
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Response> {
+    let too_large = || {
+        plain(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Payload Too Large: body exceeds http.max_body_bytes",
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let mut stream = body.into_data_stream();
+    let mut buf = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+        let Ok(chunk) = chunk else {
+            return Err(plain(
+                StatusCode::BAD_REQUEST,
+                "Bad Request: unreadable body",
+            ));
+        };
+        if buf.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(buf))
+}
+
+async fn handle_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Body) -> Response {
+    // The caller is checked on the headers, before a byte of the body is read.
     let principal = match front(&gw, &headers) {
         Ok(p) => p,
         Err(r) => return r,
     };
-    let body = match body {
+    let body = match read_body(body, &headers, gw.cfg.max_body_bytes).await {
         Ok(b) => b,
-        Err(rej) => {
-            return if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                plain(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "Payload Too Large: body exceeds http.max_body_bytes",
-                )
-            } else {
-                plain(rej.status(), "Bad Request: unreadable body")
-            };
-        }
+        Err(r) => return r,
     };
     let msg = match jsonrpc::parse_message(&body) {
         Ok(m) => m,

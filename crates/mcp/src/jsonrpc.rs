@@ -159,6 +159,12 @@ pub fn parse_message(body: &[u8]) -> Result<Message, EnvelopeError> {
         .copied()
         .find(|b| !b.is_ascii_whitespace())
         .ok_or_else(|| EnvelopeError::Parse("empty body".into()))?;
+    if let Err(e) = std::str::from_utf8(body) {
+        return Err(EnvelopeError::Parse(format!(
+            "the body is not valid UTF-8 (at byte {})",
+            e.valid_up_to()
+        )));
+    }
     if first == b'[' {
         // Validate it is JSON at all, so that garbage starting with '[' is a parse error.
         serde_json::from_slice::<serde::de::IgnoredAny>(body)
@@ -174,12 +180,13 @@ pub fn parse_message(body: &[u8]) -> Result<Message, EnvelopeError> {
     }
     let env: RawEnvelope<'_> = match serde_json::from_slice(body) {
         Ok(env) => env,
+        // Not JSON (a syntax error: also a string that is not Unicode, such as a lone
+        // surrogate escape), or JSON of the wrong shape.
         Err(e) => {
-            // Distinguish "not JSON" from "JSON of the wrong shape".
-            return match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-                Err(_) => Err(EnvelopeError::Parse(e.to_string())),
-                Ok(_) => Err(EnvelopeError::Invalid(e.to_string())),
-            };
+            return Err(match e.classify() {
+                serde_json::error::Category::Data => EnvelopeError::Invalid(e.to_string()),
+                _ => EnvelopeError::Parse(e.to_string()),
+            })
         }
     };
     match env.jsonrpc.map(|v| v.get()) {
@@ -365,6 +372,25 @@ mod tests {
     fn rejects_bad_envelopes_with_the_right_code() {
         let code = |b: &[u8]| parse_message(b).unwrap_err().to_error().code;
         assert_eq!(code(b"{not json"), PARSE_ERROR);
+        // Not UTF-8, anywhere in the body; a string escape that is not Unicode.
+        assert_eq!(
+            code(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\"}"),
+            PARSE_ERROR
+        );
+        assert_eq!(
+            code(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":\"\xc3\"}}"),
+            PARSE_ERROR
+        );
+        assert_eq!(code(b"[\"\xfe\"]"), PARSE_ERROR);
+        assert_eq!(
+            code(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\\ud800\"}"),
+            PARSE_ERROR
+        );
+        // JSON of the wrong shape stays an invalid request.
+        assert_eq!(
+            code(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":5}"),
+            INVALID_REQUEST
+        );
         assert_eq!(code(b""), PARSE_ERROR);
         assert_eq!(code(b"[1,2"), PARSE_ERROR);
         assert_eq!(

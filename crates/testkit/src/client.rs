@@ -123,7 +123,11 @@ impl Client {
         rb
     }
 
-    fn request(&self, body: String, extra: &[(&str, &str)]) -> reqwest::RequestBuilder {
+    fn request(
+        &self,
+        body: impl Into<reqwest::Body>,
+        extra: &[(&str, &str)],
+    ) -> reqwest::RequestBuilder {
         let mut rb = self.with_session_headers(
             self.http
                 .post(&self.url)
@@ -173,11 +177,26 @@ impl Client {
 
     /// POST a raw body; reads the whole answer.
     pub async fn post(&self, body: &str, extra: &[(&str, &str)]) -> Raw {
-        let r = self
-            .request(body.to_string(), extra)
-            .send()
+        self.post_bytes(body.as_bytes().to_vec(), extra).await
+    }
+
+    /// POST raw bytes as the body (not necessarily UTF-8); reads the whole answer.
+    pub async fn post_bytes(&self, body: Vec<u8>, extra: &[(&str, &str)]) -> Raw {
+        self.post_body(body.into(), extra).await
+    }
+
+    /// POST `body` in chunks of 1 KiB without a `Content-Length` (chunked transfer
+    /// encoding); reads the whole answer.
+    pub async fn post_chunked(&self, body: Vec<u8>, extra: &[(&str, &str)]) -> Raw {
+        let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+            body.chunks(1024).map(|c| Ok(c.to_vec())).collect();
+        let stream = futures::stream::iter(chunks);
+        self.post_body(reqwest::Body::wrap_stream(stream), extra)
             .await
-            .expect("send");
+    }
+
+    async fn post_body(&self, body: reqwest::Body, extra: &[(&str, &str)]) -> Raw {
+        let r = self.request(body, extra).send().await.expect("send");
         let status = r.status().as_u16();
         let headers = r.headers().clone();
         let body = r.text().await.unwrap_or_default();
