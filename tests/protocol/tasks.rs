@@ -504,3 +504,35 @@ async fn a_result_over_the_size_limit_fails_the_task_and_names_the_limit() {
         .as_str()
         .is_some_and(|m| m.contains("1024")));
 }
+
+/// Guessing tokens is bounded: past `limits.failed_auth_per_minute` wrong tokens, the address
+/// is answered 429 whatever it sends (a right token included, so a guess cannot be told
+/// right) and serves nothing.
+#[tokio::test]
+async fn wrong_tokens_are_bounded_per_address() {
+    let s = Server::start(
+        TASKMESH,
+        &format!("{AUTH}\n[limits]\nfailed_auth_per_minute = 3\n"),
+    );
+    let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
+    let ping = json!({"jsonrpc":"2.0","id":1,"method":"ping"}).to_string();
+    let mut guess = alice.clone();
+    for i in 0..3 {
+        guess.token = Some(format!("guess-{i}"));
+        assert_eq!(guess.post(&ping, &[]).await.status, 401, "guess {i}");
+    }
+    guess.token = Some("guess-3".into());
+    let r = guess.post(&ping, &[]).await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(r.headers["retry-after"], "60");
+    let r = alice.post(&ping, &[]).await;
+    assert_eq!(
+        r.status, 429,
+        "a right token is not checked either: {}",
+        r.body
+    );
+    let create = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "name":"slow_compute","arguments":{"seconds":1},"task":{}}})
+    .to_string();
+    assert_eq!(alice.post(&create, &[]).await.status, 429);
+}

@@ -148,16 +148,63 @@ fn session_of(
     Ok((id.to_string(), claims))
 }
 
-/// Common front checks; the principal on success.
+/// The address of the connection a request came on, when the server records it
+/// (`axum::extract::ConnectInfo`).
+struct Peer(Option<std::net::IpAddr>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Peer {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Peer(
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip()),
+        ))
+    }
+}
+
+/// Common front checks (origin, a caller locked out for wrong tokens, authentication, the
+/// request rate); the principal on success.
 #[allow(clippy::result_large_err)]
-fn front(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
+fn front(
+    gw: &Gateway,
+    peer: Option<std::net::IpAddr>,
+    headers: &HeaderMap,
+) -> Result<String, Response> {
     if !origin_allowed(gw, headers) {
         return Err(plain(
             StatusCode::FORBIDDEN,
             "Forbidden: Origin not allowed",
         ));
     }
-    let principal = authenticate(gw, headers)?;
+    // An address that sent too many wrong tokens is not heard until its minute is over:
+    // neither a wrong nor a right token is checked for it.
+    if let Some(ip) = peer {
+        if gw.limits.auth_locked(ip) {
+            let mut r = plain(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too Many Requests: too many wrong tokens from this address (limits.failed_auth_per_minute)",
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+            return Err(r);
+        }
+    }
+    let principal = authenticate(gw, headers).inspect_err(|r| {
+        let wrong = r
+            .headers()
+            .get(header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("invalid_token"));
+        if let (true, Some(ip)) = (wrong, peer) {
+            gw.limits.auth_failed(ip);
+        }
+    })?;
     if !gw.limits.allow_request(&principal) {
         let mut r = plain(
             StatusCode::TOO_MANY_REQUESTS,
@@ -203,9 +250,14 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Byte
     Ok(Bytes::from(buf))
 }
 
-async fn handle_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Body) -> Response {
+async fn handle_post(
+    State(gw): State<Arc<Gateway>>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     // The caller is checked on the headers, before a byte of the body is read.
-    let principal = match front(&gw, &headers) {
+    let principal = match front(&gw, peer, &headers) {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -436,8 +488,12 @@ fn sse(gw: &Arc<Gateway>, source: Source) -> Response {
         .into_response()
 }
 
-async fn handle_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    let principal = match front(&gw, &headers) {
+async fn handle_get(
+    State(gw): State<Arc<Gateway>>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+) -> Response {
+    let principal = match front(&gw, peer, &headers) {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -613,8 +669,12 @@ pub(crate) fn open_get_reader(
     }
 }
 
-async fn handle_delete(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    let principal = match front(&gw, &headers) {
+async fn handle_delete(
+    State(gw): State<Arc<Gateway>>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+) -> Response {
+    let principal = match front(&gw, peer, &headers) {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -636,8 +696,12 @@ async fn handle_delete(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Re
 
 /// `GET /status`: this node's view of every shard (leader, term, applied and log indexes, task
 /// counts), for operators and tests. Same Origin, authentication and rate-limit rules as `/mcp`.
-async fn handle_status(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    if let Err(r) = front(&gw, &headers) {
+async fn handle_status(
+    State(gw): State<Arc<Gateway>>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = front(&gw, peer, &headers) {
         return r;
     }
     let status = gw.router.host().shard_status();

@@ -70,6 +70,9 @@ pub struct GatewayConfig {
     pub rate_limit_per_second: u32,
     /// Burst above the steady rate; 0 = the rate itself.
     pub rate_limit_burst: u32,
+    /// Wrong bearer tokens one client address may send within a minute; past it the address
+    /// gets HTTP 429 (no token checked) until its minute is over; 0 = unlimited.
+    pub failed_auth_per_minute: u32,
     /// Unknown-task lookups per minute per principal above which an audit warning is logged
     /// (at most one a minute per principal); 0 = never.
     pub failed_lookup_alert_per_minute: u32,
@@ -116,6 +119,7 @@ impl Default for GatewayConfig {
             rate_limit_per_second: 0,
             rate_limit_burst: 0,
             failed_lookup_alert_per_minute: 60,
+            failed_auth_per_minute: 20,
             verified_session_cache: 65_536,
             max_inflight_per_session: 256,
             max_streams_per_session: 8,

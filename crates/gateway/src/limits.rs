@@ -1,5 +1,7 @@
 //! Per-principal limits: a token-bucket request rate (HTTP 429 past it) and a watch on bursts
-//! of lookups of unknown task ids (enumeration attempts), reported as audit warnings.
+//! of lookups of unknown task ids (enumeration attempts), reported as audit warnings; and per
+//! client address, a cap on wrong tokens (guessing), past which the address is not heard for
+//! the rest of its minute.
 
 use std::num::NonZeroU32;
 
@@ -7,8 +9,24 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 use crate::GatewayConfig;
 
+/// Wrong tokens from one address within its current minute.
+struct Failures {
+    since: std::time::Instant,
+    count: u32,
+}
+
+/// The window of `limits.failed_auth_per_minute`.
+const AUTH_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+/// Addresses tracked before the ones whose window is over are dropped.
+const AUTH_TRACKED: usize = 10_000;
+
 pub(crate) struct Limits {
     requests: Option<DefaultKeyedRateLimiter<String>>,
+    /// `limits.failed_auth_per_minute` (`None`: unlimited), and the wrong tokens by address.
+    failed_auth: Option<(
+        u32,
+        parking_lot::Mutex<std::collections::HashMap<std::net::IpAddr, Failures>>,
+    )>,
     failed_lookups: Option<DefaultKeyedRateLimiter<String>>,
     alerts: DefaultKeyedRateLimiter<String>,
 }
@@ -24,6 +42,8 @@ impl Limits {
         let one = NonZeroU32::MIN;
         Self {
             requests,
+            failed_auth: (cfg.failed_auth_per_minute > 0)
+                .then(|| (cfg.failed_auth_per_minute, parking_lot::Mutex::default())),
             failed_lookups,
             alerts: RateLimiter::keyed(Quota::per_minute(one)),
         }
@@ -40,6 +60,49 @@ impl Limits {
                 }
                 ok
             }
+        }
+    }
+
+    /// Whether `ip` sent `limits.failed_auth_per_minute` wrong tokens within its minute.
+    pub(crate) fn auth_locked(&self, ip: std::net::IpAddr) -> bool {
+        let Some((limit, by_ip)) = &self.failed_auth else {
+            return false;
+        };
+        by_ip
+            .lock()
+            .get(&ip)
+            .is_some_and(|f| f.since.elapsed() < AUTH_WINDOW && f.count >= *limit)
+    }
+
+    /// Count a wrong token from `ip`; the one that reaches the limit is audited.
+    pub(crate) fn auth_failed(&self, ip: std::net::IpAddr) {
+        let Some((limit, by_ip)) = &self.failed_auth else {
+            return;
+        };
+        let mut by_ip = by_ip.lock();
+        if by_ip.len() >= AUTH_TRACKED {
+            by_ip.retain(|_, f| f.since.elapsed() < AUTH_WINDOW);
+        }
+        let now = std::time::Instant::now();
+        let f = by_ip.entry(ip).or_insert(Failures {
+            since: now,
+            count: 0,
+        });
+        if f.since.elapsed() >= AUTH_WINDOW {
+            *f = Failures {
+                since: now,
+                count: 0,
+            };
+        }
+        f.count += 1;
+        if f.count == *limit {
+            tracing::warn!(
+                target: "audit",
+                event = "auth_failures_locked",
+                peer = %ip,
+                failures = f.count,
+                "too many wrong tokens from one address; not heard for the rest of its minute"
+            );
         }
     }
 

@@ -137,6 +137,9 @@ pub struct LimitsConfig {
     pub burst: u32,
     /// Unknown-task lookups per minute per principal before an audit warning; 0 = never.
     pub failed_lookup_alert_per_minute: u32,
+    /// Wrong bearer tokens one client address may send within a minute; past it the
+    /// address gets HTTP 429 until its minute is over. Default 20; 0 = unlimited.
+    pub failed_auth_per_minute: u32,
     /// Cancellable requests (plain `tools/call`, held `tasks/result`) one session may have in
     /// flight at once; more are refused with `-32001`. At least 1.
     pub max_inflight_per_session: usize,
@@ -149,6 +152,7 @@ impl Default for LimitsConfig {
             requests_per_second: g.rate_limit_per_second,
             burst: g.rate_limit_burst,
             failed_lookup_alert_per_minute: g.failed_lookup_alert_per_minute,
+            failed_auth_per_minute: g.failed_auth_per_minute,
             max_inflight_per_session: g.max_inflight_per_session,
         }
     }

@@ -432,11 +432,14 @@ pub async fn serve(
         }
     });
     let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop_rx.await;
-            })
-            .await
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = stop_rx.await;
+        })
+        .await
     });
     // Run until asked to stop, or until the reconciler finds this node must not run.
     let mut fatal = None;
@@ -563,6 +566,7 @@ impl Config {
             rate_limit_per_second: self.limits.requests_per_second,
             rate_limit_burst: self.limits.burst,
             failed_lookup_alert_per_minute: self.limits.failed_lookup_alert_per_minute,
+            failed_auth_per_minute: self.limits.failed_auth_per_minute,
             verified_session_cache: self.session.verified_cache,
             max_inflight_per_session: self.limits.max_inflight_per_session,
             max_streams_per_session: self.http.max_streams_per_session,
