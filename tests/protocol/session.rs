@@ -502,3 +502,91 @@ async fn per_session_streams_and_requests_in_flight_are_bounded() {
         .await;
     assert!(r["content"].is_array(), "{r}");
 }
+
+/// A connection that sends nothing, stops halfway through its headers, or does not send the
+/// body it announced is let go (`http.header_read_timeout_ms`, `http.body_read_timeout_ms`);
+/// past `http.max_connections` open connections, one more is closed at once, and a place
+/// frees when one ends.
+#[tokio::test]
+async fn idle_slow_and_surplus_connections_are_let_go() {
+    use std::io::{Read, Write};
+    let addr_of = |s: &Server| {
+        s.url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+            .to_string()
+    };
+    // What the server sends on a connection that sent `sent`, until it closes it (bounded).
+    fn answer_to(addr: String, sent: Vec<u8>) -> String {
+        let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        tcp.write_all(&sent).unwrap();
+        let mut got = Vec::new();
+        let _ = tcp.read_to_end(&mut got);
+        String::from_utf8_lossy(&got).to_string()
+    }
+    let s = Server::start(
+        TASKMESH,
+        "[http]\nheader_read_timeout_ms = 300\nbody_read_timeout_ms = 300\n",
+    );
+    let addr = addr_of(&s);
+    let cases = [
+        (Vec::new(), ""),
+        (b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Ty".to_vec(), ""),
+        (
+            b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\"".to_vec(),
+            "HTTP/1.1 408",
+        ),
+    ];
+    for (sent, want) in cases {
+        let a = addr.clone();
+        let got = tokio::task::spawn_blocking(move || answer_to(a, sent))
+            .await
+            .unwrap();
+        assert!(got.starts_with(want), "{want:?}: {got:?}");
+        if want.is_empty() {
+            assert_eq!(got, "", "closed without an answer");
+        }
+    }
+    // The server still serves.
+    Client::new_session(&s.url).await;
+
+    let s = Server::start(
+        TASKMESH,
+        "[http]\nmax_connections = 3\nheader_read_timeout_ms = 60000\n",
+    );
+    let addr = addr_of(&s);
+    let held: Vec<std::net::TcpStream> = (0..3)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    let a = addr.clone();
+    let surplus = tokio::task::spawn_blocking(move || {
+        answer_to(a, b"POST /mcp HTTP/1.1\r\nHost: x\r\n\r\n".to_vec())
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        surplus, "",
+        "one more than max_connections is closed at once"
+    );
+    drop(held);
+    // The places free as the held connections end: a client gets answers again.
+    let mut served = false;
+    for _ in 0..100 {
+        let a = addr.clone();
+        let got = tokio::task::spawn_blocking(move || {
+            answer_to(
+                a,
+                b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec(),
+            )
+        })
+        .await
+        .unwrap();
+        if got.starts_with("HTTP/1.1 200") {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(served, "a freed place serves again");
+}

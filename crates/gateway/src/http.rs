@@ -261,10 +261,18 @@ async fn handle_post(
         Ok(p) => p,
         Err(r) => return r,
     };
-    let body = match read_body(body, &headers, gw.cfg.max_body_bytes).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
+    let limit = Duration::from_millis(gw.cfg.body_read_timeout_ms);
+    let body =
+        match tokio::time::timeout(limit, read_body(body, &headers, gw.cfg.max_body_bytes)).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(r)) => return r,
+            Err(_) => {
+                return plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "Request Timeout: the body did not arrive within http.body_read_timeout_ms",
+                )
+            }
+        };
     let msg = match jsonrpc::parse_message(&body) {
         Ok(m) => m,
         Err(e) => return rpc_error(StatusCode::BAD_REQUEST, None, &e.to_error()),

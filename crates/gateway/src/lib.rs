@@ -83,6 +83,8 @@ pub struct GatewayConfig {
     pub max_inflight_per_session: usize,
     /// GET streams one session may hold open at once; one more is refused with HTTP 429.
     pub max_streams_per_session: usize,
+    /// How long a request's body may take to arrive once its headers did, ms (slower: 408).
+    pub body_read_timeout_ms: u64,
     /// Task ids one 2026-07-28 `subscriptions/listen` may watch; more are refused with
     /// `-32602`.
     pub max_listen_task_ids: usize,
@@ -123,6 +125,7 @@ impl Default for GatewayConfig {
             verified_session_cache: 65_536,
             max_inflight_per_session: 256,
             max_streams_per_session: 8,
+            body_read_timeout_ms: 30_000,
             max_listen_task_ids: 1000,
             max_listen_streams_per_principal: 64,
             request_state_ttl_ms: 600_000,

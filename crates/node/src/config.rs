@@ -172,6 +172,16 @@ pub struct HttpConfig {
     pub sse_keepalive_ms: u64,
     /// GET streams one session may hold open at once; one more gets HTTP 429. At least 1.
     pub max_streams_per_session: usize,
+    /// Connections open at once on the MCP listener; one more is closed as soon as it is
+    /// accepted. Default 10000, at least 1.
+    pub max_connections: usize,
+    /// How long a request's headers may take to arrive (from the moment the connection waits
+    /// for them, also between requests on a kept-alive connection) before the connection is
+    /// closed, in ms. Default 10000, at least 100.
+    pub header_read_timeout_ms: u64,
+    /// How long a request's body may take to arrive once its headers did, in ms; slower gets
+    /// HTTP 408. Default 30000, at least 100.
+    pub body_read_timeout_ms: u64,
     /// Task ids one 2026-07-28 `subscriptions/listen` may watch; more get `-32602`. Default
     /// 1000, between 1 and 100000.
     pub max_listen_task_ids: usize,
@@ -336,6 +346,9 @@ impl Default for HttpConfig {
             allowed_origins: g.allowed_origins,
             sse_keepalive_ms: g.sse_keepalive_ms,
             max_streams_per_session: g.max_streams_per_session,
+            max_connections: 10_000,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: g.body_read_timeout_ms,
             max_listen_task_ids: g.max_listen_task_ids,
             max_listen_streams_per_principal: g.max_listen_streams_per_principal,
             request_state_ttl_ms: g.request_state_ttl_ms,
@@ -499,6 +512,21 @@ impl Config {
             bail!(
                 "http.max_listen_task_ids must be between 1 and {MAX_LISTEN_TASK_IDS} (got {})",
                 self.http.max_listen_task_ids
+            );
+        }
+        if self.http.max_connections == 0 {
+            bail!("http.max_connections must be at least 1");
+        }
+        if self.http.header_read_timeout_ms < 100 {
+            bail!(
+                "http.header_read_timeout_ms must be at least 100 (got {})",
+                self.http.header_read_timeout_ms
+            );
+        }
+        if self.http.body_read_timeout_ms < 100 {
+            bail!(
+                "http.body_read_timeout_ms must be at least 100 (got {})",
+                self.http.body_read_timeout_ms
             );
         }
         if self.http.max_listen_streams_per_principal == 0 {

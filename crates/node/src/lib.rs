@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod listener;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -423,24 +424,13 @@ pub async fn serve(
     tracing::info!(address = %local, data_dir = %data_dir.display(), shards = cfg.shards, node = cfg.node_id, "taskmesh listening on http://{local}/mcp");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    // Small frames (an SSE event, a short answer) leave at once: without TCP_NODELAY, Nagle's
-    // algorithm holds a frame written after another until the client's delayed ACK (tens of
-    // milliseconds) when the two do not leave in one write.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted connection");
-        }
-    });
-    let server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            let _ = stop_rx.await;
-        })
-        .await
-    });
+    let bounds = listener::Bounds {
+        max_connections: cfg.http.max_connections,
+        header_read_timeout: Duration::from_millis(cfg.http.header_read_timeout_ms),
+    };
+    let server = tokio::spawn(listener::serve(listener, app, bounds, async move {
+        let _ = stop_rx.await;
+    }));
     // Run until asked to stop, or until the reconciler finds this node must not run.
     let mut fatal = None;
     match running.reconciler.as_mut() {
@@ -570,6 +560,7 @@ impl Config {
             verified_session_cache: self.session.verified_cache,
             max_inflight_per_session: self.limits.max_inflight_per_session,
             max_streams_per_session: self.http.max_streams_per_session,
+            body_read_timeout_ms: self.http.body_read_timeout_ms,
             max_listen_task_ids: self.http.max_listen_task_ids,
             max_listen_streams_per_principal: self.http.max_listen_streams_per_principal,
             request_state_ttl_ms: self.http.request_state_ttl_ms,

@@ -1,0 +1,113 @@
+//! The public HTTP listener: accepts connections and serves the MCP router on them (HTTP/1.1
+//! and HTTP/2), bounded so that a client cannot hold the server with connections that do
+//! nothing.
+//!
+//! - At most `http.max_connections` connections are open at once; one more is closed as soon
+//!   as it is accepted.
+//! - A request's headers must arrive within `http.header_read_timeout_ms` of the moment the
+//!   connection waits for them (a new connection, and between the requests of a kept-alive
+//!   one), else the connection is closed: a client that sends a byte a second, or nothing,
+//!   is let go.
+//! - Each connection carries its peer's address to the handlers (`ConnectInfo`) and has
+//!   `TCP_NODELAY` set: small frames (an SSE event, a short answer) leave at once, not after
+//!   the client's delayed ACK.
+//!
+//! It stops accepting when `stop` resolves, then lets the open connections finish (the caller
+//! bounds how long).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+/// The listener's bounds (docs/configuration.md, `[http]`).
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// How long a request's headers may take to arrive.
+    pub header_read_timeout: Duration,
+}
+
+/// After an `accept` that failed (out of file descriptors, say), the pause before the next.
+const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Serve `app` on `listener` until `stop` resolves, then until every open connection ended.
+pub async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    bounds: Bounds,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let graceful = GracefulShutdown::new();
+    let open = Arc::new(Semaphore::new(bounds.max_connections));
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(bounds.header_read_timeout);
+    builder.http2().timer(TokioTimer::new());
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            () = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(ACCEPT_RETRY_PAUSE).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            tracing::debug!(peer = %peer, limit = bounds.max_connections, "connection refused: http.max_connections open");
+            drop(tcp);
+            continue;
+        };
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted connection");
+        }
+        let service = app
+            .clone()
+            .layer(axum::Extension(ConnectInfo(peer)))
+            .map_request(|req: hyper::Request<hyper::body::Incoming>| {
+                req.map(axum::body::Body::new)
+            });
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let wait = bounds.header_read_timeout;
+        tokio::spawn(async move {
+            // A new connection that sends nothing is let go as one that stops halfway through
+            // its headers is (the HTTP layer times those, from their first byte).
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(wait, tcp.peek(&mut first)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => {
+                    tracing::debug!(peer = %peer, "connection closed: no request within http.header_read_timeout_ms");
+                    drop(permit);
+                    return;
+                }
+            }
+            let conn = builder
+                .serve_connection_with_upgrades(
+                    TokioIo::new(tcp),
+                    TowerToHyperService::new(service),
+                )
+                .into_owned();
+            if let Err(e) = watcher.watch(conn).await {
+                tracing::trace!(peer = %peer, error = %e, "connection ended");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
