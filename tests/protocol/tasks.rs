@@ -474,6 +474,64 @@ async fn live_task_cap_refuses_and_creates_nothing() {
     assert!(created);
 }
 
+/// One requestor cannot take every slot: past `tasks.max_live_tasks_per_principal` its
+/// creates answer `-32001` and create nothing, while another principal's are served.
+#[tokio::test]
+async fn the_live_task_cap_per_principal_leaves_room_for_the_others() {
+    let s = Server::start(
+        TASKMESH,
+        &format!("{AUTH}\n[tasks]\nmax_live_tasks = 5\nmax_live_tasks_per_principal = 2\n"),
+    );
+    let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
+    let bob = Client::connect(&s.url, Some("bob-token-22"), V, json!({})).await;
+    let create = json!({"name":"slow_compute","arguments":{"seconds":30},"task":{}});
+    let first = alice
+        .start_task("slow_compute", json!({"seconds": 30}))
+        .await;
+    alice
+        .start_task("slow_compute", json!({"seconds": 30}))
+        .await;
+    let r = alice.call("tools/call", create.clone()).await;
+    assert_eq!(r["error"]["code"], -32001, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_live_tasks_per_principal"),
+        "{r}"
+    );
+    let listed = |c: &Client| {
+        let c = c.clone();
+        async move {
+            c.ok("tasks/list", json!({})).await["tasks"]
+                .as_array()
+                .unwrap()
+                .len()
+        }
+    };
+    assert_eq!(listed(&alice).await, 2, "nothing was created");
+    // Another principal still gets its own slots.
+    bob.start_task("slow_compute", json!({"seconds": 30})).await;
+    bob.start_task("slow_compute", json!({"seconds": 30})).await;
+    assert_eq!(listed(&bob).await, 2);
+    // A slot of alice's frees when one of her tasks ends.
+    alice.ok("tasks/cancel", json!({"taskId": first})).await;
+    let mut created = false;
+    for _ in 0..100 {
+        if alice
+            .call("tools/call", create.clone())
+            .await
+            .get("result")
+            .is_some()
+        {
+            created = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(created, "a freed slot serves its principal again");
+}
+
 #[tokio::test]
 async fn a_result_over_the_size_limit_fails_the_task_and_names_the_limit() {
     let s = Server::start(TASKMESH, "[tasks]\nmax_result_bytes = 1024\n");

@@ -17,7 +17,6 @@
 //! `tasks.max_live_tasks`, each by `tasks.max_result_bytes`.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -160,6 +159,8 @@ pub struct State {
     host: Host,
     shard: u32,
     task_id: String,
+    /// The principal the task belongs to (its live-task slot is counted for it).
+    owner: String,
     session: Option<String>,
     term: u64,
     progress_token: Option<Value>,
@@ -197,8 +198,10 @@ pub(crate) async fn spawn(
     tool: Arc<dyn Tool>,
     reserved: bool,
 ) {
+    let owner = record.owner.clone();
     if !reserved {
-        host.inner.live.fetch_add(1, Ordering::AcqRel);
+        // Admitted when it was created: resumed here whatever the limits.
+        let _ = host.take_slot(&owner, false);
     }
     let task_id = record.task_id.clone();
     let args = Args {
@@ -217,7 +220,7 @@ pub(crate) async fn spawn(
             }
         }
         Err(e) => {
-            host.inner.live.fetch_sub(1, Ordering::AcqRel);
+            host.give_slot(&owner);
             tracing::error!(task_id = %task_id, error = %e, "could not spawn task actor");
         }
     }
@@ -374,6 +377,7 @@ impl Actor for TaskActor {
         Ok(State {
             host,
             shard,
+            owner: record.owner.clone(),
             task_id: record.task_id,
             session: record.session,
             term,
@@ -423,7 +427,7 @@ impl Actor for TaskActor {
             actors.remove(&st.task_id);
         }
         drop(actors);
-        st.host.inner.live.fetch_sub(1, Ordering::AcqRel);
+        st.host.give_slot(&st.owner);
         Ok(())
     }
 }

@@ -15,6 +15,9 @@ pub struct HostConfig {
     pub poll_interval_ms: u64,
     /// Live tasks (actors) this node hosts at most.
     pub max_live_tasks: usize,
+    /// Live tasks of one principal this node hosts at most; 0 = only `max_live_tasks` bounds
+    /// them.
+    pub max_live_tasks_per_principal: usize,
     /// How often a shard leader looks for expired tasks.
     pub expiry_sweep_interval_ms: u64,
     /// At most this many ids per `Expire` command.
@@ -42,6 +45,7 @@ impl Default for HostConfig {
             max_ttl_ms: Some(86_400_000),
             poll_interval_ms: 1_000,
             max_live_tasks: 10_000,
+            max_live_tasks_per_principal: 0,
             expiry_sweep_interval_ms: 1_000,
             expiry_batch: 512,
             attach_buffer: 64,

@@ -4,8 +4,6 @@
 //! The router calls [`Host::create`] for a shard this node leads (directly, or for a create
 //! forwarded by another node through the task service).
 
-use std::sync::atomic::Ordering;
-
 use taskmesh_task::{Applied, Command, TaskRecord, TaskStatus, TaskView, ToolRequest};
 
 use crate::{actor, now_ms, Created, Host, HostError, NewTask};
@@ -25,22 +23,12 @@ impl Host {
             HostError::Misconfigured(format!("tool '{}' is not served by this node", new.tool))
         })?;
         // Reserve a live-task slot before anything is written.
-        let limit = self.inner.cfg.max_live_tasks;
-        if self
-            .inner
-            .live
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .is_err()
-        {
-            return Err(HostError::Capacity { limit });
-        }
+        self.take_slot(&new.owner, true)?;
         // From here until its actor runs the task is this create's: the reconciler leaves it
         // alone. Whatever ends this future (an error, or the caller dropping it), the guard
         // gives the slot back unless an actor took it, and a committed task without an actor
         // is then the reconciler's to run.
-        let starting = Starting::new(self, &new.task_id);
+        let starting = Starting::new(self, &new.task_id, &new.owner);
         let now = now_ms();
         let term = shard.current_term();
         let record = TaskRecord {
@@ -106,15 +94,17 @@ impl Host {
 struct Starting<'a> {
     host: &'a Host,
     task_id: String,
+    owner: String,
     holds_slot: bool,
 }
 
 impl<'a> Starting<'a> {
-    fn new(host: &'a Host, task_id: &str) -> Self {
+    fn new(host: &'a Host, task_id: &str, owner: &str) -> Self {
         host.inner.starting.lock().insert(task_id.to_string());
         Self {
             host,
             task_id: task_id.to_string(),
+            owner: owner.to_string(),
             holds_slot: true,
         }
     }
@@ -129,7 +119,7 @@ impl Drop for Starting<'_> {
     fn drop(&mut self) {
         self.host.inner.starting.lock().remove(&self.task_id);
         if self.holds_slot {
-            self.host.inner.live.fetch_sub(1, Ordering::AcqRel);
+            self.host.give_slot(&self.owner);
         }
     }
 }

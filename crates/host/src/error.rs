@@ -14,10 +14,12 @@ pub enum HostError {
     /// The task is already in a terminal status, so the operation (cancel) does not apply.
     #[error("task is already in terminal status '{0}'")]
     Terminal(TaskStatus),
-    /// The node runs `limit` live tasks, as many as it may; nothing was created.
-    #[error("this node already hosts {limit} live tasks (setting tasks.max_live_tasks)")]
+    /// The node runs as many live tasks as it may, or as many of the requestor's as it may;
+    /// nothing was created.
+    #[error("too many live tasks: a limit of {limit} is reached (tasks.max_live_tasks or tasks.max_live_tasks_per_principal); retry later")]
     Capacity {
-        /// The live-task limit in force (`tasks.max_live_tasks`).
+        /// The live-task limit in force (`tasks.max_live_tasks` or
+        /// `tasks.max_live_tasks_per_principal`).
         limit: usize,
     },
     /// This node does not lead the shard; `leader_hint` is the leader it knows of. Nothing

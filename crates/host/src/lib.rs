@@ -73,6 +73,8 @@ pub(crate) struct Inner {
     /// leaves them to the create.
     pub(crate) starting: Mutex<HashSet<String>>,
     pub(crate) live: AtomicUsize,
+    /// Live tasks by owner (for `max_live_tasks_per_principal`).
+    pub(crate) live_by_owner: Mutex<HashMap<String, usize>>,
     pub(crate) waiters: Mutex<HashMap<String, Vec<oneshot::Sender<Ended>>>>,
     pub(crate) events: broadcast::Sender<HostEvent>,
 }
@@ -101,9 +103,48 @@ impl Host {
                 actors: Mutex::new(HashMap::new()),
                 starting: Mutex::new(HashSet::new()),
                 live: AtomicUsize::new(0),
+                live_by_owner: Mutex::new(HashMap::new()),
                 waiters: Mutex::new(HashMap::new()),
                 events,
             }),
+        }
+    }
+
+    /// Take a live-task slot for a task of `owner`: within `max_live_tasks` and
+    /// `max_live_tasks_per_principal` when `admit` (a new task), regardless of them when not (a
+    /// task admitted earlier that is resumed here).
+    pub(crate) fn take_slot(&self, owner: &str, admit: bool) -> Result<(), HostError> {
+        let limit = self.inner.cfg.max_live_tasks;
+        let node = self
+            .inner
+            .live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (!admit || n < limit).then_some(n + 1)
+            });
+        if node.is_err() {
+            return Err(HostError::Capacity { limit });
+        }
+        let per = self.inner.cfg.max_live_tasks_per_principal;
+        let mut by_owner = self.inner.live_by_owner.lock();
+        let n = by_owner.entry(owner.to_string()).or_default();
+        if admit && per > 0 && *n >= per {
+            drop(by_owner);
+            self.give_slot(owner);
+            return Err(HostError::Capacity { limit: per });
+        }
+        *n += 1;
+        Ok(())
+    }
+
+    /// Give back a slot [`Host::take_slot`] took for a task of `owner`.
+    pub(crate) fn give_slot(&self, owner: &str) {
+        self.inner.live.fetch_sub(1, Ordering::AcqRel);
+        let mut by_owner = self.inner.live_by_owner.lock();
+        if let Some(n) = by_owner.get_mut(owner) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                by_owner.remove(owner);
+            }
         }
     }
 

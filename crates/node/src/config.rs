@@ -246,6 +246,10 @@ pub struct TasksConfig {
     /// Live (non-terminal) tasks this node runs at once; past it a task-augmented `tools/call`
     /// gets `-32001` and creates nothing. Default 10000, at least 1.
     pub max_live_tasks: usize,
+    /// Live tasks of one principal this node runs at once; past it that principal's
+    /// task-augmented `tools/call` gets `-32001` and creates nothing. 0 (the default): only
+    /// `max_live_tasks` bounds them.
+    pub max_live_tasks_per_principal: usize,
     /// How often a shard leader deletes expired tasks, in ms (below 10 acts as 10). Default
     /// 1000.
     pub expiry_sweep_interval_ms: u64,
@@ -369,6 +373,7 @@ impl Default for TasksConfig {
             max_ttl_ms: h.max_ttl_ms.unwrap_or(0),
             poll_interval_ms: h.poll_interval_ms,
             max_live_tasks: h.max_live_tasks,
+            max_live_tasks_per_principal: h.max_live_tasks_per_principal,
             expiry_sweep_interval_ms: h.expiry_sweep_interval_ms,
             list_page_size: g.tasks_page_size,
             cursor_ttl_ms: g.cursor_ttl_ms,

@@ -533,6 +533,7 @@ impl Config {
             max_ttl_ms: ms(self.tasks.max_ttl_ms),
             poll_interval_ms: self.tasks.poll_interval_ms,
             max_live_tasks: self.tasks.max_live_tasks,
+            max_live_tasks_per_principal: self.tasks.max_live_tasks_per_principal,
             expiry_sweep_interval_ms: self.tasks.expiry_sweep_interval_ms,
             reconcile_interval_ms: self.tasks.reconcile_interval_ms,
             write_retry_min_ms: self.tasks.write_retry_min_ms,
