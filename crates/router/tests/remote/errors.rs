@@ -134,7 +134,7 @@ async fn a_capacity_error_carries_the_nodes_real_limit() {
     match peers.create(1, 0, &new_task(OTHER, "slow_compute")).await {
         Err(e @ HostError::Capacity { limit: 1 }) => {
             assert!(!e.retryable());
-            assert!(e.to_string().contains("1 live tasks"), "{e}");
+            assert!(e.to_string().contains("a limit of 1 is reached"), "{e}");
         }
         other => panic!("{other:?}"),
     }
