@@ -70,6 +70,8 @@ fn config(id: u64) -> String {
 shards = 8
 [session]
 secret = "a-shared-cluster-secret-for-tests"
+[auth]
+status_principals = ["alice"]
 [auth.tokens]
 "{TOKEN}" = "alice"
 [cluster]

@@ -20,6 +20,7 @@ use serde_json::Value;
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, RequestId};
 use tracing::Instrument;
 
+use crate::auth::{Identity, Operation, Refusal};
 use crate::delivery::JsonMessage;
 use crate::dispatch::{self, Cx, Reply};
 use crate::resume::{self, EventId, Opening, Out, Reader, ResumeError};
@@ -36,7 +37,11 @@ pub const VERSION_HEADER: &str = "mcp-protocol-version";
 /// The axum router serving `/mcp`.
 pub fn router(gw: Arc<Gateway>) -> axum::Router {
     let limit = gw.cfg.max_body_bytes;
-    axum::Router::new()
+    let mut routes = axum::Router::new();
+    for path in gw.auth.metadata_paths() {
+        routes = routes.route(&path, axum::routing::get(handle_resource_metadata));
+    }
+    routes
         .route("/status", axum::routing::get(handle_status))
         .route(
             "/mcp",
@@ -83,38 +88,65 @@ fn origin_allowed(gw: &Gateway, headers: &HeaderMap) -> bool {
     })
 }
 
-/// The caller's principal, or the 401 to send.
-#[allow(clippy::result_large_err)]
-fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
-    if !gw.has_auth() {
-        return Ok("anonymous".to_string());
-    }
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(str::trim);
-    let challenge = |err: Option<&str>| {
-        let v = match err {
-            Some(e) => format!("Bearer realm=\"taskmesh\", error=\"{e}\""),
-            None => "Bearer realm=\"taskmesh\"".to_string(),
-        };
-        let mut r = plain(StatusCode::UNAUTHORIZED, "authentication required");
-        if let Ok(v) = HeaderValue::from_str(&v) {
-            r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-        }
-        r
+/// The caller, or the 401 (503 when the token could not be checked now) to send; the
+/// [`Refusal`] too, for the count of wrong tokens.
+async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Identity, (Response, Refusal)> {
+    let refusal = match gw
+        .auth
+        .authenticate(headers.get(header::AUTHORIZATION))
+        .await
+    {
+        Ok(identity) => return Ok(identity),
+        Err(r) => r,
     };
-    match token {
-        None => Err(challenge(None)),
-        Some(t) => match gw.cfg.auth_tokens.get(t) {
-            Some(p) => Ok(p.clone()),
-            None => Err(challenge(Some("invalid_token"))),
-        },
+    let response = match &refusal {
+        Refusal::Missing | Refusal::Invalid(_) => {
+            let error = matches!(refusal, Refusal::Invalid(_)).then_some("invalid_token");
+            let mut r = plain(StatusCode::UNAUTHORIZED, "authentication required");
+            if let Some(v) = gw.auth.challenge(error, &[]) {
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+            }
+            r
+        }
+        Refusal::Unavailable(why) => {
+            tracing::warn!(error = %why, "a token could not be checked");
+            let mut r = plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Service Unavailable: the token could not be checked now",
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            r
+        }
+    };
+    Err((response, refusal))
+}
+
+/// The 403 for a caller whose token lacks scopes `operation` requires, or `None` when it may.
+fn forbidden_without_scope(
+    gw: &Gateway,
+    identity: &Identity,
+    operation: Option<Operation>,
+) -> Option<Response> {
+    let missing = gw.auth.missing_scopes(identity, operation?);
+    if missing.is_empty() {
+        return None;
     }
+    tracing::info!(
+        target: "audit",
+        principal = %identity.principal,
+        operation = ?operation,
+        missing = %missing.join(" "),
+        "insufficient_scope"
+    );
+    let mut r = plain(
+        StatusCode::FORBIDDEN,
+        "Forbidden: the token lacks a scope this request needs",
+    );
+    if let Some(v) = gw.auth.challenge(Some("insufficient_scope"), &missing) {
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    Some(r)
 }
 
 /// Validate the session and version headers of a non-initialize request.
@@ -169,13 +201,12 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Peer {
 }
 
 /// Common front checks (origin, a caller locked out for wrong tokens, authentication, the
-/// request rate); the principal on success.
-#[allow(clippy::result_large_err)]
-fn front(
+/// request rate); the caller on success.
+async fn front(
     gw: &Gateway,
     peer: Option<std::net::IpAddr>,
     headers: &HeaderMap,
-) -> Result<String, Response> {
+) -> Result<Identity, Response> {
     if !origin_allowed(gw, headers) {
         return Err(plain(
             StatusCode::FORBIDDEN,
@@ -195,17 +226,16 @@ fn front(
             return Err(r);
         }
     }
-    let principal = authenticate(gw, headers).inspect_err(|r| {
-        let wrong = r
-            .headers()
-            .get(header::WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.contains("invalid_token"));
-        if let (true, Some(ip)) = (wrong, peer) {
-            gw.limits.auth_failed(ip);
-        }
-    })?;
-    if !gw.limits.allow_request(&principal) {
+    let identity = authenticate(gw, headers)
+        .await
+        .map_err(|(response, refusal)| {
+            if let (Refusal::Invalid(why), Some(ip)) = (&refusal, peer) {
+                tracing::debug!(reason = %why, "token refused");
+                gw.limits.auth_failed(ip);
+            }
+            response
+        })?;
+    if !gw.limits.allow_request(&identity.principal) {
         let mut r = plain(
             StatusCode::TOO_MANY_REQUESTS,
             "Too Many Requests: over limits.requests_per_second for this principal",
@@ -214,7 +244,7 @@ fn front(
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return Err(r);
     }
-    Ok(principal)
+    Ok(identity)
 }
 
 /// The whole body, at most `limit` bytes: a larger one (by its `Content-Length`, before
@@ -257,26 +287,35 @@ async fn handle_post(
     body: Body,
 ) -> Response {
     // The caller is checked on the headers, before a byte of the body is read.
-    let principal = match front(&gw, peer, &headers) {
-        Ok(p) => p,
+    let identity = match front(&gw, peer, &headers).await {
+        Ok(i) => i,
         Err(r) => return r,
     };
     let limit = Duration::from_millis(gw.cfg.body_read_timeout_ms);
-    let body =
-        match tokio::time::timeout(limit, read_body(body, &headers, gw.cfg.max_body_bytes)).await {
-            Ok(Ok(b)) => b,
-            Ok(Err(r)) => return r,
-            Err(_) => {
-                return plain(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "Request Timeout: the body did not arrive within http.body_read_timeout_ms",
-                )
-            }
-        };
+    let read = tokio::time::timeout(limit, read_body(body, &headers, gw.cfg.max_body_bytes)).await;
+    let body = match read {
+        Ok(Ok(b)) => b,
+        Ok(Err(r)) => return r,
+        Err(_) => {
+            return plain(
+                StatusCode::REQUEST_TIMEOUT,
+                "Request Timeout: the body did not arrive within http.body_read_timeout_ms",
+            )
+        }
+    };
     let msg = match jsonrpc::parse_message(&body) {
         Ok(m) => m,
         Err(e) => return rpc_error(StatusCode::BAD_REQUEST, None, &e.to_error()),
     };
+    let operation = match &msg {
+        Message::Request { method, .. } => Operation::of_method(method),
+        Message::Response { .. } => Some(Operation::Create),
+        Message::Notification { .. } => None,
+    };
+    if let Some(r) = forbidden_without_scope(&gw, &identity, operation) {
+        return r;
+    }
+    let principal = identity.principal;
     let is_initialize = matches!(&msg, Message::Request { method, .. } if method == "initialize");
     // Protocol 2026-07-28: no session, the version in the request's `_meta`.
     let modern = !headers.contains_key(SESSION_HEADER) && crate::modern::is_modern(&headers, &msg);
@@ -501,10 +540,14 @@ async fn handle_get(
     Peer(peer): Peer,
     headers: HeaderMap,
 ) -> Response {
-    let principal = match front(&gw, peer, &headers) {
-        Ok(p) => p,
+    let identity = match front(&gw, peer, &headers).await {
+        Ok(i) => i,
         Err(r) => return r,
     };
+    if let Some(r) = forbidden_without_scope(&gw, &identity, Some(Operation::Read)) {
+        return r;
+    }
+    let principal = identity.principal;
     let accepts_sse = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -682,8 +725,8 @@ async fn handle_delete(
     Peer(peer): Peer,
     headers: HeaderMap,
 ) -> Response {
-    let principal = match front(&gw, peer, &headers) {
-        Ok(p) => p,
+    let principal = match front(&gw, peer, &headers).await {
+        Ok(i) => i.principal,
         Err(r) => return r,
     };
     let (id, claims) = match session_of(&gw, &headers, &principal) {
@@ -702,15 +745,38 @@ async fn handle_delete(
     }
 }
 
+/// `GET /.well-known/oauth-protected-resource[/path]`: the Protected Resource Metadata of RFC
+/// 9728 (no authentication: it tells clients where to get a token).
+async fn handle_resource_metadata(State(gw): State<Arc<Gateway>>) -> Response {
+    match gw.auth.metadata() {
+        Some(doc) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            doc.to_string(),
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
 /// `GET /status`: this node's view of every shard (leader, term, applied and log indexes, task
-/// counts), for operators and tests. Same Origin, authentication and rate-limit rules as `/mcp`.
+/// counts), for operators and tests. Same Origin, authentication and rate-limit rules as `/mcp`;
+/// with authentication on, only the principals of `auth.status_principals` may read it (the
+/// node's task counts would tell a caller about other principals' tasks).
 async fn handle_status(
     State(gw): State<Arc<Gateway>>,
     Peer(peer): Peer,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = front(&gw, peer, &headers) {
-        return r;
+    match front(&gw, peer, &headers).await {
+        Err(r) => return r,
+        Ok(identity) if !gw.auth.may_read_status(&identity) => {
+            return plain(
+                StatusCode::FORBIDDEN,
+                "Forbidden: not one of auth.status_principals",
+            )
+        }
+        Ok(_) => {}
     }
     let status = gw.router.host().shard_status();
     let node = status

@@ -7,6 +7,7 @@
 //! plain `tools/call` that reports progress or asks the client something). The gateway holds
 //! no task state: it translates and routes.
 
+pub mod auth;
 pub mod delivery;
 pub mod dispatch;
 pub mod http;
@@ -40,8 +41,9 @@ pub struct GatewayConfig {
     /// Origins allowed to call (DNS-rebinding protection). An entry without a port matches any
     /// port of that scheme and host. A request without an `Origin` header is allowed.
     pub allowed_origins: Vec<String>,
-    /// Bearer token -> principal. Empty: no authentication, every caller is `anonymous`.
-    pub auth_tokens: HashMap<String, String>,
+    /// `[auth]`: static tokens, trusted issuers, scopes. Nothing set: no authentication,
+    /// every caller is `anonymous`.
+    pub auth: auth::AuthConfig,
     /// Largest accepted request body, in bytes (larger: HTTP 413).
     pub max_body_bytes: usize,
     /// Secret that signs session ids and cursors (shared by every node of a cluster).
@@ -107,7 +109,7 @@ impl Default for GatewayConfig {
                 "https://127.0.0.1".into(),
                 "https://[::1]".into(),
             ],
-            auth_tokens: HashMap::new(),
+            auth: auth::AuthConfig::default(),
             max_body_bytes: 1024 * 1024,
             secret: Vec::new(),
             tools_page_size: 50,
@@ -156,6 +158,8 @@ pub struct Gateway {
     /// This node's SSE streams, kept for reconnections.
     pub(crate) hub: Arc<resume::Hub>,
     pub(crate) signer: Signer,
+    /// Who is calling (`[auth]`).
+    pub(crate) auth: auth::Authenticator,
     /// In-flight requests that `notifications/cancelled` may cancel: (session nonce, id).
     pub(crate) inflight: inflight::Inflight,
     /// Requests sent to clients by plain (non-task) tool calls, by id.
@@ -191,6 +195,7 @@ impl Gateway {
                 cfg.max_streams_per_session,
             ),
             signer,
+            auth: auth::Authenticator::new(&cfg_limits.auth),
             hub,
             cfg,
             router,
@@ -238,7 +243,7 @@ impl Gateway {
 
     /// Whether tasks can be scoped to an authenticated principal (then `tasks.list` exists).
     pub fn has_auth(&self) -> bool {
-        !self.cfg.auth_tokens.is_empty()
+        self.auth.enabled()
     }
 
     /// Deliver host events to sessions' GET streams.

@@ -7,7 +7,6 @@
 //! `TASKMESH_AUTH__TOKENS='{ "s3cret" = "alice" }'`. A value is read as TOML when it parses as
 //! one (numbers, booleans, arrays, inline tables) and as a string otherwise.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -44,8 +43,8 @@ pub struct Config {
     pub worker_threads: usize,
     /// `[http]`: request body size, allowed origins and SSE streams of the MCP endpoint.
     pub http: HttpConfig,
-    /// `[auth]`: the bearer tokens accepted and the principal each one stands for.
-    pub auth: AuthConfig,
+    /// `[auth]`: static bearer tokens, trusted OAuth issuers and the scopes each operation needs.
+    pub auth: taskmesh_gateway::auth::AuthConfig,
     /// `[session]`: the key that signs session ids and cursors, and the verified-id cache.
     pub session: SessionConfig,
     /// `[tasks]`: TTLs, polling, the live-task cap, expiry, listing and task write retries.
@@ -204,14 +203,6 @@ pub struct HttpConfig {
     pub sse_max_stream_ms: u64,
 }
 
-/// `[auth]`: bearer-token authentication of MCP requests.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AuthConfig {
-    /// Bearer token -> principal. Empty: no authentication.
-    pub tokens: HashMap<String, String>,
-}
-
 /// `[session]`: how session ids and `tasks/list` cursors are signed and checked.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -329,7 +320,7 @@ impl Default for Config {
             shutdown_drain_ms: 5_000,
             worker_threads: 0,
             http: HttpConfig::default(),
-            auth: AuthConfig::default(),
+            auth: taskmesh_gateway::auth::AuthConfig::default(),
             session: SessionConfig::default(),
             tasks: TasksConfig::default(),
             tools: ToolsConfig::default(),
@@ -639,10 +630,8 @@ impl Config {
                 bail!("session.secret is required in a cluster (every node must validate every session)");
             }
         }
-        for (token, principal) in &self.auth.tokens {
-            if token.len() < 8 || principal.is_empty() {
-                bail!("auth.tokens: every token needs at least 8 characters and a non-empty principal");
-            }
+        if let Err(e) = self.auth.validate() {
+            bail!("{e}");
         }
         Ok(())
     }

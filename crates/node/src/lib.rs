@@ -548,7 +548,7 @@ impl Config {
     pub fn gateway_config(&self) -> GatewayConfig {
         GatewayConfig {
             allowed_origins: self.http.allowed_origins.clone(),
-            auth_tokens: self.auth.tokens.clone(),
+            auth: self.auth.clone(),
             max_body_bytes: self.http.max_body_bytes,
             tools_page_size: self.tools.page_size,
             tasks_page_size: self.tasks.list_page_size,

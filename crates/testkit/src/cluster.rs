@@ -9,10 +9,11 @@ use serde_json::{json, Value};
 use crate::{http, Client, Server};
 
 /// The configuration of node `id` of a test cluster whose nodes' gRPC ports are `grpc` (node
-/// `i` at index `i - 1`), with `shards` shards, the test token, and `extra` appended.
+/// `i` at index `i - 1`), with `shards` shards, the test token (principal `alice`, who may
+/// read `GET /status`), and `extra` appended.
 pub fn node_config(id: u64, grpc: &[u16], shards: u32, token: &str, extra: &str) -> String {
     format!(
-        "{}[auth.tokens]\n\"{token}\" = \"alice\"\n",
+        "{}[auth]\nstatus_principals = [\"alice\"]\n[auth.tokens]\n\"{token}\" = \"alice\"\n",
         open_node_config(id, grpc, shards, extra)
     )
 }

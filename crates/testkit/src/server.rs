@@ -38,6 +38,8 @@ pub struct Server {
     subcommand: Subcommand,
     /// Run inside this network namespace (`ip netns exec`), listening on `listen`.
     netns: Option<(String, String)>,
+    /// Listen on this address (else a free loopback port).
+    listen: Option<String>,
     /// Every line the process wrote to stderr, across restarts, in order.
     pub log: Arc<Mutex<Vec<String>>>,
 }
@@ -47,6 +49,15 @@ impl Server {
     /// TOML configuration.
     pub fn start(bin: impl AsRef<Path>, config: &str) -> Server {
         Self::launch(bin.as_ref(), config, Subcommand::Serve)
+    }
+
+    /// Start `taskmesh serve` listening on `listen` (a free port the test picked, when the
+    /// configuration must name the server's own URL).
+    pub fn start_at(bin: impl AsRef<Path>, listen: &str, config: &str) -> Server {
+        let mut s = Self::unstarted(bin.as_ref(), config, Subcommand::Serve, None);
+        s.listen = Some(listen.to_string());
+        s.spawn();
+        s
     }
 
     /// Start one cluster node (`taskmesh node`, optionally with `--bootstrap`; the executable
@@ -82,9 +93,20 @@ impl Server {
         subcommand: Subcommand,
         netns: Option<(String, String)>,
     ) -> Server {
+        let mut s = Self::unstarted(bin, config, subcommand, netns);
+        s.spawn();
+        s
+    }
+
+    fn unstarted(
+        bin: &Path,
+        config: &str,
+        subcommand: Subcommand,
+        netns: Option<(String, String)>,
+    ) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_path_buf();
-        let mut s = Server {
+        Server {
             child: None,
             url: String::new(),
             dir,
@@ -93,10 +115,9 @@ impl Server {
             config: config.to_string(),
             subcommand,
             netns,
+            listen: None,
             log: Arc::new(Mutex::new(Vec::new())),
-        };
-        s.spawn();
-        s
+        }
     }
 
     fn spawn(&mut self) {
@@ -114,6 +135,7 @@ impl Server {
             .netns
             .as_ref()
             .map(|(_, l)| l.clone())
+            .or_else(|| self.listen.clone())
             .unwrap_or_else(|| "127.0.0.1:0".to_string());
         match self.subcommand {
             Subcommand::Serve => {
