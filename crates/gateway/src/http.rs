@@ -247,6 +247,17 @@ async fn front(
     Ok(identity)
 }
 
+/// `r` with `Connection: close` on HTTP/1 (HTTP/2 has no such header; its streams are
+/// independent): the rest of a body left unread must not be taken for the next request, and
+/// the client must not send its next request on this connection.
+fn closing(version: axum::http::Version, mut r: Response) -> Response {
+    if version < axum::http::Version::HTTP_2 {
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
+}
+
 /// The whole body, at most `limit` bytes: a larger one (by its `Content-Length`, before
 /// anything is read, or as it arrives) is 413, one that breaks off is 400.
 async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Response> {
@@ -283,6 +294,7 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Byte
 async fn handle_post(
     State(gw): State<Arc<Gateway>>,
     Peer(peer): Peer,
+    version: axum::http::Version,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -295,11 +307,14 @@ async fn handle_post(
     let read = tokio::time::timeout(limit, read_body(body, &headers, gw.cfg.max_body_bytes)).await;
     let body = match read {
         Ok(Ok(b)) => b,
-        Ok(Err(r)) => return r,
+        Ok(Err(r)) => return closing(version, r),
         Err(_) => {
-            return plain(
-                StatusCode::REQUEST_TIMEOUT,
-                "Request Timeout: the body did not arrive within http.body_read_timeout_ms",
+            return closing(
+                version,
+                plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "Request Timeout: the body did not arrive within http.body_read_timeout_ms",
+                ),
             )
         }
     };
