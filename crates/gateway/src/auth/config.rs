@@ -44,11 +44,11 @@ pub struct AuthConfig {
     /// is unknown, in ms (a stream of made-up key ids cannot make the node hammer its issuer).
     /// Default 10000.
     pub jwks_min_refresh_ms: u64,
-    /// Introspection answers kept (by a digest of the token). Default 10000; 0: none kept.
-    pub introspection_cache_entries: usize,
-    /// How long an active introspection answer is kept, in ms (never past the token's `exp`).
-    /// Default 60000.
-    pub introspection_cache_ms: u64,
+    /// Verified access tokens kept (by a digest of the token), so that each is checked once,
+    /// not on every request. Default 10000; 0: none kept.
+    pub token_cache_entries: usize,
+    /// How long a verified access token is kept, in ms (never past its `exp`). Default 60000.
+    pub token_cache_ms: u64,
     /// Timeout of a request to an issuer (keys, introspection), in ms. Default 5000.
     pub http_timeout_ms: u64,
 }
@@ -65,8 +65,8 @@ impl Default for AuthConfig {
             scopes: ScopeConfig::default(),
             status_principals: Vec::new(),
             jwks_min_refresh_ms: 10_000,
-            introspection_cache_entries: 10_000,
-            introspection_cache_ms: 60_000,
+            token_cache_entries: 10_000,
+            token_cache_ms: 60_000,
             http_timeout_ms: 5_000,
         }
     }

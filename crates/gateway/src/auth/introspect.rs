@@ -1,14 +1,9 @@
 //! Opaque access tokens, asked about at their issuer's introspection endpoint (RFC 7662):
 //! the node authenticates as `introspection_client_id` (HTTP Basic) and accepts an answer that
 //! is `active`, names this resource in `aud`, this issuer in `iss` (when present) and has not
-//! expired. Active answers are kept in a bounded cache, by a SHA-256 digest of the token (the
-//! token itself is not kept), for `auth.introspection_cache_ms` at most and never past `exp`.
+//! expired. The authenticator keeps what an active answer grants ([`super::TokenCache`]).
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-use parking_lot::Mutex;
-use sha2::{Digest, Sha256};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::config::{AuthConfig, IssuerConfig};
 use super::{audience_matches, Claims, Refusal};
@@ -22,9 +17,6 @@ pub(super) struct Introspector {
     resource: String,
     leeway_s: u64,
     http: reqwest::Client,
-    cache: Mutex<HashMap<[u8; 32], (Claims, Instant)>>,
-    cache_entries: usize,
-    cache_for: Duration,
 }
 
 impl Introspector {
@@ -43,20 +35,11 @@ impl Introspector {
             resource,
             leeway_s: cfg.leeway_s,
             http,
-            cache: Mutex::default(),
-            cache_entries: cfg.introspection_cache_entries,
-            cache_for: Duration::from_millis(cfg.introspection_cache_ms),
         })
     }
 
     /// The claims of `token` if its issuer says it is active and it is meant for this resource.
     pub(super) async fn check(&self, token: &str) -> Result<Claims, Refusal> {
-        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some((claims, until)) = self.cache.lock().get(&digest) {
-            if Instant::now() < *until {
-                return Ok(claims.clone());
-            }
-        }
         let response = self
             .http
             .post(&self.url)
@@ -79,17 +62,12 @@ impl Introspector {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
-        let exp = self.accept(&claims, now_s)?;
-        let mut keep = self.cache_for;
-        if let Some(exp) = exp {
-            keep = keep.min(Duration::from_secs(exp.saturating_sub(now_s)));
-        }
-        self.remember(digest, &claims, keep);
+        self.accept(&claims, now_s)?;
         Ok(claims)
     }
 
-    /// Whether an introspection answer grants access here; its `exp`, if any.
-    fn accept(&self, claims: &Claims, now_s: u64) -> Result<Option<u64>, Refusal> {
+    /// Whether an introspection answer grants access here.
+    fn accept(&self, claims: &Claims, now_s: u64) -> Result<(), Refusal> {
         if claims.get("active") != Some(&serde_json::Value::Bool(true)) {
             return Err(Refusal::Invalid(
                 "the issuer says the token is not active".into(),
@@ -117,20 +95,6 @@ impl Introspector {
         {
             return Err(Refusal::Invalid("the token is not valid yet".into()));
         }
-        Ok(exp)
-    }
-
-    fn remember(&self, digest: [u8; 32], claims: &Claims, keep: Duration) {
-        if self.cache_entries == 0 || keep.is_zero() {
-            return;
-        }
-        let now = Instant::now();
-        let mut cache = self.cache.lock();
-        if cache.len() >= self.cache_entries {
-            cache.retain(|_, (_, until)| *until > now);
-        }
-        if cache.len() < self.cache_entries {
-            cache.insert(digest, (claims.clone(), now + keep));
-        }
+        Ok(())
     }
 }

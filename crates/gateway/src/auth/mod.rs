@@ -6,7 +6,11 @@
 //! - OAuth 2.1 access tokens as JWTs ([`jwt`]), signed by a key of their issuer's JWKS and
 //!   issued for this resource (`aud` is `auth.resource`, RFC 8707);
 //! - opaque access tokens, asked about at their issuer's introspection endpoint (RFC 7662,
-//!   [`introspect`]), the answers kept for a while in a bounded cache.
+//!   [`introspect`]).
+//!
+//! What an access token grants is kept in a bounded cache ([`TokenCache`]) by a digest of the
+//! token, until its `exp` and for `auth.token_cache_ms` at most, so that a client polling with
+//! one token has its signature checked (or its issuer asked) once, not on every poll.
 //!
 //! The result is an [`Identity`]: the principal (the claim `auth.principal_claim`, optionally
 //! prefixed with the issuer) and the scopes the token grants. Each MCP method belongs to an
@@ -20,8 +24,11 @@ mod jwt;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::http::HeaderValue;
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
 
 pub use config::{AuthConfig, IssuerConfig, ScopeConfig};
 
@@ -109,6 +116,46 @@ pub struct Authenticator {
     principal_claim: String,
     principal_with_issuer: bool,
     status_principals: HashSet<String>,
+    cache: TokenCache,
+}
+
+/// What verified access tokens grant, by the SHA-256 digest of the token (the token itself is
+/// not kept): at most `auth.token_cache_entries`, each until the token's `exp` and for
+/// `auth.token_cache_ms` at most. When full, expired entries are dropped; if none are, a new
+/// token is not kept.
+struct TokenCache {
+    entries: Mutex<HashMap<[u8; 32], (Identity, Instant)>>,
+    capacity: usize,
+    keep: Duration,
+}
+
+impl TokenCache {
+    fn get(&self, digest: &[u8; 32]) -> Option<Identity> {
+        let entries = self.entries.lock();
+        let (identity, until) = entries.get(digest)?;
+        (Instant::now() < *until).then(|| identity.clone())
+    }
+
+    fn put(&self, digest: [u8; 32], identity: &Identity, exp_s: Option<u64>) {
+        let mut keep = self.keep;
+        if let Some(exp) = exp_s {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            keep = keep.min(Duration::from_secs(exp).saturating_sub(now));
+        }
+        if self.capacity == 0 || keep.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        let mut entries = self.entries.lock();
+        if entries.len() >= self.capacity {
+            entries.retain(|_, (_, until)| *until > now);
+        }
+        if entries.len() < self.capacity {
+            entries.insert(digest, (identity.clone(), now + keep));
+        }
+    }
 }
 
 /// One trusted issuer: where its keys come from, and how its opaque tokens are checked.
@@ -157,6 +204,11 @@ impl Authenticator {
             principal_claim: cfg.principal_claim.clone(),
             principal_with_issuer: cfg.principal_with_issuer,
             status_principals: cfg.status_principals.iter().cloned().collect(),
+            cache: TokenCache {
+                entries: Mutex::default(),
+                capacity: cfg.token_cache_entries,
+                keep: Duration::from_millis(cfg.token_cache_ms),
+            },
         }
     }
 
@@ -186,12 +238,19 @@ impl Authenticator {
         if self.issuers.is_empty() {
             return Err(Refusal::Invalid("not a configured token".into()));
         }
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(identity) = self.cache.get(&digest) {
+            return Ok(identity);
+        }
         let claims = if jwt::looks_like_jwt(token) {
             self.verify_jwt(token).await?
         } else {
             self.introspect(token).await?
         };
-        self.identity(claims)
+        let exp_s = claims.get("exp").and_then(|e| e.as_u64());
+        let identity = self.identity(claims)?;
+        self.cache.put(digest, &identity, exp_s);
+        Ok(identity)
     }
 
     async fn verify_jwt(&self, token: &str) -> Result<Claims, Refusal> {

@@ -231,6 +231,31 @@ async fn unsigned_tampered_and_shared_secret_tokens_are_refused() {
     assert_eq!(auth.authenticate(None).await.unwrap_err(), Refusal::Missing);
 }
 
+#[tokio::test]
+async fn a_token_is_verified_once_and_kept_no_longer_than_it_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let auth = authenticator(&dir, |c| c.jwks_min_refresh_ms = 0);
+    let mut claims = good_claims();
+    claims["exp"] = json!(now_s() + 2);
+    let kept = bearer(&token("k1", claims));
+    assert!(auth.authenticate(Some(&kept)).await.is_ok());
+    // The issuer withdraws its key, and an unknown key id makes the node load the new set.
+    std::fs::write(dir.path().join("jwks.json"), r#"{"keys":[]}"#).unwrap();
+    let unknown = bearer(&token("k9", good_claims()));
+    assert!(auth.authenticate(Some(&unknown)).await.is_err());
+    let fresh = bearer(&token("k1", good_claims()));
+    assert!(
+        auth.authenticate(Some(&fresh)).await.is_err(),
+        "the key is gone"
+    );
+    // The token verified before is answered from the cache...
+    assert!(auth.authenticate(Some(&kept)).await.is_ok());
+    // ...but not past its expiry.
+    tokio::time::sleep(std::time::Duration::from_millis(3_100)).await;
+    let err = auth.authenticate(Some(&kept)).await.unwrap_err();
+    assert!(matches!(err, Refusal::Invalid(_)), "{err:?}");
+}
+
 #[test]
 fn settings_that_cannot_work_are_refused_by_name() {
     let issuer = |f: fn(&mut IssuerConfig)| {
