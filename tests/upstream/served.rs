@@ -526,7 +526,8 @@ async fn the_calling_principal_reaches_the_upstream_only_when_configured() {
     let python = tokio::task::spawn_blocking(python).await.unwrap();
     let up = http_server(&python).await;
     let token = "client-token-of-alice-0123456789";
-    let auth = format!("[auth.tokens]\n{token:?} = \"alice\"\n");
+    let auth =
+        format!("[auth]\nstatus_principals = [\"alice\"]\n[auth.tokens]\n{token:?} = \"alice\"\n");
     let endpoint = format!(
         "url = {:?}\nheaders = {{ Authorization = \"Bearer taskmesh-own-credential\" }}",
         up.url
