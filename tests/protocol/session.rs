@@ -590,3 +590,35 @@ async fn idle_slow_and_surplus_connections_are_let_go() {
     }
     assert!(served, "a freed place serves again");
 }
+
+/// A request whose head is larger than `http.max_header_bytes` gets 431 and changes nothing;
+/// one within it is served.
+#[tokio::test]
+async fn a_request_head_over_the_limit_gets_431() {
+    use std::io::{Read, Write};
+    let s = Server::start(TASKMESH, "[http]\nmax_header_bytes = 8192\n");
+    let addr = s
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let ask = |filler: usize| {
+        let addr = addr.clone();
+        move || {
+            let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let head = format!(
+                "GET /status HTTP/1.1\r\nHost: x\r\nX-Filler: {}\r\nConnection: close\r\n\r\n",
+                "a".repeat(filler)
+            );
+            let _ = tcp.write_all(head.as_bytes());
+            let mut got = Vec::new();
+            let _ = tcp.read_to_end(&mut got);
+            String::from_utf8_lossy(&got).to_string()
+        }
+    };
+    let big = tokio::task::spawn_blocking(ask(10_000)).await.unwrap();
+    assert!(big.starts_with("HTTP/1.1 431"), "{big:?}");
+    let small = tokio::task::spawn_blocking(ask(4_000)).await.unwrap();
+    assert!(small.starts_with("HTTP/1.1 200"), "{small:?}");
+}

@@ -594,3 +594,66 @@ async fn wrong_tokens_are_bounded_per_address() {
     .to_string();
     assert_eq!(alice.post(&create, &[]).await.status, 429);
 }
+
+/// Past `limits.tasks_per_minute` a principal's creates answer `-32001` on either protocol
+/// generation and create nothing; another principal keeps its own budget. Past
+/// `limits.sessions_per_minute` its `initialize` answers `-32001` and opens no session.
+#[tokio::test]
+async fn creation_rates_are_bounded_per_principal() {
+    let s = Server::start(
+        TASKMESH,
+        &format!("{AUTH}\n[limits]\ntasks_per_minute = 2\nsessions_per_minute = 3\n"),
+    );
+    let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
+    let bob = Client::connect(&s.url, Some("bob-token-22"), V, json!({})).await;
+    let modern = taskmesh_testkit::modern::Modern::new(&s.url, Some("alice-token-1"), true);
+    alice
+        .start_task("slow_compute", json!({"seconds": 0.01}))
+        .await;
+    modern.start("slow_compute", json!({"seconds": 0.01})).await;
+    let r = alice
+        .call(
+            "tools/call",
+            json!({"name":"slow_compute","arguments":{"seconds":0.01},"task":{}}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32001, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limits.tasks_per_minute"),
+        "{r}"
+    );
+    let a = modern
+        .send(
+            "tools/call",
+            json!({"name":"slow_compute","arguments":{"seconds":0.01}}),
+        )
+        .await;
+    assert_eq!(a.code(), -32001, "{}", a.body);
+    let listed = alice.ok("tasks/list", json!({})).await;
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 2, "{listed}");
+    bob.start_task("slow_compute", json!({"seconds": 0.01}))
+        .await;
+
+    // Sessions: alice opened one above; two more, then the fourth is refused.
+    for _ in 0..2 {
+        Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
+    }
+    let r = Client::new(&s.url)
+        .with_token("alice-token-1")
+        .post(
+            &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+                "protocolVersion": V, "capabilities": {}, "clientInfo": {"name":"t","version":"1"}}})
+            .to_string(),
+            &[],
+        )
+        .await;
+    assert_eq!(r.json()["error"]["code"], -32001, "{}", r.body);
+    assert!(
+        r.headers.get("mcp-session-id").is_none(),
+        "no session opened"
+    );
+    Client::connect(&s.url, Some("bob-token-22"), V, json!({})).await;
+}

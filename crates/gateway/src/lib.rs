@@ -72,6 +72,10 @@ pub struct GatewayConfig {
     pub rate_limit_per_second: u32,
     /// Burst above the steady rate; 0 = the rate itself.
     pub rate_limit_burst: u32,
+    /// Tasks one principal may create per minute on this node; 0 = no limit.
+    pub tasks_per_minute: u32,
+    /// Sessions (`initialize`) one principal may open per minute on this node; 0 = no limit.
+    pub sessions_per_minute: u32,
     /// Wrong bearer tokens one client address may send within a minute; past it the address
     /// gets HTTP 429 (no token checked) until its minute is over; 0 = unlimited.
     pub failed_auth_per_minute: u32,
@@ -122,6 +126,8 @@ impl Default for GatewayConfig {
             sse_max_stream_ms: 300_000,
             rate_limit_per_second: 0,
             rate_limit_burst: 0,
+            tasks_per_minute: 0,
+            sessions_per_minute: 0,
             failed_lookup_alert_per_minute: 60,
             failed_auth_per_minute: 20,
             verified_session_cache: 65_536,
@@ -239,6 +245,24 @@ impl Gateway {
     /// (`{resultType: "complete"}`), as at shutdown; streams opened afterwards end at once.
     pub fn end_subscriptions(&self) {
         self.listeners.end_all();
+    }
+
+    /// Create a task on its shard's leader, within its owner's creation rate
+    /// (`limits.tasks_per_minute`: past it `-32001`, nothing created).
+    pub(crate) async fn create_task(
+        &self,
+        new: taskmesh_host::NewTask,
+    ) -> Result<taskmesh_host::Created, taskmesh_mcp::jsonrpc::ErrorObject> {
+        if !self.limits.allow_task(&new.owner) {
+            return Err(taskmesh_mcp::jsonrpc::ErrorObject::new(
+                taskmesh_mcp::jsonrpc::CAPACITY_EXCEEDED,
+                "too many tasks created: this principal reached limits.tasks_per_minute; retry later",
+            ));
+        }
+        self.router
+            .create(new)
+            .await
+            .map_err(|e| wire::host_error(&e))
     }
 
     /// Whether tasks can be scoped to an authenticated principal (then `tasks.list` exists).

@@ -1,4 +1,5 @@
-//! Per-principal limits: a token-bucket request rate (HTTP 429 past it) and a watch on bursts
+//! Per-principal limits: a token-bucket request rate (HTTP 429 past it), the tasks and the
+//! sessions a principal may create per minute (`-32001` past them), and a watch on bursts
 //! of lookups of unknown task ids (enumeration attempts), reported as audit warnings; and per
 //! client address, a cap on wrong tokens (guessing), past which the address is not heard for
 //! the rest of its minute.
@@ -22,6 +23,10 @@ const AUTH_TRACKED: usize = 10_000;
 
 pub(crate) struct Limits {
     requests: Option<DefaultKeyedRateLimiter<String>>,
+    /// `limits.tasks_per_minute`, per principal.
+    tasks: Option<DefaultKeyedRateLimiter<String>>,
+    /// `limits.sessions_per_minute`, per principal.
+    sessions: Option<DefaultKeyedRateLimiter<String>>,
     /// `limits.failed_auth_per_minute` (`None`: unlimited), and the wrong tokens by address.
     failed_auth: Option<(
         u32,
@@ -39,9 +44,13 @@ impl Limits {
         });
         let failed_lookups = NonZeroU32::new(cfg.failed_lookup_alert_per_minute)
             .map(|n| RateLimiter::keyed(Quota::per_minute(n)));
+        let per_minute =
+            |n: u32| NonZeroU32::new(n).map(|n| RateLimiter::keyed(Quota::per_minute(n)));
         let one = NonZeroU32::MIN;
         Self {
             requests,
+            tasks: per_minute(cfg.tasks_per_minute),
+            sessions: per_minute(cfg.sessions_per_minute),
             failed_auth: (cfg.failed_auth_per_minute > 0)
                 .then(|| (cfg.failed_auth_per_minute, parking_lot::Mutex::default())),
             failed_lookups,
@@ -51,16 +60,17 @@ impl Limits {
 
     /// Whether `principal` may make one more request now.
     pub(crate) fn allow_request(&self, principal: &str) -> bool {
-        match &self.requests {
-            None => true,
-            Some(l) => {
-                let ok = l.check_key(&principal.to_string()).is_ok();
-                if l.len() > 10_000 {
-                    l.retain_recent();
-                }
-                ok
-            }
-        }
+        allow(self.requests.as_ref(), principal)
+    }
+
+    /// Whether `principal` may create one more task now (`limits.tasks_per_minute`).
+    pub(crate) fn allow_task(&self, principal: &str) -> bool {
+        allow(self.tasks.as_ref(), principal)
+    }
+
+    /// Whether `principal` may open one more session now (`limits.sessions_per_minute`).
+    pub(crate) fn allow_session(&self, principal: &str) -> bool {
+        allow(self.sessions.as_ref(), principal)
     }
 
     /// Whether `ip` sent `limits.failed_auth_per_minute` wrong tokens within its minute.
@@ -122,4 +132,19 @@ impl Limits {
             );
         }
     }
+}
+
+/// Principals a keyed limiter tracks before the ones whose budget is full again are dropped.
+const TRACKED_PRINCIPALS: usize = 10_000;
+
+/// Whether `limiter` (none: no limit) lets `principal` go on now.
+fn allow(limiter: Option<&DefaultKeyedRateLimiter<String>>, principal: &str) -> bool {
+    let Some(l) = limiter else {
+        return true;
+    };
+    let ok = l.check_key(&principal.to_string()).is_ok();
+    if l.len() > TRACKED_PRINCIPALS {
+        l.retain_recent();
+    }
+    ok
 }

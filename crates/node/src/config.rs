@@ -17,6 +17,10 @@ use serde::Deserialize;
 pub const MAX_WORKER_THREADS: usize = 1024;
 /// The most events `http.sse_buffer_events` may keep per stream.
 pub const MAX_SSE_BUFFER_EVENTS: usize = 65_536;
+/// The smallest `http.max_header_bytes`: the HTTP/1 parser's buffer cannot be smaller.
+pub const MIN_HEADER_BYTES: usize = 8 * 1024;
+/// The largest `http.max_header_bytes` accepted.
+pub const MAX_HEADER_BYTES: usize = 1024 * 1024;
 /// The largest `http.max_listen_task_ids` accepted.
 pub const MAX_LISTEN_TASK_IDS: usize = 100_000;
 
@@ -136,6 +140,12 @@ pub struct LimitsConfig {
     pub burst: u32,
     /// Unknown-task lookups per minute per principal before an audit warning; 0 = never.
     pub failed_lookup_alert_per_minute: u32,
+    /// Tasks one principal may create per minute on this node; past it `-32001`. 0 (the
+    /// default) = no limit.
+    pub tasks_per_minute: u32,
+    /// Sessions (`initialize`) one principal may open per minute on this node; past it
+    /// `-32001`. 0 (the default) = no limit.
+    pub sessions_per_minute: u32,
     /// Wrong bearer tokens one client address may send within a minute; past it the
     /// address gets HTTP 429 until its minute is over. Default 20; 0 = unlimited.
     pub failed_auth_per_minute: u32,
@@ -152,6 +162,8 @@ impl Default for LimitsConfig {
             burst: g.rate_limit_burst,
             failed_lookup_alert_per_minute: g.failed_lookup_alert_per_minute,
             failed_auth_per_minute: g.failed_auth_per_minute,
+            tasks_per_minute: g.tasks_per_minute,
+            sessions_per_minute: g.sessions_per_minute,
             max_inflight_per_session: g.max_inflight_per_session,
         }
     }
@@ -178,6 +190,9 @@ pub struct HttpConfig {
     /// for them, also between requests on a kept-alive connection) before the connection is
     /// closed, in ms. Default 10000, at least 100.
     pub header_read_timeout_ms: u64,
+    /// The most bytes a request's head (request line and headers) may take; a larger one gets
+    /// HTTP 431 and its connection is closed. Default 16384, between 8192 and 1048576.
+    pub max_header_bytes: usize,
     /// How long a request's body may take to arrive once its headers did, in ms; slower gets
     /// HTTP 408. Default 30000, at least 100.
     pub body_read_timeout_ms: u64,
@@ -343,6 +358,7 @@ impl Default for HttpConfig {
             max_streams_per_session: g.max_streams_per_session,
             max_connections: 10_000,
             header_read_timeout_ms: 10_000,
+            max_header_bytes: 16 * 1024,
             body_read_timeout_ms: g.body_read_timeout_ms,
             max_listen_task_ids: g.max_listen_task_ids,
             max_listen_streams_per_principal: g.max_listen_streams_per_principal,
@@ -517,6 +533,12 @@ impl Config {
             bail!(
                 "http.header_read_timeout_ms must be at least 100 (got {})",
                 self.http.header_read_timeout_ms
+            );
+        }
+        if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&self.http.max_header_bytes) {
+            bail!(
+                "http.max_header_bytes must be between {MIN_HEADER_BYTES} and {MAX_HEADER_BYTES} (got {})",
+                self.http.max_header_bytes
             );
         }
         if self.http.body_read_timeout_ms < 100 {

@@ -427,6 +427,7 @@ pub async fn serve(
     let bounds = listener::Bounds {
         max_connections: cfg.http.max_connections,
         header_read_timeout: Duration::from_millis(cfg.http.header_read_timeout_ms),
+        max_header_bytes: cfg.http.max_header_bytes,
     };
     let server = tokio::spawn(listener::serve(listener, app, bounds, async move {
         let _ = stop_rx.await;
@@ -558,6 +559,8 @@ impl Config {
             rate_limit_burst: self.limits.burst,
             failed_lookup_alert_per_minute: self.limits.failed_lookup_alert_per_minute,
             failed_auth_per_minute: self.limits.failed_auth_per_minute,
+            tasks_per_minute: self.limits.tasks_per_minute,
+            sessions_per_minute: self.limits.sessions_per_minute,
             verified_session_cache: self.session.verified_cache,
             max_inflight_per_session: self.limits.max_inflight_per_session,
             max_streams_per_session: self.http.max_streams_per_session,

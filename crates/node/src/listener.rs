@@ -4,6 +4,7 @@
 //!
 //! - At most `http.max_connections` connections are open at once; one more is closed as soon
 //!   as it is accepted.
+//! - A request's head may take at most `http.max_header_bytes` (431 past it).
 //! - A request's headers must arrive within `http.header_read_timeout_ms` of the moment the
 //!   connection waits for them (a new connection, and between the requests of a kept-alive
 //!   one), else the connection is closed: a client that sends a byte a second, or nothing,
@@ -34,6 +35,9 @@ pub struct Bounds {
     pub max_connections: usize,
     /// How long a request's headers may take to arrive.
     pub header_read_timeout: Duration,
+    /// The most bytes a request's head may take (HTTP/1: the parser's buffer, 431 past it;
+    /// HTTP/2: the header list).
+    pub max_header_bytes: usize,
 }
 
 /// After an `accept` that failed (out of file descriptors, say), the pause before the next.
@@ -52,8 +56,12 @@ pub async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(bounds.header_read_timeout);
-    builder.http2().timer(TokioTimer::new());
+        .header_read_timeout(bounds.header_read_timeout)
+        .max_buf_size(bounds.max_header_bytes);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(bounds.max_header_bytes).unwrap_or(u32::MAX));
     let mut stop = std::pin::pin!(stop);
     loop {
         let (tcp, peer) = tokio::select! {

@@ -29,6 +29,15 @@ pub(super) fn initialize(
         Ok(c) => c.cloned().unwrap_or_default(),
         Err(e) => return err(id, &e),
     };
+    if !gw.limits.allow_session(&cx.principal) {
+        return err(
+            id,
+            &ErrorObject::new(
+                taskmesh_mcp::jsonrpc::CAPACITY_EXCEEDED,
+                "too many sessions opened: this principal reached limits.sessions_per_minute; retry later",
+            ),
+        );
+    }
     let version = taskmesh_mcp::negotiate_version(requested);
     let mut nonce = [0u8; 16];
     if getrandom::fill(&mut nonce).is_err() {

@@ -168,9 +168,9 @@ pub(super) async fn tools_call(
                 client,
                 answers_json: None,
             };
-            match gw.router.create(new).await {
+            match gw.create_task(new).await {
                 Ok(created) => ok(&id, &CreateTaskResult { task: wire::task(&created.task) }),
-                Err(e) => err(&id, &wire::host_error(&e)),
+                Err(e) => err(&id, &e),
             }
         }
     }

@@ -602,11 +602,7 @@ async fn tools_call(
             client: declared.client,
             answers_json,
         };
-        let created = gw
-            .router
-            .create(new)
-            .await
-            .map_err(|e| wire::host_error(&e))?;
+        let created = gw.create_task(new).await?;
         return Ok(Answer::Value(tasks::created(&created.task)));
     }
     if support == TaskSupport::Required {
