@@ -657,3 +657,105 @@ async fn creation_rates_are_bounded_per_principal() {
     );
     Client::connect(&s.url, Some("bob-token-22"), V, json!({})).await;
 }
+
+/// With `log.format = "json"`, every audit event is one JSON line (target `audit`) with the
+/// same fields: event, principal, issuer, node, method, request_id, task_id and outcome.
+/// Creates, results, cancels (also refused ones), a read of another principal's task and a
+/// wrong token are each audited.
+#[tokio::test]
+async fn audit_events_carry_who_what_where_and_how_it_ended() {
+    let s = Server::start(
+        TASKMESH,
+        &format!("{AUTH}\n[log]\nformat = \"json\"\nlevel = \"info\"\n"),
+    );
+    let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
+    let bob = Client::connect(&s.url, Some("bob-token-22"), V, json!({})).await;
+    let done = alice
+        .start_task("slow_compute", json!({"seconds": 0.01}))
+        .await;
+    alice.wait_status(&done, "completed").await;
+    alice.ok("tasks/result", json!({"taskId": done})).await;
+    let long = alice
+        .start_task("slow_compute", json!({"seconds": 600}))
+        .await;
+    assert_eq!(
+        bob.err_code("tasks/get", json!({"taskId": long})).await,
+        -32602
+    );
+    alice.ok("tasks/cancel", json!({"taskId": long})).await;
+    assert_eq!(
+        alice
+            .err_code("tasks/cancel", json!({"taskId": long}))
+            .await,
+        -32602
+    );
+    let wrong = Client::new(&s.url).with_token("not-a-token-0000");
+    assert_eq!(wrong.post(&crate::init_body(V), &[]).await.status, 401);
+
+    let wanted = [
+        ("task_created", "alice", done.as_str(), "ok"),
+        ("task_result_retrieved", "alice", done.as_str(), "ok"),
+        ("task_terminal", "alice", done.as_str(), "completed"),
+        ("task_created", "alice", long.as_str(), "ok"),
+        (
+            "foreign_task_lookup",
+            "bob",
+            long.as_str(),
+            "refused as unknown",
+        ),
+        ("task_cancelled", "alice", long.as_str(), "ok"),
+        ("task_cancelled", "alice", long.as_str(), "error -32602"),
+        ("auth_failed", "", "", "not a configured token"),
+    ];
+    let mut events = Vec::new();
+    for _ in 0..100 {
+        events = s
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["target"] == "audit")
+            .collect::<Vec<Value>>();
+        let found = |(e, p, t, o): &(&str, &str, &str, &str)| {
+            events.iter().any(|v| {
+                let f = &v["fields"];
+                f["event"] == *e && f["principal"] == *p && f["task_id"] == *t && f["outcome"] == *o
+            })
+        };
+        if wanted.iter().all(found) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for w in &wanted {
+        let (e, p, t, o) = w;
+        assert!(
+            events.iter().any(|v| {
+                let f = &v["fields"];
+                f["event"] == *e && f["principal"] == *p && f["task_id"] == *t && f["outcome"] == *o
+            }),
+            "no audit event {w:?} in {events:#?}"
+        );
+    }
+    for v in &events {
+        let f = &v["fields"];
+        for key in [
+            "event",
+            "principal",
+            "issuer",
+            "node",
+            "method",
+            "request_id",
+            "task_id",
+            "outcome",
+        ] {
+            assert!(f.get(key).is_some(), "audit event without {key}: {v}");
+        }
+        if f["event"] == "task_created" || f["event"] == "task_cancelled" {
+            assert_ne!(f["request_id"], "", "a request's event names its id: {v}");
+            assert_ne!(f["method"], "", "{v}");
+        }
+        assert_eq!(f["node"], 1, "{v}");
+    }
+}

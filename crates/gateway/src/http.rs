@@ -20,6 +20,7 @@ use serde_json::Value;
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, RequestId};
 use tracing::Instrument;
 
+use crate::audit;
 use crate::auth::{Identity, Operation, Refusal};
 use crate::delivery::JsonMessage;
 use crate::dispatch::{self, Cx, Reply};
@@ -122,23 +123,20 @@ async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Identity, (Re
     Err((response, refusal))
 }
 
-/// The 403 for a caller whose token lacks scopes `operation` requires, or `None` when it may.
+/// The 403 for a caller whose token lacks scopes `operation` requires (audited as
+/// `insufficient_scope`, for the request `facts` describe), or `None` when it may.
 fn forbidden_without_scope(
     gw: &Gateway,
     identity: &Identity,
     operation: Option<Operation>,
+    facts: &audit::RequestFacts,
 ) -> Option<Response> {
     let missing = gw.auth.missing_scopes(identity, operation?);
     if missing.is_empty() {
         return None;
     }
-    tracing::info!(
-        target: "audit",
-        principal = %identity.principal,
-        operation = ?operation,
-        missing = %missing.join(" "),
-        "insufficient_scope"
-    );
+    let outcome = format!("missing scope {}", missing.join(" "));
+    audit::record_for(facts, "insufficient_scope", "", &outcome);
     let mut r = plain(
         StatusCode::FORBIDDEN,
         "Forbidden: the token lacks a scope this request needs",
@@ -229,9 +227,25 @@ async fn front(
     let identity = authenticate(gw, headers)
         .await
         .map_err(|(response, refusal)| {
-            if let (Refusal::Invalid(why), Some(ip)) = (&refusal, peer) {
+            if let Refusal::Invalid(why) = &refusal {
                 tracing::debug!(reason = %why, "token refused");
-                gw.limits.auth_failed(ip);
+                // The first wrong token of an address in its minute is audited (and the one
+                // that locks it out): a guesser cannot flood the log.
+                if peer.is_none_or(|ip| gw.limits.auth_failed(ip)) {
+                    tracing::warn!(
+                        target: "audit",
+                        event = "auth_failed",
+                        principal = "",
+                        issuer = "",
+                        node = gw.router.host().node_id(),
+                        method = "",
+                        request_id = "",
+                        task_id = "",
+                        outcome = %why,
+                        peer = ?peer,
+                        "a bearer token was refused"
+                    );
+                }
             }
             response
         })?;
@@ -322,12 +336,23 @@ async fn handle_post(
         Ok(m) => m,
         Err(e) => return rpc_error(StatusCode::BAD_REQUEST, None, &e.to_error()),
     };
-    let operation = match &msg {
-        Message::Request { method, .. } => Operation::of_method(method),
-        Message::Response { .. } => Some(Operation::Create),
-        Message::Notification { .. } => None,
+    let (operation, method, request_id) = match &msg {
+        Message::Request { method, id, .. } => (
+            Operation::of_method(method),
+            method.as_str(),
+            id.to_string(),
+        ),
+        Message::Response { id, .. } => (Some(Operation::Create), "(response)", id.to_string()),
+        Message::Notification { method, .. } => (None, method.as_str(), String::new()),
     };
-    if let Some(r) = forbidden_without_scope(&gw, &identity, operation) {
+    let facts = audit::RequestFacts {
+        principal: identity.principal.clone(),
+        issuer: identity.issuer.clone(),
+        node: gw.router.host().node_id(),
+        method: method.to_string(),
+        request_id,
+    };
+    if let Some(r) = forbidden_without_scope(&gw, &identity, operation, &facts) {
         return r;
     }
     let principal = identity.principal;
@@ -369,6 +394,7 @@ async fn handle_post(
         tracing::debug!(status = response.status().as_u16(), "answered");
         response
     };
+    let answered = audit::scope(facts, answered);
     taskmesh_rpc::trace::scope(trace, answered.instrument(span)).await
 }
 
@@ -559,7 +585,14 @@ async fn handle_get(
         Ok(i) => i,
         Err(r) => return r,
     };
-    if let Some(r) = forbidden_without_scope(&gw, &identity, Some(Operation::Read)) {
+    let facts = audit::RequestFacts {
+        principal: identity.principal.clone(),
+        issuer: identity.issuer.clone(),
+        node: gw.router.host().node_id(),
+        method: "GET".into(),
+        request_id: String::new(),
+    };
+    if let Some(r) = forbidden_without_scope(&gw, &identity, Some(Operation::Read), &facts) {
         return r;
     }
     let principal = identity.principal;

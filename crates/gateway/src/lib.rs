@@ -7,6 +7,7 @@
 //! plain `tools/call` that reports progress or asks the client something). The gateway holds
 //! no task state: it translates and routes.
 
+mod audit;
 pub mod auth;
 pub mod delivery;
 pub mod dispatch;
@@ -191,6 +192,7 @@ impl Gateway {
         let signer = Signer::new(&cfg.secret);
         let cfg_limits = cfg.clone();
         let tools = router.host().tools().clone();
+        let node = router.host().node_id();
         let gw = Arc::new(Self {
             sessions: Sessions::new(
                 signer.clone(),
@@ -208,7 +210,7 @@ impl Gateway {
             tools,
             inflight: inflight::Inflight::new(cfg_limits.max_inflight_per_session),
             plain_pending: Mutex::new(HashMap::new()),
-            limits: limits::Limits::new(&cfg_limits),
+            limits: limits::Limits::new(&cfg_limits, node),
             delivery: DeliveryStats::default(),
             listeners: Arc::default(),
         });
@@ -254,15 +256,42 @@ impl Gateway {
         new: taskmesh_host::NewTask,
     ) -> Result<taskmesh_host::Created, taskmesh_mcp::jsonrpc::ErrorObject> {
         if !self.limits.allow_task(&new.owner) {
-            return Err(taskmesh_mcp::jsonrpc::ErrorObject::new(
+            let e = taskmesh_mcp::jsonrpc::ErrorObject::new(
                 taskmesh_mcp::jsonrpc::CAPACITY_EXCEEDED,
                 "too many tasks created: this principal reached limits.tasks_per_minute; retry later",
-            ));
+            );
+            audit::record("task_created", &new.task_id, &audit::refused(e.code));
+            return Err(e);
         }
-        self.router
-            .create(new)
-            .await
-            .map_err(|e| wire::host_error(&e))
+        let task_id = new.task_id.clone();
+        match self.router.create(new).await {
+            Ok(created) => {
+                if created.fresh {
+                    audit::record("task_created", &task_id, "ok");
+                }
+                Ok(created)
+            }
+            Err(e) => {
+                let e = wire::host_error(&e);
+                audit::record("task_created", &task_id, &audit::refused(e.code));
+                Err(e)
+            }
+        }
+    }
+
+    /// Cancel one of `principal`'s tasks (audited).
+    pub(crate) async fn cancel_task(
+        &self,
+        task_id: &str,
+        principal: &str,
+    ) -> Result<taskmesh_task::TaskView, taskmesh_host::HostError> {
+        let r = self.router.cancel(task_id, principal).await;
+        let outcome = match &r {
+            Ok(_) => "ok".to_string(),
+            Err(e) => audit::refused(wire::host_error(e).code),
+        };
+        audit::record("task_cancelled", task_id, &outcome);
+        r
     }
 
     /// Whether tasks can be scoped to an authenticated principal (then `tasks.list` exists).

@@ -34,10 +34,12 @@ pub(crate) struct Limits {
     )>,
     failed_lookups: Option<DefaultKeyedRateLimiter<String>>,
     alerts: DefaultKeyedRateLimiter<String>,
+    /// This node's id, for the audit events.
+    node: u64,
 }
 
 impl Limits {
-    pub(crate) fn new(cfg: &GatewayConfig) -> Self {
+    pub(crate) fn new(cfg: &GatewayConfig, node: u64) -> Self {
         let requests = NonZeroU32::new(cfg.rate_limit_per_second).map(|rate| {
             let burst = NonZeroU32::new(cfg.rate_limit_burst).unwrap_or(rate);
             RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst))
@@ -55,6 +57,7 @@ impl Limits {
                 .then(|| (cfg.failed_auth_per_minute, parking_lot::Mutex::default())),
             failed_lookups,
             alerts: RateLimiter::keyed(Quota::per_minute(one)),
+            node,
         }
     }
 
@@ -84,10 +87,11 @@ impl Limits {
             .is_some_and(|f| f.since.elapsed() < AUTH_WINDOW && f.count >= *limit)
     }
 
-    /// Count a wrong token from `ip`; the one that reaches the limit is audited.
-    pub(crate) fn auth_failed(&self, ip: std::net::IpAddr) {
+    /// Count a wrong token from `ip`; the one that reaches the limit is audited. Whether it is
+    /// the first of the address's minute (or no limit counts them: then every one is).
+    pub(crate) fn auth_failed(&self, ip: std::net::IpAddr) -> bool {
         let Some((limit, by_ip)) = &self.failed_auth else {
-            return;
+            return true;
         };
         let mut by_ip = by_ip.lock();
         if by_ip.len() >= AUTH_TRACKED {
@@ -109,11 +113,19 @@ impl Limits {
             tracing::warn!(
                 target: "audit",
                 event = "auth_failures_locked",
+                principal = "",
+                issuer = "",
+                node = self.node,
+                method = "",
+                request_id = "",
+                task_id = "",
+                outcome = "address locked out for the rest of its minute",
                 peer = %ip,
                 failures = f.count,
                 "too many wrong tokens from one address; not heard for the rest of its minute"
             );
         }
+        f.count == 1
     }
 
     /// Count a lookup of an unknown (or foreign, or expired) task id.
@@ -127,7 +139,12 @@ impl Limits {
                 target: "audit",
                 event = "failed_lookup_burst",
                 principal = %principal,
+                issuer = "",
+                node = self.node,
+                method = "",
+                request_id = "",
                 task_id = %task_id,
+                outcome = "burst of lookups of unknown task ids",
                 "burst of lookups of unknown task ids"
             );
         }

@@ -707,7 +707,7 @@ async fn write(myself: &ActorRef<TaskMsg>, st: &mut State, retry: bool) {
                     tracing::info!(task_id = %st.task_id, shard = st.shard, "refused write recorded on a later try");
                 }
                 if st.outcome.is_some() {
-                    crate::audit_terminal(&record, "task reached a terminal status");
+                    crate::audit_terminal(&st.host, &record, "task reached a terminal status");
                     myself.stop(None);
                     return;
                 }

@@ -6,6 +6,8 @@
 /// their defaults and are listed under "Fixed limits" there.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
+    /// This node's id, named in audit events (0: not part of a cluster's numbering).
+    pub node_id: u64,
     /// TTL applied when a create asks for none; `None` = unlimited.
     pub default_ttl_ms: Option<u64>,
     /// Largest TTL granted; a larger request is lowered to it. `None` = no cap (and requests
@@ -41,6 +43,7 @@ pub struct HostConfig {
 impl Default for HostConfig {
     fn default() -> Self {
         Self {
+            node_id: 0,
             default_ttl_ms: Some(3_600_000),
             max_ttl_ms: Some(86_400_000),
             poll_interval_ms: 1_000,

@@ -59,15 +59,7 @@ impl Host {
                 record,
                 fresh: true,
             }) => {
-                tracing::info!(
-                    target: "audit",
-                    event = "task_created",
-                    task_id = %record.task_id,
-                    principal = %record.owner,
-                    tool = %record.request.tool,
-                    shard = shard_id,
-                    "task created"
-                );
+                tracing::debug!(task_id = %record.task_id, shard = shard_id, tool = %record.request.tool, "task created");
                 let task = TaskView::from(&record);
                 actor::spawn(self.clone(), shard_id, record, term, tool, true).await;
                 starting.slot_taken();

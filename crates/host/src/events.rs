@@ -314,7 +314,7 @@ async fn take_over(host: &Host, shard: &ShardReplica, task_id: &str, term: u64) 
             true
         }
         Ok(Applied::Updated { record }) => {
-            crate::audit_terminal(&record, "task failed by its resume policy");
+            crate::audit_terminal(host, &record, "task failed by its resume policy");
             true
         }
         Ok(other) => {

@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     pub(crate) live_by_owner: Mutex<HashMap<String, usize>>,
     pub(crate) waiters: Mutex<HashMap<String, Vec<oneshot::Sender<Ended>>>>,
     pub(crate) events: broadcast::Sender<HostEvent>,
+    /// (minute, reads of other principals' tasks in it), for their audit's rate limit.
+    pub(crate) foreign_lookups: Mutex<(u64, u64)>,
 }
 
 /// How often `stop_all` checks whether every stopped actor has finished.
@@ -106,6 +108,7 @@ impl Host {
                 live_by_owner: Mutex::new(HashMap::new()),
                 waiters: Mutex::new(HashMap::new()),
                 events,
+                foreign_lookups: Mutex::new((0, 0)),
             }),
         }
     }
@@ -151,6 +154,11 @@ impl Host {
     /// The settings this host runs with.
     pub fn config(&self) -> &HostConfig {
         &self.inner.cfg
+    }
+
+    /// This node's id (`HostConfig::node_id`), as audit events name it.
+    pub fn node_id(&self) -> u64 {
+        self.inner.cfg.node_id
     }
 
     /// The tools this node serves.
@@ -209,13 +217,6 @@ impl Host {
             .map_err(|e| HostError::from_shard(shard_id, e))?;
         match applied {
             Applied::Updated { record } => {
-                tracing::info!(
-                    target: "audit",
-                    event = "task_cancelled",
-                    task_id = %record.task_id,
-                    principal = %record.owner,
-                    "task cancelled"
-                );
                 self.stop_actor(task_id);
                 Ok(TaskView::from(&record))
             }
@@ -260,14 +261,20 @@ impl Host {
     }
 }
 
-/// Audit event for a task that reached a terminal status.
-pub(crate) fn audit_terminal(record: &TaskRecord, how: &'static str) {
+/// Audit event for a task that reached a terminal status on this node (the shard's leader);
+/// no request caused it, so its `method` and `request_id` are empty and its `outcome` is the
+/// status. The fields are those of every audit event (docs/security.md).
+pub(crate) fn audit_terminal(host: &Host, record: &TaskRecord, how: &'static str) {
     tracing::info!(
         target: "audit",
         event = "task_terminal",
-        task_id = %record.task_id,
         principal = %record.owner,
-        status = %record.status,
+        issuer = "",
+        node = host.inner.cfg.node_id,
+        method = "",
+        request_id = "",
+        task_id = %record.task_id,
+        outcome = %record.status,
         "{how}"
     );
 }

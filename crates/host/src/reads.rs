@@ -9,6 +9,10 @@ use taskmesh_task::{TaskRecord, TaskView};
 
 use crate::{now_ms, Host, HostError};
 
+/// Reads of other principals' tasks audited per minute on a node; past it they are counted,
+/// not logged (a scan cannot flood the log).
+pub const FOREIGN_LOOKUP_AUDITS_PER_MINUTE: u64 = 60;
+
 impl Host {
     /// A linearizable read of one of `owner`'s tasks. Another owner's task, an expired one and
     /// an unknown id all answer [`HostError::NotFound`].
@@ -33,11 +37,44 @@ impl Host {
     ) -> Result<R, HostError> {
         let shard = self.shard(shard_id)?;
         let now = now_ms();
-        shard
-            .read(|s| visible(s.get(task_id), owner, now).map(f))
+        let mut foreign = false;
+        let read = shard
+            .read(|s| {
+                let r = s.get(task_id);
+                foreign = r.is_some_and(|r| r.owner != owner && !r.is_expired(now));
+                visible(r, owner, now).map(f)
+            })
             .await
-            .map_err(|e| HostError::from_shard(shard_id, e))?
-            .ok_or(HostError::NotFound)
+            .map_err(|e| HostError::from_shard(shard_id, e))?;
+        if foreign {
+            self.audit_foreign_lookup(task_id, owner);
+        }
+        read.ok_or(HostError::NotFound)
+    }
+
+    /// Audit a read of another principal's task (answered like an unknown id), at most
+    /// [`FOREIGN_LOOKUP_AUDITS_PER_MINUTE`] times a minute on this node.
+    fn audit_foreign_lookup(&self, task_id: &str, principal: &str) {
+        let minute = now_ms() / 60_000;
+        let mut seen = self.inner.foreign_lookups.lock();
+        if seen.0 != minute {
+            *seen = (minute, 0);
+        }
+        seen.1 += 1;
+        if seen.1 <= FOREIGN_LOOKUP_AUDITS_PER_MINUTE {
+            tracing::warn!(
+                target: "audit",
+                event = "foreign_task_lookup",
+                principal = %principal,
+                issuer = "",
+                node = self.inner.cfg.node_id,
+                method = "",
+                request_id = "",
+                task_id = %task_id,
+                outcome = "refused as unknown",
+                "a principal asked for another principal's task"
+            );
+        }
     }
 
     /// Up to `limit` of `owner`'s tasks on one shard with ids after `after`, in id order.

@@ -530,6 +530,7 @@ impl Config {
     pub fn host_config(&self) -> HostConfig {
         let ms = |v: u64| (v > 0).then_some(v);
         HostConfig {
+            node_id: self.node_id,
             default_ttl_ms: ms(self.tasks.default_ttl_ms),
             max_ttl_ms: ms(self.tasks.max_ttl_ms),
             poll_interval_ms: self.tasks.poll_interval_ms,

@@ -176,8 +176,9 @@ impl Server {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(i) = line.find("listening on http://") {
                     let rest = &line[i + "listening on ".len()..];
+                    // Ends at white space, or at the quote of a JSON log line.
                     let url = rest
-                        .split_whitespace()
+                        .split(|c: char| c.is_whitespace() || c == '"')
                         .next()
                         .unwrap_or_default()
                         .to_string();

@@ -67,7 +67,7 @@ pub(super) async fn tasks_cancel(
         gw,
         cx,
         task_id,
-        gw.router.cancel(task_id, &cx.principal).await,
+        gw.cancel_task(task_id, &cx.principal).await,
     )
 }
 
@@ -130,8 +130,8 @@ pub(super) async fn tasks_list(
     serde_json::to_value(out).map_err(|e| ErrorObject::internal(e.to_string()))
 }
 
-fn audit_result(principal: &str, task_id: &str) {
-    tracing::info!(target: "audit", event = "task_result_retrieved", task_id = %task_id, principal = %principal, "task result retrieved");
+fn audit_result(task_id: &str) {
+    crate::audit::record("task_result_retrieved", task_id, "ok");
 }
 
 pub(crate) async fn tasks_result(
@@ -155,7 +155,7 @@ pub(crate) async fn tasks_result(
     };
     let (mut messages, mut done) = match attachment {
         Attachment::Terminal(r) => {
-            audit_result(&cx.principal, &task_id);
+            audit_result(&task_id);
             return Reply::Json(answer(&id, wire::terminal_answer(&r)));
         }
         Attachment::Live { messages, done, .. } => (messages, done),
@@ -173,6 +173,7 @@ pub(crate) async fn tasks_result(
     let released = CancellationToken::new();
     let releasing = released.clone();
     let mut logs = crate::logging::LogFilter::new(cx);
+    let facts = crate::audit::current();
     tokio::spawn(async move {
         let mut messages_open = true;
         let final_answer = loop {
@@ -213,7 +214,7 @@ pub(crate) async fn tasks_result(
         drop(done);
         releasing.cancel();
         if let Some((a, at_us)) = final_answer {
-            audit_result(&principal, &task_id);
+            crate::audit::record_for(&facts, "task_result_retrieved", &task_id, "ok");
             let m = JsonMessage::stamped(Arc::new(answer(&id, a)), Kind::Result, at_us);
             let _ = tx.send(m).await;
         }

@@ -759,7 +759,7 @@ async fn tasks_cancel(
     p: &Map<String, Value>,
 ) -> Result<Value, ErrorObject> {
     let task_id = task_id_param(p)?;
-    match gw.router.cancel(task_id, principal).await {
+    match gw.cancel_task(task_id, principal).await {
         Ok(_) | Err(HostError::Terminal(_)) => Ok(complete(Map::new())),
         Err(e) => Err(task_error(gw, principal, task_id, &e)),
     }
