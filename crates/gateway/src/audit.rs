@@ -21,13 +21,19 @@ pub(crate) struct RequestFacts {
     pub(crate) request_id: String,
 }
 
+/// The methods whose requests record audit events, and so carry their facts ([`scope`]).
+pub(crate) const AUDITED_METHODS: [&str; 3] = ["tools/call", "tasks/cancel", "tasks/result"];
+
 tokio::task_local! {
     static REQUEST: Arc<RequestFacts>;
 }
 
-/// Run `f` as the request `facts` describe.
-pub(crate) async fn scope<F: Future>(facts: RequestFacts, f: F) -> F::Output {
-    REQUEST.scope(Arc::new(facts), f).await
+/// Run `f` as the request `facts` describe (`None`: a request that records no audit event).
+pub(crate) async fn scope<F: Future>(facts: Option<RequestFacts>, f: F) -> F::Output {
+    match facts {
+        Some(facts) => REQUEST.scope(Arc::new(facts), f).await,
+        None => f.await,
+    }
 }
 
 /// The facts of the request being served (to carry into a task it spawns).

@@ -124,19 +124,21 @@ async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Identity, (Re
 }
 
 /// The 403 for a caller whose token lacks scopes `operation` requires (audited as
-/// `insufficient_scope`, for the request `facts` describe), or `None` when it may.
+/// `insufficient_scope`, for the request `method` `request_id`), or `None` when it may.
 fn forbidden_without_scope(
     gw: &Gateway,
     identity: &Identity,
     operation: Option<Operation>,
-    facts: &audit::RequestFacts,
+    method: &str,
+    request_id: Option<&RequestId>,
 ) -> Option<Response> {
     let missing = gw.auth.missing_scopes(identity, operation?);
     if missing.is_empty() {
         return None;
     }
     let outcome = format!("missing scope {}", missing.join(" "));
-    audit::record_for(facts, "insufficient_scope", "", &outcome);
+    let facts = request_facts(gw, identity, method, request_id);
+    audit::record_for(&facts, "insufficient_scope", "", &outcome);
     let mut r = plain(
         StatusCode::FORBIDDEN,
         "Forbidden: the token lacks a scope this request needs",
@@ -337,24 +339,19 @@ async fn handle_post(
         Err(e) => return rpc_error(StatusCode::BAD_REQUEST, None, &e.to_error()),
     };
     let (operation, method, request_id) = match &msg {
-        Message::Request { method, id, .. } => (
-            Operation::of_method(method),
-            method.as_str(),
-            id.to_string(),
-        ),
-        Message::Response { id, .. } => (Some(Operation::Create), "(response)", id.to_string()),
-        Message::Notification { method, .. } => (None, method.as_str(), String::new()),
+        Message::Request { method, id, .. } => {
+            (Operation::of_method(method), method.as_str(), Some(id))
+        }
+        Message::Response { id, .. } => (Some(Operation::Create), "(response)", Some(id)),
+        Message::Notification { method, .. } => (None, method.as_str(), None),
     };
-    let facts = audit::RequestFacts {
-        principal: identity.principal.clone(),
-        issuer: identity.issuer.clone(),
-        node: gw.router.host().node_id(),
-        method: method.to_string(),
-        request_id,
-    };
-    if let Some(r) = forbidden_without_scope(&gw, &identity, operation, &facts) {
+    if let Some(r) = forbidden_without_scope(&gw, &identity, operation, method, request_id) {
         return r;
     }
+    // Only the methods that record audit events pay for their facts (polls do not).
+    let facts = audit::AUDITED_METHODS
+        .contains(&method)
+        .then(|| request_facts(&gw, &identity, method, request_id));
     let principal = identity.principal;
     let is_initialize = matches!(&msg, Message::Request { method, .. } if method == "initialize");
     // Protocol 2026-07-28: no session, the version in the request's `_meta`.
@@ -396,6 +393,22 @@ async fn handle_post(
     };
     let answered = audit::scope(facts, answered);
     taskmesh_rpc::trace::scope(trace, answered.instrument(span)).await
+}
+
+/// What audit events say about the request `method` `request_id` of `identity`.
+fn request_facts(
+    gw: &Gateway,
+    identity: &Identity,
+    method: &str,
+    request_id: Option<&RequestId>,
+) -> audit::RequestFacts {
+    audit::RequestFacts {
+        principal: identity.principal.clone(),
+        issuer: identity.issuer.clone(),
+        node: gw.router.host().node_id(),
+        method: method.to_string(),
+        request_id: request_id.map(ToString::to_string).unwrap_or_default(),
+    }
 }
 
 /// The span of one MCP message: its method, JSON-RPC id, principal, the task it is about (a
@@ -585,14 +598,7 @@ async fn handle_get(
         Ok(i) => i,
         Err(r) => return r,
     };
-    let facts = audit::RequestFacts {
-        principal: identity.principal.clone(),
-        issuer: identity.issuer.clone(),
-        node: gw.router.host().node_id(),
-        method: "GET".into(),
-        request_id: String::new(),
-    };
-    if let Some(r) = forbidden_without_scope(&gw, &identity, Some(Operation::Read), &facts) {
+    if let Some(r) = forbidden_without_scope(&gw, &identity, Some(Operation::Read), "GET", None) {
         return r;
     }
     let principal = identity.principal;
