@@ -454,13 +454,27 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
         overrides: Overrides,
     ) -> anyhow::Result<Self> {
-        let mut table = match file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("reading config file {}", path.display()))?;
-                toml::from_str::<toml::Table>(&text)
-                    .with_context(|| format!("parsing config file {}", path.display()))?
-            }
+        let text = match file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("reading config file {}", path.display()))?,
+            ),
+            None => None,
+        };
+        let origin = file.map(|p| p.display().to_string()).unwrap_or_default();
+        Self::parse(text.as_deref(), &origin, env, overrides)
+    }
+
+    /// [`Config::load`] of a file's text (`None`: no file); `origin` names the file in errors.
+    pub fn parse(
+        text: Option<&str>,
+        origin: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+        overrides: Overrides,
+    ) -> anyhow::Result<Self> {
+        let mut table = match text {
+            Some(text) => toml::from_str::<toml::Table>(text)
+                .with_context(|| format!("parsing config file {origin}"))?,
             None => toml::Table::new(),
         };
         for (key, raw) in env {

@@ -230,6 +230,18 @@ impl Server {
         self.child.is_some()
     }
 
+    /// The resident memory of the running process, in KiB (`VmRSS` of `/proc/PID/status`).
+    pub fn rss_kib(&self) -> u64 {
+        let c = self.child.as_ref().expect("the server runs");
+        let status = std::fs::read_to_string(format!("/proc/{}/status", c.id()))
+            .expect("read the process status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmRSS in the process status")
+    }
+
     /// Send a signal (`STOP`, `CONT`, ...) to the running process.
     pub fn signal(&self, name: &str) {
         let c = self.child.as_ref().expect("the server runs");
