@@ -75,9 +75,9 @@ async fn a_hostile_client_changes_nothing_and_leaves_the_server_as_it_found_it()
     // 1. Bodies that are not one well-formed JSON-RPC message.
     let deep_array = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     let deep_object = format!("{}1{}", "{\"a\":".repeat(50_000), "}".repeat(50_000));
+    let nested = "[".repeat(10_000) + &"]".repeat(10_000);
     let deep_params = format!(
-        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"greet","arguments":{}}}}}"#,
-        format!("{}{}", "[".repeat(10_000), "]".repeat(10_000))
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"greet","arguments":{nested}}}}}"#
     );
     let long_field = json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
         "params":{"name":"x".repeat(60_000)}})
