@@ -622,3 +622,65 @@ async fn a_request_head_over_the_limit_gets_431() {
     let small = tokio::task::spawn_blocking(ask(4_000)).await.unwrap();
     assert!(small.starts_with("HTTP/1.1 200"), "{small:?}");
 }
+
+/// SSE answers are bounded per principal (`http.max_sse_streams_per_principal`) and per node
+/// (`http.max_sse_streams`), whatever their kind: one past either gets HTTP 429 naming the
+/// setting and changes nothing; requests that answer JSON are not held back; a place frees
+/// when a stream's connection closes.
+#[tokio::test]
+async fn sse_streams_are_bounded_per_principal_and_per_node() {
+    let s = Server::start(
+        TASKMESH,
+        &format!(
+            "{AUTH}\n[auth]\nstatus_principals = [\"alice\"]\n[http]\nmax_sse_streams = 3\nmax_sse_streams_per_principal = 2\nsse_keepalive_ms = 100\n"
+        ),
+    );
+    let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
+    let bob = Client::connect(&s.url, Some("bob-token-22"), V, json!({})).await;
+    let first = alice.open_get().await;
+    let _second = alice.open_get().await;
+    assert_eq!(alice.try_open_get().await.err(), Some(429));
+    // A held tasks/result is a stream too; a task-augmented call answers JSON and goes on.
+    let id = alice
+        .start_task("slow_compute", json!({"seconds": 600}))
+        .await;
+    let r = alice
+        .post(
+            &json!({"jsonrpc":"2.0","id":5,"method":"tasks/result","params":{"taskId": id}})
+                .to_string(),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(
+        r.body.contains("http.max_sse_streams_per_principal"),
+        "{}",
+        r.body
+    );
+    assert_eq!(alice.status(&id).await, "working");
+    // Bob takes the node's last place; his next is refused by the node's limit.
+    let _bobs = bob.open_get().await;
+    let r = bob
+        .post(
+            &json!({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{
+                "name":"slow_compute","arguments":{"seconds":0.01}}})
+            .to_string(),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(r.body.contains("http.max_sse_streams "), "{}", r.body);
+    // Alice closes one: a place frees once the server notices.
+    drop(first);
+    let mut opened = None;
+    for _ in 0..100 {
+        if let Ok(sse) = bob.try_open_get().await {
+            opened = Some(sse);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(opened.is_some(), "a closed stream frees its place");
+    let status = taskmesh_testkit::status_of(&s, "alice-token-1").await;
+    assert_eq!(status["sseStreams"], 3, "{status}");
+}

@@ -26,7 +26,7 @@ use crate::delivery::JsonMessage;
 use crate::dispatch::{self, Cx, Reply};
 use crate::resume::{self, EventId, Opening, Out, Reader, ResumeError};
 use crate::session::{OpenedStream, SessionClaims};
-use crate::{relay, Gateway};
+use crate::{relay, slots, Gateway};
 
 /// Header carrying the signed session id (`Mcp-Session-Id`), in lower case. Every request
 /// but `initialize` must send it; the `initialize` answer carries the new one.
@@ -348,6 +348,15 @@ async fn handle_post(
     if let Some(r) = forbidden_without_scope(&gw, &identity, operation, method, request_id) {
         return r;
     }
+    // A request that may be answered with a stream takes its place first (one past the
+    // limits changes nothing).
+    let slot = match may_stream(&msg) {
+        false => None,
+        true => match gw.slots.take(&identity.principal) {
+            Ok(slot) => Some(slot),
+            Err(r) => return r,
+        },
+    };
     // Only the methods that record audit events pay for their facts (polls do not).
     let facts = audit::AUDITED_METHODS
         .contains(&method)
@@ -392,7 +401,24 @@ async fn handle_post(
         response
     };
     let answered = audit::scope(facts, answered);
-    taskmesh_rpc::trace::scope(trace, answered.instrument(span)).await
+    let response = taskmesh_rpc::trace::scope(trace, answered.instrument(span)).await;
+    match slot {
+        Some(slot) => slots::hold(response, slot),
+        None => response,
+    }
+}
+
+/// Whether a message may be answered with an SSE stream: `tasks/result`, a `tools/call`
+/// without `task` (a plain call, or one the server may decide on), `subscriptions/listen`.
+fn may_stream(msg: &Message) -> bool {
+    match msg {
+        Message::Request { method, params, .. } => match method.as_str() {
+            "tasks/result" | "subscriptions/listen" => true,
+            "tools/call" => params.as_ref().and_then(|p| p.get("task")).is_none(),
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// What audit events say about the request `method` `request_id` of `identity`.
@@ -616,16 +642,22 @@ async fn handle_get(
         Ok(s) => s,
         Err(r) => return r,
     };
-    if let Some(last) = headers.get(LAST_EVENT_ID) {
+    let slot = match gw.slots.take(&principal) {
+        Ok(slot) => slot,
+        Err(r) => return r,
+    };
+    let response = if let Some(last) = headers.get(LAST_EVENT_ID) {
         let Some(event) = last.to_str().ok().and_then(EventId::parse) else {
             return plain(
                 StatusCode::BAD_REQUEST,
                 "Bad Request: Last-Event-ID is not an event id this server sent",
             );
         };
-        return reconnect(&gw, principal, id, claims, event).await;
-    }
-    open_get_stream(&gw, &id, &claims).await
+        reconnect(&gw, principal, id, claims, event).await
+    } else {
+        open_get_stream(&gw, &id, &claims).await
+    };
+    slots::hold(response, slot)
 }
 
 /// Header of a reconnection (`Last-Event-ID`), in lower case: the id of the last SSE event the
@@ -857,6 +889,7 @@ async fn handle_status(
     let body = serde_json::json!({
         "node": node,
         "liveTasks": gw.router.host().live_tasks(),
+        "sseStreams": gw.slots.open(),
         "shards": shards,
         "streamDelivery": gw.delivery.to_json(),
         "upstreams": gw.tools.source_reports(),

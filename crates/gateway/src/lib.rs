@@ -20,6 +20,7 @@ pub mod relay;
 pub mod resume;
 pub mod session;
 pub mod sign;
+mod slots;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -90,6 +91,10 @@ pub struct GatewayConfig {
     pub max_inflight_per_session: usize,
     /// GET streams one session may hold open at once; one more is refused with HTTP 429.
     pub max_streams_per_session: usize,
+    /// SSE answers (of every kind) open at once on this node; one more: HTTP 429.
+    pub max_sse_streams: usize,
+    /// SSE answers one principal may have open at once on this node; one more: HTTP 429.
+    pub max_sse_streams_per_principal: usize,
     /// How long a request's body may take to arrive once its headers did, ms (slower: 408).
     pub body_read_timeout_ms: u64,
     /// Task ids one 2026-07-28 `subscriptions/listen` may watch; more are refused with
@@ -134,6 +139,8 @@ impl Default for GatewayConfig {
             verified_session_cache: 65_536,
             max_inflight_per_session: 256,
             max_streams_per_session: 8,
+            max_sse_streams: 10_000,
+            max_sse_streams_per_principal: 1_000,
             body_read_timeout_ms: 30_000,
             max_listen_task_ids: 1000,
             max_listen_streams_per_principal: 64,
@@ -167,6 +174,8 @@ pub struct Gateway {
     pub(crate) signer: Signer,
     /// Who is calling (`[auth]`).
     pub(crate) auth: auth::Authenticator,
+    /// The SSE answers open on this node.
+    pub(crate) slots: Arc<slots::Slots>,
     /// In-flight requests that `notifications/cancelled` may cancel: (session nonce, id).
     pub(crate) inflight: inflight::Inflight,
     /// Requests sent to clients by plain (non-task) tool calls, by id.
@@ -204,6 +213,10 @@ impl Gateway {
             ),
             signer,
             auth: auth::Authenticator::new(&cfg_limits.auth),
+            slots: slots::Slots::new(
+                cfg_limits.max_sse_streams,
+                cfg_limits.max_sse_streams_per_principal,
+            ),
             hub,
             cfg,
             router,

@@ -183,6 +183,12 @@ pub struct HttpConfig {
     pub sse_keepalive_ms: u64,
     /// GET streams one session may hold open at once; one more gets HTTP 429. At least 1.
     pub max_streams_per_session: usize,
+    /// SSE answers of every kind open at once on the node; one more gets HTTP 429. Default
+    /// 10000, at least 1.
+    pub max_sse_streams: usize,
+    /// SSE answers one principal may have open at once on the node; one more gets HTTP 429.
+    /// Default 1000, at least 1.
+    pub max_sse_streams_per_principal: usize,
     /// Connections open at once on the MCP listener; one more is closed as soon as it is
     /// accepted. Default 10000, at least 1.
     pub max_connections: usize,
@@ -356,6 +362,8 @@ impl Default for HttpConfig {
             allowed_origins: g.allowed_origins,
             sse_keepalive_ms: g.sse_keepalive_ms,
             max_streams_per_session: g.max_streams_per_session,
+            max_sse_streams: g.max_sse_streams,
+            max_sse_streams_per_principal: g.max_sse_streams_per_principal,
             max_connections: 10_000,
             header_read_timeout_ms: 10_000,
             max_header_bytes: 16 * 1024,
@@ -539,6 +547,9 @@ impl Config {
                 "http.max_listen_task_ids must be between 1 and {MAX_LISTEN_TASK_IDS} (got {})",
                 self.http.max_listen_task_ids
             );
+        }
+        if self.http.max_sse_streams == 0 || self.http.max_sse_streams_per_principal == 0 {
+            bail!("http.max_sse_streams and http.max_sse_streams_per_principal must be at least 1");
         }
         if self.http.max_connections == 0 {
             bail!("http.max_connections must be at least 1");

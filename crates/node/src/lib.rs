@@ -565,6 +565,8 @@ impl Config {
             verified_session_cache: self.session.verified_cache,
             max_inflight_per_session: self.limits.max_inflight_per_session,
             max_streams_per_session: self.http.max_streams_per_session,
+            max_sse_streams: self.http.max_sse_streams,
+            max_sse_streams_per_principal: self.http.max_sse_streams_per_principal,
             body_read_timeout_ms: self.http.body_read_timeout_ms,
             max_listen_task_ids: self.http.max_listen_task_ids,
             max_listen_streams_per_principal: self.http.max_listen_streams_per_principal,
