@@ -14,6 +14,7 @@ mod modern;
 mod resume;
 mod session;
 mod tasks;
+mod tls;
 
 /// The server executable under test.
 const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");

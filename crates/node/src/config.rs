@@ -219,9 +219,29 @@ pub struct HttpConfig {
     /// How long a stream whose connection ended is kept for a reconnection, in ms; 0: not
     /// kept. Default 10000.
     pub sse_resume_window_ms: u64,
+    /// `[http.tls]`: serve the MCP listener over TLS (HTTPS). Unset: plain HTTP.
+    pub tls: Option<ListenerTls>,
     /// After how long the server closes an SSE connection on purpose (the client reconnects
     /// with `Last-Event-ID`), in ms, for 2025-11-25 sessions; 0: never. Default 300000.
     pub sse_max_stream_ms: u64,
+}
+
+/// `[http.tls]`: the MCP listener's certificate and key (PEM files), read again when either
+/// changes, so a certificate is replaced without a restart.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerTls {
+    /// The certificate (the leaf first, then its chain).
+    pub cert_file: PathBuf,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// How often the files are checked for a change, in ms. Default 10000, at least 100.
+    #[serde(default = "default_tls_reload_ms")]
+    pub reload_interval_ms: u64,
+}
+
+fn default_tls_reload_ms() -> u64 {
+    10_000
 }
 
 /// `[session]`: how session ids and `tasks/list` cursors are signed and checked.
@@ -367,6 +387,7 @@ impl Default for HttpConfig {
             max_connections: 10_000,
             header_read_timeout_ms: 10_000,
             max_header_bytes: 16 * 1024,
+            tls: None,
             body_read_timeout_ms: g.body_read_timeout_ms,
             max_listen_task_ids: g.max_listen_task_ids,
             max_listen_streams_per_principal: g.max_listen_streams_per_principal,
@@ -565,6 +586,11 @@ impl Config {
                 "http.max_header_bytes must be between {MIN_HEADER_BYTES} and {MAX_HEADER_BYTES} (got {})",
                 self.http.max_header_bytes
             );
+        }
+        if let Some(tls) = &self.http.tls {
+            if tls.reload_interval_ms < 100 {
+                bail!("http.tls.reload_interval_ms must be at least 100");
+            }
         }
         if self.http.body_read_timeout_ms < 100 {
             bail!(

@@ -421,7 +421,18 @@ pub async fn serve(
         .await
         .with_context(|| format!("binding {}", cfg.listen))?;
     let local: SocketAddr = listener.local_addr()?;
-    tracing::info!(address = %local, data_dir = %data_dir.display(), shards = cfg.shards, node = cfg.node_id, "taskmesh listening on http://{local}/mcp");
+    let tls = match &cfg.http.tls {
+        None => None,
+        Some(t) => {
+            let tls =
+                taskmesh_tls::ServerTls::load(&t.cert_file, &t.key_file, &[b"h2", b"http/1.1"])
+                    .context("http.tls")?;
+            tls.spawn_reload(Duration::from_millis(t.reload_interval_ms));
+            Some(tls)
+        }
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(address = %local, data_dir = %data_dir.display(), shards = cfg.shards, node = cfg.node_id, "taskmesh listening on {scheme}://{local}/mcp");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let bounds = listener::Bounds {
@@ -429,7 +440,7 @@ pub async fn serve(
         header_read_timeout: Duration::from_millis(cfg.http.header_read_timeout_ms),
         max_header_bytes: cfg.http.max_header_bytes,
     };
-    let server = tokio::spawn(listener::serve(listener, app, bounds, async move {
+    let server = tokio::spawn(listener::serve(listener, app, bounds, tls, async move {
         let _ = stop_rx.await;
     }));
     // Run until asked to stop, or until the reconciler finds this node must not run.

@@ -4,6 +4,9 @@
 //!
 //! - At most `http.max_connections` connections are open at once; one more is closed as soon
 //!   as it is accepted.
+//! - With `[http.tls]`, every connection is TLS (HTTP/1.1 or HTTP/2 by ALPN), with the newest
+//!   good certificate of the configured files; the handshake must end within
+//!   `http.header_read_timeout_ms`.
 //! - A request's head may take at most `http.max_header_bytes` (431 past it).
 //! - A request's headers must arrive within `http.header_read_timeout_ms` of the moment the
 //!   connection waits for them (a new connection, and between the requests of a kept-alive
@@ -40,6 +43,9 @@ pub struct Bounds {
     pub max_header_bytes: usize,
 }
 
+/// The listener's TLS, when it serves HTTPS.
+pub type Tls = Option<std::sync::Arc<taskmesh_tls::ServerTls>>;
+
 /// After an `accept` that failed (out of file descriptors, say), the pause before the next.
 const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
@@ -48,6 +54,7 @@ pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
     bounds: Bounds,
+    tls: Tls,
     stop: impl std::future::Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
@@ -92,6 +99,7 @@ pub async fn serve(
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let wait = bounds.header_read_timeout;
+        let tls = tls.as_ref().map(|t| t.config());
         tokio::spawn(async move {
             // A new connection that sends nothing is let go as one that stops halfway through
             // its headers is (the HTTP layer times those, from their first byte).
@@ -104,13 +112,34 @@ pub async fn serve(
                     return;
                 }
             }
-            let conn = builder
-                .serve_connection_with_upgrades(
-                    TokioIo::new(tcp),
-                    TowerToHyperService::new(service),
-                )
-                .into_owned();
-            if let Err(e) = watcher.watch(conn).await {
+            let service = TowerToHyperService::new(service);
+            let ended = match tls {
+                None => {
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service);
+                    watcher.watch(conn.into_owned()).await
+                }
+                Some(config) => {
+                    // The handshake is bounded like a request's head.
+                    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                    let stream = match tokio::time::timeout(wait, acceptor.accept(tcp)).await {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                            drop(permit);
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(peer = %peer, "connection closed: TLS handshake not done within http.header_read_timeout_ms");
+                            drop(permit);
+                            return;
+                        }
+                    };
+                    let conn =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    watcher.watch(conn.into_owned()).await
+                }
+            };
+            if let Err(e) = ended {
                 tracing::trace!(peer = %peer, error = %e, "connection ended");
             }
             drop(permit);

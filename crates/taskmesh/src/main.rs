@@ -53,6 +53,20 @@ enum Command {
         #[arg(long)]
         listen: Option<SocketAddr>,
     },
+    /// Make a throwaway certificate authority (in DIR, reused when there) and certificates
+    /// for nodes: `node-ID.pem`/`node-ID.key`, naming `node-ID.taskmesh`, `taskmesh-node` and
+    /// each --host.
+    Certs {
+        /// Where the files are written.
+        #[arg(long)]
+        out: PathBuf,
+        /// A node id to make a certificate for (repeat for several).
+        #[arg(long = "node", required = true)]
+        nodes: Vec<u64>,
+        /// A host name or IP address clients reach the nodes' listeners at (repeatable).
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+    },
     /// Inspect or change the cluster's membership through any node's internal gRPC address.
     Cluster {
         #[command(subcommand)]
@@ -182,5 +196,11 @@ fn main() -> anyhow::Result<()> {
             run(cfg)
         }
         Command::Cluster { command } => cluster_command(command),
+        Command::Certs { out, nodes, hosts } => {
+            for path in taskmesh_tls::certs::generate(&out, &nodes, &hosts)? {
+                println!("{}", path.display());
+            }
+            Ok(())
+        }
     }
 }

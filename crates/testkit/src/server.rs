@@ -25,7 +25,7 @@ enum Subcommand {
 /// A running server process. Dropping it kills the process.
 pub struct Server {
     child: Option<Child>,
-    /// The URL from the process's `listening on http://...` log line; set again at each
+    /// The URL from the process's `listening on http(s)://...` log line; set again at each
     /// start, as the port may change.
     pub url: String,
     /// The temporary directory of this server: its `taskmesh.toml` and, under `data`, its
@@ -174,7 +174,7 @@ impl Server {
         std::thread::spawn(move || {
             let mut tx = Some(tx);
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(i) = line.find("listening on http://") {
+                if let Some(i) = line.find("listening on http") {
                     let rest = &line[i + "listening on ".len()..];
                     // Ends at white space, or at the quote of a JSON log line.
                     let url = rest
