@@ -197,7 +197,7 @@ pub struct HttpConfig {
     /// closed, in ms. Default 10000, at least 100.
     pub header_read_timeout_ms: u64,
     /// The most bytes a request's head (request line and headers) may take; a larger one gets
-    /// HTTP 431 and its connection is closed. Default 16384, between 8192 and 1048576.
+    /// HTTP 431 and its connection is closed. Default 65536, between 8192 and 1048576.
     pub max_header_bytes: usize,
     /// How long a request's body may take to arrive once its headers did, in ms; slower gets
     /// HTTP 408. Default 30000, at least 100.
@@ -386,7 +386,7 @@ impl Default for HttpConfig {
             max_sse_streams_per_principal: g.max_sse_streams_per_principal,
             max_connections: 10_000,
             header_read_timeout_ms: 10_000,
-            max_header_bytes: 16 * 1024,
+            max_header_bytes: 64 * 1024,
             tls: None,
             body_read_timeout_ms: g.body_read_timeout_ms,
             max_listen_task_ids: g.max_listen_task_ids,
