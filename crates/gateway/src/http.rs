@@ -217,13 +217,10 @@ async fn front(
     // neither a wrong nor a right token is checked for it.
     if let Some(ip) = peer {
         if gw.limits.auth_locked(ip) {
-            let mut r = plain(
-                StatusCode::TOO_MANY_REQUESTS,
+            return Err(too_many(
                 "Too Many Requests: too many wrong tokens from this address (limits.failed_auth_per_minute)",
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
-            return Err(r);
+                "60",
+            ));
         }
     }
     let identity = authenticate(gw, headers)
@@ -252,15 +249,20 @@ async fn front(
             response
         })?;
     if !gw.limits.allow_request(&identity.principal) {
-        let mut r = plain(
-            StatusCode::TOO_MANY_REQUESTS,
+        return Err(too_many(
             "Too Many Requests: over limits.requests_per_second for this principal",
-        );
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return Err(r);
+            "1",
+        ));
     }
     Ok(identity)
+}
+
+/// HTTP 429 saying `why`, with `Retry-After: retry_after_s`.
+fn too_many(why: &'static str, retry_after_s: &'static str) -> Response {
+    let mut r = plain(StatusCode::TOO_MANY_REQUESTS, why);
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after_s));
+    r
 }
 
 /// `r` with `Connection: close` on HTTP/1 (HTTP/2 has no such header; its streams are
