@@ -7,7 +7,13 @@
 # Environment: NODE_BIN (default: build and use target/release/taskmesh),
 # BASE_PORT (default 18000: node i serves MCP on BASE_PORT+i and gRPC on BASE_PORT+100+i),
 # SHARDS (default 32), NODE_EXTRA_CONFIG (a TOML file appended to every node's configuration:
-# `[[upstream]]` tables, say). Prints each node's MCP URL. Stop it with cluster/stop.sh DIR.
+# `[[upstream]]` tables, say), INSECURE=1 (plain gRPC between the nodes instead of mutual TLS).
+# Prints each node's MCP URL. Stop it with cluster/stop.sh DIR.
+#
+# The internal port runs mutual TLS: DIR/certs holds a throwaway authority, one certificate
+# per node and the operator's (`taskmesh certs`, made once and reused), so that
+#   taskmesh cluster status --peer 127.0.0.1:$((BASE_PORT+101)) --certs DIR/certs
+# works against the cluster.
 set -euo pipefail
 n=${1:-3}
 dir=${2:-./cluster-data}
@@ -27,6 +33,15 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 secret_file="$dir/session.secret"
 [ -f "$secret_file" ] || head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret_file"
+if [ -z "${INSECURE:-}" ]; then
+    ids=()
+    for i in $(seq 1 "$n"); do
+        [ -f "$dir/certs/node-$i.pem" ] || ids+=(--node "$i")
+    done
+    if [ ${#ids[@]} -gt 0 ] || [ ! -f "$dir/certs/admin.pem" ]; then
+        "$bin" certs --out "$dir/certs" "${ids[@]}" --admin > /dev/null
+    fi
+fi
 peers=""
 for i in $(seq 1 "$n"); do
     peers+="{ id = $i, grpc = \"127.0.0.1:$((base + 100 + i))\" }, "
@@ -43,6 +58,16 @@ secret = "$(cat "$secret_file")"
 grpc_listen = "127.0.0.1:$((base + 100 + i))"
 peers = [ ${peers%, } ]
 CONF
+    if [ -z "${INSECURE:-}" ]; then
+        cat >> "$dir/node-$i.toml" <<CONF
+[cluster.tls]
+ca_file = "$dir/certs/ca.pem"
+cert_file = "$dir/certs/node-$i.pem"
+key_file = "$dir/certs/node-$i.key"
+CONF
+    else
+        echo "insecure = true" >> "$dir/node-$i.toml"
+    fi
     if [ -n "${NODE_EXTRA_CONFIG:-}" ]; then
         cat "$NODE_EXTRA_CONFIG" >> "$dir/node-$i.toml"
     fi

@@ -37,7 +37,7 @@ pub enum Failure {
     Rpc(i64),
     /// The answer was not what the request must produce (the text says what).
     BadBody(&'static str),
-    /// The target URL is not `http://host:port/path`.
+    /// The target URL is not `http://host:port/path` (or `https://` with `--ca`).
     BadUrl,
 }
 
@@ -58,9 +58,35 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 type Sender = SendRequest<Full<Bytes>>;
 
+/// The authorities an `https://` target's certificate is checked against: set once per
+/// process with [`trust_authority`] before any session on such a target opens.
+static TLS_CLIENT: std::sync::OnceLock<std::sync::Arc<rustls::ClientConfig>> =
+    std::sync::OnceLock::new();
+
+/// Trust the certificate authority in the PEM file `ca` for `https://` targets (`loadgen --ca`).
+pub fn trust_authority(ca: &std::path::Path) -> anyhow::Result<()> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in taskmesh_tls::read_certs(ca)? {
+        roots.add(cert)?;
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(taskmesh_tls::provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    TLS_CLIENT
+        .set(std::sync::Arc::new(config))
+        .map_err(|_| anyhow::anyhow!("the TLS authority is set once"))
+}
+
 /// Where a session's requests go: the endpoint, resolved once, and the fixed request headers.
 struct Endpoint {
     addr: SocketAddr,
+    /// For `https://`: the TLS configuration and the name the certificate must carry.
+    tls: Option<(
+        std::sync::Arc<rustls::ClientConfig>,
+        rustls::pki_types::ServerName<'static>,
+    )>,
     authority: HeaderValue,
     path: String,
 }
@@ -116,11 +142,18 @@ impl Session {
     /// A client of `url` (`http://host:port/path`) that has sent nothing yet.
     async fn at(url: &str, token: Option<&str>, stateless: bool) -> Result<Self, Failure> {
         let uri: Uri = url.parse().map_err(|_| Failure::BadUrl)?;
-        if uri.scheme_str() != Some("http") {
-            return Err(Failure::BadUrl);
-        }
         let auth = uri.authority().ok_or(Failure::BadUrl)?;
-        let port = auth.port_u16().unwrap_or(80);
+        let (tls, port) = match uri.scheme_str() {
+            Some("http") => (None, auth.port_u16().unwrap_or(80)),
+            Some("https") => {
+                let config = TLS_CLIENT.get().ok_or(Failure::BadUrl)?.clone();
+                let host = auth.host().trim_start_matches('[').trim_end_matches(']');
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|_| Failure::BadUrl)?;
+                (Some((config, name)), auth.port_u16().unwrap_or(443))
+            }
+            _ => return Err(Failure::BadUrl),
+        };
         let addr = tokio::net::lookup_host((auth.host(), port))
             .await
             .map_err(|_| Failure::Transport)?
@@ -129,6 +162,7 @@ impl Session {
         Ok(Session {
             endpoint: Endpoint {
                 addr,
+                tls,
                 authority: HeaderValue::from_str(auth.as_str()).map_err(|_| Failure::BadUrl)?,
                 path: uri.path().to_string(),
             },
@@ -150,7 +184,18 @@ impl Session {
             .await
             .map_err(|_| Failure::Transport)?;
         let _ = tcp.set_nodelay(true);
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        let Some((config, name)) = &self.endpoint.tls else {
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+                .await
+                .map_err(|_| Failure::Transport)?;
+            tokio::spawn(conn);
+            return Ok(sender);
+        };
+        let stream = tokio_rustls::TlsConnector::from(config.clone())
+            .connect(name.clone(), tcp)
+            .await
+            .map_err(|_| Failure::Transport)?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|_| Failure::Transport)?;
         tokio::spawn(conn);

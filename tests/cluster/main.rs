@@ -11,6 +11,7 @@ use taskmesh_testkit::{free_ports, Client, Server, V};
 
 mod membership;
 mod modern;
+mod mtls;
 mod serving;
 mod streams;
 mod trace;

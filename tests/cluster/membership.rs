@@ -8,12 +8,16 @@ use taskmesh_testkit::{free_ports, status_of, wait_cluster_ready, History, Serve
 
 use crate::{connect, node_config_with, TASKMESH, TOKEN};
 
-/// `taskmesh cluster ARGS` against the node whose gRPC port is `port`; its JSON output.
+/// `taskmesh cluster ARGS` against the node whose gRPC port is `port`, with the operator's
+/// certificate; its JSON output.
 fn cluster_cli(port: u16, args: &[&str]) -> Value {
+    let certs = taskmesh_testkit::certs::admin_certs();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_taskmesh"))
         .arg("cluster")
         .arg(args[0])
         .args(["--peer", &format!("127.0.0.1:{port}")])
+        .arg("--certs")
+        .arg(certs.path())
         .args(&args[1..])
         .output()
         .expect("run taskmesh cluster");
@@ -168,7 +172,11 @@ async fn nodes_join_and_leave_under_load_with_replicas_and_leaders_spread() {
         }));
     }
 
-    // Grow: node 5 joins, takes its share of replicas, and serves every task.
+    // Grow: node 5 is added (mutual TLS refuses a node that is not a member), joins, takes
+    // its share of replicas, and serves every task.
+    let addr5 = format!("127.0.0.1:{}", grpc[4]);
+    let meta = cluster_cli(grpc[1], &["add", "--node", "5", "--addr", &addr5]);
+    assert_eq!(meta["nodes"]["5"], addr5.as_str());
     let n5 = Server::start_node(TASKMESH, &node_config_with(5, &grpc, ""), false);
     let five = [(1, &n1), (2, &n2), (3, &n3), (4, &n4), (5, &n5)];
     let deadline = Instant::now() + Duration::from_secs(60);

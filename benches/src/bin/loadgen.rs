@@ -26,6 +26,9 @@ struct Args {
     /// Bearer token.
     #[arg(long)]
     token: Option<String>,
+    /// The certificate authority (PEM) of `https://` URLs.
+    #[arg(long)]
+    ca: Option<PathBuf>,
     #[arg(long, default_value_t = 10.0)]
     duration_s: f64,
     #[arg(long, default_value_t = 16)]
@@ -99,6 +102,9 @@ fn main() -> anyhow::Result<()> {
         Scenario::Create | Scenario::Call | Scenario::Task => 0.0,
         Scenario::Mixed => 0.05,
     });
+    if let Some(ca) = &a.ca {
+        taskmesh_bench::client::trust_authority(ca)?;
+    }
     let arguments: serde_json::Value = serde_json::from_str(&a.arguments)?;
     anyhow::ensure!(arguments.is_object(), "--arguments must be a JSON object");
     let cfg = RunConfig {

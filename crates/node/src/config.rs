@@ -98,6 +98,37 @@ pub struct ClusterConfig {
     pub get_batch_max: usize,
     /// Most batches of forwarded polls under way to one node at once.
     pub get_batches_in_flight: usize,
+    /// `[cluster.tls]`: mutual TLS on the internal port (required unless `insecure`).
+    pub tls: Option<ClusterTlsConfig>,
+    /// Run the internal port as plain, unauthenticated gRPC: anyone who reaches it can read
+    /// and forge any task and vote in any Raft group. Only for a network nothing else can
+    /// reach; logged as a warning at every start. Default false.
+    pub insecure: bool,
+}
+
+/// `[cluster.tls]`: the node's mutual TLS on the internal port. Every peer's certificate must
+/// chain to `ca_file` and name a member of the cluster (`node-{id}.taskmesh`), or an operator
+/// (`admin.taskmesh`, the cluster service only); this node's certificate must name this node.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterTlsConfig {
+    /// The cluster's certificate authority (PEM).
+    pub ca_file: PathBuf,
+    /// This node's certificate (PEM, the leaf first).
+    pub cert_file: PathBuf,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// How often the three files are checked for a change, in ms. Default 10000, at least 100.
+    #[serde(default = "default_tls_reload_ms")]
+    pub reload_interval_ms: u64,
+    /// How long an incoming connection's TLS handshake may take, in ms. Default 5000, at
+    /// least 100.
+    #[serde(default = "default_handshake_ms")]
+    pub handshake_timeout_ms: u64,
+}
+
+fn default_handshake_ms() -> u64 {
+    5_000
 }
 
 /// One seed node in `cluster.peers`.
@@ -126,6 +157,8 @@ impl Default for ClusterConfig {
             leader_transfer_ms: 3_000,
             get_batch_max: batching.max_items,
             get_batches_in_flight: batching.in_flight,
+            tls: None,
+            insecure: false,
         }
     }
 }
@@ -629,6 +662,27 @@ impl Config {
                 self.cluster.get_batch_max
             );
         }
+        if !self.cluster.peers.is_empty() {
+            match (&self.cluster.tls, self.cluster.insecure) {
+                (None, false) => bail!(
+                    "the internal port needs [cluster.tls] (ca_file, cert_file, key_file; \
+                     `taskmesh certs` makes them) or, on a network nothing else can reach, \
+                     cluster.insecure = true"
+                ),
+                (Some(_), true) => {
+                    bail!("cluster.insecure = true and [cluster.tls] exclude each other")
+                }
+                (Some(tls), false) => {
+                    if tls.reload_interval_ms < 100 || tls.handshake_timeout_ms < 100 {
+                        bail!(
+                            "cluster.tls.reload_interval_ms and cluster.tls.handshake_timeout_ms \
+                             must be at least 100"
+                        );
+                    }
+                }
+                (None, true) => {}
+            }
+        }
         if self.cluster.get_batches_in_flight == 0 {
             bail!("cluster.get_batches_in_flight must be at least 1");
         }
@@ -780,6 +834,40 @@ mod tests {
         assert!(
             err(vec![("TASKMESH_HTTP__SSE_MAX_STREAM_MS", "999")]).contains("sse_max_stream_ms")
         );
+    }
+
+    #[test]
+    fn a_cluster_node_needs_mutual_tls_or_says_insecure() {
+        let check = |extra: &str| {
+            let text = format!(
+                "node_id = 1\n[session]\nsecret = \"a-long-cluster-secret\"\n[cluster]\n\
+                 grpc_listen = \"127.0.0.1:7101\"\n\
+                 peers = [{{ id = 1, grpc = \"127.0.0.1:7101\" }}]\n{extra}"
+            );
+            Config::parse(Some(&text), "test", Vec::new(), Overrides::default())
+                .and_then(|c| c.validate().map(|()| c))
+                .map_err(|e| format!("{e:#}"))
+        };
+        let tls =
+            "[cluster.tls]\nca_file = \"ca.pem\"\ncert_file = \"n.pem\"\nkey_file = \"n.key\"\n";
+        let e = check("").unwrap_err();
+        assert!(
+            e.contains("[cluster.tls]") && e.contains("cluster.insecure"),
+            "{e}"
+        );
+        let cfg = check(tls).unwrap();
+        let t = cfg.cluster.tls.unwrap();
+        assert_eq!(
+            (t.reload_interval_ms, t.handshake_timeout_ms),
+            (10_000, 5_000)
+        );
+        assert!(check("insecure = true\n").unwrap().cluster.insecure);
+        let e = check(&format!("insecure = true\n{tls}")).unwrap_err();
+        assert!(e.contains("exclude each other"), "{e}");
+        let e = check(&format!("{tls}reload_interval_ms = 10\n")).unwrap_err();
+        assert!(e.contains("reload_interval_ms"), "{e}");
+        let e = check("[cluster.tls]\nca_file = \"ca.pem\"\n").unwrap_err();
+        assert!(e.contains("cert_file"), "{e}");
     }
 }
 

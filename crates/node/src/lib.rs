@@ -175,7 +175,18 @@ async fn start_cluster(
     hub: &Arc<taskmesh_gateway::resume::Hub>,
 ) -> anyhow::Result<Running> {
     let registry = taskmesh_transport::ReplicaRegistry::new();
-    let pool = taskmesh_transport::PeerChannels::new(taskmesh_rpc::dial::CONNECT_TIMEOUT);
+    let seed_ids: std::collections::BTreeSet<u64> =
+        cfg.cluster.peers.iter().map(|p| p.id).collect();
+    // Until the metadata is known, the seeds are the members; see `admits` for after.
+    let admission = {
+        let seeds = seed_ids.clone();
+        taskmesh_tls::cluster::Admission::new(move |id| seeds.contains(&id))
+    };
+    let (dialer, tls) = internal_tls(cfg, &admission)?;
+    let pool = taskmesh_transport::PeerChannels::with_dialer(
+        taskmesh_rpc::dial::CONNECT_TIMEOUT,
+        dialer.clone(),
+    );
     let transport = transport_config(cfg);
     transport
         .validate()
@@ -225,7 +236,12 @@ async fn start_cluster(
         meta.clone(),
         seeds.clone(),
         Duration::from_millis(cfg.cluster.request_retry_ms),
+        dialer.clone(),
     ));
+    {
+        let (meta, host) = (meta.clone(), host.clone());
+        admission.set(move |id| admits(&meta, &host, &seed_ids, id));
+    }
     let mut create = None;
     if cfg.cluster.bootstrap {
         // The metadata group starts with this node and the lowest other peer ids as voters;
@@ -258,7 +274,7 @@ async fn start_cluster(
         .map(|(id, a)| (*id, a.clone()))
         .collect();
     let peers = Arc::new(
-        taskmesh_router::Peers::new(others, PEER_REQUEST_TIMEOUT)
+        taskmesh_router::Peers::with_dialer(others, PEER_REQUEST_TIMEOUT, dialer.clone())
             .context("cluster.peers")?
             .with_get_batching(taskmesh_router::GetBatching {
                 max_items: cfg.cluster.get_batch_max,
@@ -282,11 +298,18 @@ async fn start_cluster(
     let task_svc = taskmesh_router::service::TaskGrpc::new(host.clone(), book).into_server();
     let cluster_svc = cluster::ClusterGrpc::new(membership.clone()).into_server();
     let stream_svc = taskmesh_gateway::relay::StreamGrpc::new(hub.clone()).into_server();
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let handshake = Duration::from_millis(
+        cfg.cluster
+            .tls
+            .as_ref()
+            .map_or(0, |t| t.handshake_timeout_ms),
+    );
+    let incoming = taskmesh_rpc::peer::incoming(listener, tls, handshake);
     let (grpc_stop_tx, grpc_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let grpc_server = tokio::spawn(async move {
         tonic::transport::Server::builder()
             .layer(taskmesh_router::TraceLayer)
+            .layer(taskmesh_rpc::peer::AccessLayer)
             .add_service(raft_svc)
             .add_service(task_svc)
             .add_service(cluster_svc)
@@ -331,6 +354,53 @@ async fn start_cluster(
         grpc: Some((grpc_stop_tx, grpc_server)),
         reconciler: Some(tokio::spawn(reconciler.run())),
     })
+}
+
+/// How this node's internal port is secured: mutual TLS from `[cluster.tls]` (the files
+/// checked for changes from now on), or plain TCP with `cluster.insecure`, said loudly.
+fn internal_tls(
+    cfg: &Config,
+    admission: &Arc<taskmesh_tls::cluster::Admission>,
+) -> anyhow::Result<(
+    taskmesh_rpc::dial::Dialer,
+    Option<Arc<taskmesh_tls::cluster::ClusterTls>>,
+)> {
+    use taskmesh_tls::cluster::{ClusterTls, Identity, TlsFiles};
+    let Some(t) = &cfg.cluster.tls else {
+        tracing::warn!(
+            "cluster.insecure = true: the internal gRPC port is plaintext and unauthenticated; \
+             anyone who reaches it can read and forge every task and vote in every Raft group"
+        );
+        return Ok((taskmesh_rpc::dial::Dialer::plaintext(), None));
+    };
+    let files = TlsFiles {
+        ca: t.ca_file.clone(),
+        cert: t.cert_file.clone(),
+        key: t.key_file.clone(),
+    };
+    let tls = ClusterTls::load(files, Some(Identity::Node(cfg.node_id)), admission.clone())
+        .context("cluster.tls")?;
+    tls.spawn_reload(Duration::from_millis(t.reload_interval_ms));
+    Ok((taskmesh_rpc::dial::Dialer::mtls(tls.clone()), Some(tls)))
+}
+
+/// Whether node `id` may connect to this node's internal port: a member of the cluster
+/// metadata; before this node knows the metadata, a configured peer; and, so that a removed
+/// node can hand over what it leads, any node a Raft group hosted here still lists.
+fn admits(
+    meta: &MetaReplica,
+    host: &Host,
+    seeds: &std::collections::BTreeSet<u64>,
+    id: u64,
+) -> bool {
+    let (known, member) = meta.read_local(|m| (!m.nodes.is_empty(), m.nodes.contains_key(&id)));
+    member
+        || (!known && seeds.contains(&id))
+        || meta.members_watch().borrow().contains_key(&id)
+        || host
+            .replicas()
+            .iter()
+            .any(|r| r.members_watch().borrow().contains_key(&id))
 }
 
 /// The configured upstreams, each listed once (so that the node serves their tools from its

@@ -12,12 +12,18 @@
 //! * [`v1::cluster_service_server::ClusterService`]: the cluster metadata (membership and
 //!   placement): read it, and change it through the metadata group's leader.
 //!
+//! Every internal connection is mutual TLS unless a node runs with `cluster.insecure`: [`dial`]
+//! makes the channels a node dials with, [`peer`] accepts connections and tells each call who
+//! made it.
+//!
 //! Errors a router must act on travel as a [`v1::TaskError`] in the metadata of the failing
 //! gRPC status; [`v1::TaskError::into_status`] and [`v1::TaskError::from_status`] convert in
 //! both directions.
 
 use prost::Message;
 
+pub mod dial;
+pub mod peer;
 pub mod trace;
 
 /// The messages, clients and servers of package `taskmesh.v1`.
@@ -147,66 +153,5 @@ impl v1::TaskError {
 impl From<v1::TaskError> for tonic::Status {
     fn from(e: v1::TaskError) -> Self {
         e.into_status()
-    }
-}
-
-/// How a node dials another: one set of channel settings for every internal service (Raft
-/// transport, task service, cluster service).
-pub mod dial {
-    use std::time::Duration;
-
-    use tonic::transport::Endpoint;
-
-    /// How long dialling a peer may take before the attempt fails.
-    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-    /// HTTP/2 pings on every channel, idle or not, this often...
-    pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
-    /// ...and a channel whose ping is not answered within this is closed (a peer cut off by the
-    /// network is noticed in about two seconds, and the channel reconnects).
-    pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
-
-    /// A peer address that cannot be dialled.
-    #[derive(Debug, thiserror::Error)]
-    pub enum DialError {
-        /// The address is empty or only whitespace.
-        #[error("empty peer address")]
-        Empty,
-        /// The address has a scheme other than plain `http://`; holds the trimmed address.
-        #[error("peer address {0:?}: only plain http:// is supported")]
-        Scheme(String),
-        /// The address is not a valid URI.
-        #[error("peer address {addr:?}")]
-        Invalid {
-            /// The address as given, trimmed.
-            addr: String,
-            /// The transport's reason for refusing it.
-            #[source]
-            source: tonic::transport::Error,
-        },
-    }
-
-    /// The endpoint of the peer at `addr` (`host:port`, or `http://host:port`), with the
-    /// settings above. (No adaptive flow-control window: its BDP pings cost the many small
-    /// messages of the task service; the Raft transport, which streams snapshots, adds it.)
-    pub fn endpoint(addr: &str) -> Result<Endpoint, DialError> {
-        let addr = addr.trim();
-        if addr.is_empty() {
-            return Err(DialError::Empty);
-        }
-        let uri = match addr.split_once("://") {
-            None => format!("http://{addr}"),
-            Some(("http", _)) => addr.to_string(),
-            Some(_) => return Err(DialError::Scheme(addr.to_string())),
-        };
-        let endpoint = Endpoint::from_shared(uri).map_err(|source| DialError::Invalid {
-            addr: addr.to_string(),
-            source,
-        })?;
-        Ok(endpoint
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
-            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-            .keep_alive_while_idle(true))
     }
 }

@@ -55,17 +55,20 @@ enum Command {
     },
     /// Make a throwaway certificate authority (in DIR, reused when there) and certificates
     /// for nodes: `node-ID.pem`/`node-ID.key`, naming `node-ID.taskmesh`, `taskmesh-node` and
-    /// each --host.
+    /// each --host; with --admin, `admin.pem`/`admin.key` for the `taskmesh cluster` commands.
     Certs {
         /// Where the files are written.
         #[arg(long)]
         out: PathBuf,
         /// A node id to make a certificate for (repeat for several).
-        #[arg(long = "node", required = true)]
+        #[arg(long = "node", required_unless_present = "admin")]
         nodes: Vec<u64>,
         /// A host name or IP address clients reach the nodes' listeners at (repeatable).
         #[arg(long = "host")]
         hosts: Vec<String>,
+        /// Also make the operator's certificate (`admin.taskmesh`).
+        #[arg(long)]
+        admin: bool,
     },
     /// Inspect or change the cluster's membership through any node's internal gRPC address.
     Cluster {
@@ -74,20 +77,80 @@ enum Command {
     },
 }
 
+/// How a `taskmesh cluster` command reaches a node's internal port.
+#[derive(clap::Args)]
+struct ClusterConn {
+    /// A node's internal gRPC address (host:port).
+    #[arg(long)]
+    peer: String,
+    /// A folder with `ca.pem`, `admin.pem` and `admin.key` (what `taskmesh certs --admin`
+    /// writes); also TASKMESH_CLUSTER_CERTS.
+    #[arg(long, env = "TASKMESH_CLUSTER_CERTS", conflicts_with_all = ["ca", "insecure"])]
+    certs: Option<PathBuf>,
+    /// The cluster's certificate authority (PEM), with --cert and --key.
+    #[arg(long, requires_all = ["cert", "key"], conflicts_with = "insecure")]
+    ca: Option<PathBuf>,
+    /// The operator's (or a member node's) certificate (PEM).
+    #[arg(long, requires = "ca")]
+    cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, requires = "ca")]
+    key: Option<PathBuf>,
+    /// Plain gRPC, for a cluster that runs with cluster.insecure = true.
+    #[arg(long)]
+    insecure: bool,
+}
+
+impl ClusterConn {
+    fn dialer(&self) -> anyhow::Result<taskmesh_rpc::dial::Dialer> {
+        use taskmesh_tls::cluster::{Admission, ClusterTls, TlsFiles};
+        let files = match (&self.certs, &self.ca, &self.cert, &self.key) {
+            (Some(dir), ..) => TlsFiles {
+                ca: dir.join("ca.pem"),
+                cert: dir.join("admin.pem"),
+                key: dir.join("admin.key"),
+            },
+            (None, Some(ca), Some(cert), Some(key)) => TlsFiles {
+                ca: ca.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+            },
+            _ if self.insecure => return Ok(taskmesh_rpc::dial::Dialer::plaintext()),
+            _ => anyhow::bail!(
+                "the internal port takes mutual TLS: give --certs DIR (or --ca, --cert and --key), \
+                 or --insecure for a cluster with cluster.insecure = true"
+            ),
+        };
+        // This side only dials: it admits no one.
+        let tls = ClusterTls::load(files, None, Admission::new(|_| false))?;
+        Ok(taskmesh_rpc::dial::Dialer::mtls(tls))
+    }
+}
+
 #[derive(Subcommand)]
 enum ClusterCommand {
     /// Print the cluster metadata (nodes, placement, version) as the node knows it, as JSON.
     Status {
-        /// A node's internal gRPC address (host:port).
+        #[command(flatten)]
+        conn: ClusterConn,
+    },
+    /// Admit a node before its first start: with mutual TLS a node that is not a member is
+    /// refused, so a new node is added here, then started with the cluster's peers as seeds.
+    Add {
+        #[command(flatten)]
+        conn: ClusterConn,
+        /// The id of the node to add (never used in this cluster before).
         #[arg(long)]
-        peer: String,
+        node: u64,
+        /// Its internal gRPC address (host:port), as the other nodes reach it.
+        #[arg(long)]
+        addr: String,
     },
     /// Remove a node: its replicas move to the others. Stop the node once `status` shows it
     /// in no shard's placement and its /status lists no replica.
     Remove {
-        /// A node's internal gRPC address (host:port).
-        #[arg(long)]
-        peer: String,
+        #[command(flatten)]
+        conn: ClusterConn,
         /// The id of the node to remove.
         #[arg(long)]
         node: u64,
@@ -95,17 +158,24 @@ enum ClusterCommand {
 }
 
 fn cluster_command(cmd: ClusterCommand) -> anyhow::Result<()> {
+    use taskmesh_meta::MetaCommand;
+    use taskmesh_node::cluster::{fetch_metadata, propose_via};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
         let meta = match cmd {
-            ClusterCommand::Status { peer } => {
-                taskmesh_node::cluster::fetch_metadata(&peer).await?
+            ClusterCommand::Status { conn } => fetch_metadata(&conn.dialer()?, &conn.peer).await?,
+            ClusterCommand::Add { conn, node, addr } => {
+                let change = MetaCommand::Join {
+                    node_id: node,
+                    addr,
+                };
+                propose_via(&conn.dialer()?, &conn.peer, change).await?.0
             }
-            ClusterCommand::Remove { peer, node } => {
-                let change = taskmesh_meta::MetaCommand::Remove { node_id: node };
-                taskmesh_node::cluster::propose_via(&peer, change).await?.0
+            ClusterCommand::Remove { conn, node } => {
+                let change = MetaCommand::Remove { node_id: node };
+                propose_via(&conn.dialer()?, &conn.peer, change).await?.0
             }
         };
         println!("{}", serde_json::to_string_pretty(&meta)?);
@@ -196,8 +266,13 @@ fn main() -> anyhow::Result<()> {
             run(cfg)
         }
         Command::Cluster { command } => cluster_command(command),
-        Command::Certs { out, nodes, hosts } => {
-            for path in taskmesh_tls::certs::generate(&out, &nodes, &hosts)? {
+        Command::Certs {
+            out,
+            nodes,
+            hosts,
+            admin,
+        } => {
+            for path in taskmesh_tls::certs::generate(&out, &nodes, &hosts, admin)? {
                 println!("{}", path.display());
             }
             Ok(())

@@ -10,12 +10,15 @@
 //! - `cluster`: node configurations, free ports, retried reads, `GET /status`, the wait for a
 //!   ready cluster.
 //! - [`History`] (`history`): what clients observed, checked against the invariants.
+//! - [`certs`]: the mutual TLS of test clusters (every node gets a certificate of one
+//!   authority per test process).
 //! - [`python`]: the virtualenv with the official MCP Python SDK.
 //!
 //! The crate cannot name the `taskmesh` executable itself (`CARGO_BIN_EXE_taskmesh` is set only
 //! for the test targets of the package that builds it): each test passes
 //! `env!("CARGO_BIN_EXE_taskmesh")` to [`Server`]'s constructors.
 
+pub mod certs;
 mod client;
 mod cluster;
 mod history;

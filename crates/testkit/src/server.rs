@@ -122,7 +122,11 @@ impl Server {
 
     fn spawn(&mut self) {
         let cfg_path = self.dir.join("taskmesh.toml");
-        std::fs::write(&cfg_path, &self.config).expect("write config");
+        let config = match self.subcommand {
+            Subcommand::Node { .. } => crate::certs::with_cluster_tls(&self.config, &self.dir),
+            Subcommand::Serve => self.config.clone(),
+        };
+        std::fs::write(&cfg_path, config).expect("write config");
         let mut cmd = match &self.netns {
             None => Command::new(&self.bin),
             Some((ns, _)) => {

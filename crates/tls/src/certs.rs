@@ -5,7 +5,9 @@
 //! and for each node id `node-{id}.pem` and `node-{id}.key`. A node certificate names
 //! `node-{id}.taskmesh` (its identity among the nodes), `taskmesh-node` (the name every node
 //! is dialled by), and each of `hosts` (names or IP addresses clients reach its listeners at).
-//! Keys are ECDSA P-256, written readable by their owner only.
+//! With `admin`, also `admin.pem` and `admin.key`: the operator's certificate for the
+//! `taskmesh cluster` commands, naming `admin.taskmesh`. Keys are ECDSA P-256, written readable
+//! by their owner only.
 
 use std::path::{Path, PathBuf};
 
@@ -19,14 +21,22 @@ use crate::TlsError;
 /// The name every node certificate carries, which nodes dial each other by.
 pub const NODE_NAME: &str = "taskmesh-node";
 
+/// The name of an operator's certificate (the `taskmesh cluster` commands).
+pub const ADMIN_NAME: &str = "admin.taskmesh";
+
 /// The name that identifies node `id` among the nodes.
 pub fn node_name(id: u64) -> String {
     format!("node-{id}.taskmesh")
 }
 
 /// Make (or reuse) the authority in `dir` and a certificate for each of `nodes`, naming
-/// `hosts` too. The files written, in order.
-pub fn generate(dir: &Path, nodes: &[u64], hosts: &[String]) -> Result<Vec<PathBuf>, TlsError> {
+/// `hosts` too, and with `admin` the operator's certificate. The files written, in order.
+pub fn generate(
+    dir: &Path,
+    nodes: &[u64],
+    hosts: &[String],
+    admin: bool,
+) -> Result<Vec<PathBuf>, TlsError> {
     std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
         path: dir.to_path_buf(),
         source,
@@ -60,27 +70,49 @@ pub fn generate(dir: &Path, nodes: &[u64], hosts: &[String]) -> Result<Vec<PathB
     for &id in nodes {
         let mut names = vec![node_name(id), NODE_NAME.to_string()];
         names.extend(hosts.iter().cloned());
-        let mut params = CertificateParams::new(names)?;
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, node_name(id));
-        params.distinguished_name = dn;
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![
-            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
-            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let key = KeyPair::generate()?;
-        let cert = params.signed_by(&key, &issuer)?;
-        let (cert_path, key_path) = (
-            dir.join(format!("node-{id}.pem")),
-            dir.join(format!("node-{id}.key")),
-        );
-        // The key first: a reader that sees the new certificate finds its key there.
-        write(&key_path, key.serialize_pem().as_bytes(), true)?;
-        write(&cert_path, cert.pem().as_bytes(), false)?;
-        written.extend([cert_path, key_path]);
+        written.extend(issue(
+            dir,
+            &format!("node-{id}"),
+            &node_name(id),
+            names,
+            &issuer,
+        )?);
+    }
+    if admin {
+        let names = vec![ADMIN_NAME.to_string()];
+        written.extend(issue(dir, "admin", ADMIN_NAME, names, &issuer)?);
     }
     Ok(written)
+}
+
+/// Make `{stem}.pem` and `{stem}.key` in `dir`: a certificate for `names` (common name
+/// `common`) signed by `issuer`, for both ends of a connection.
+fn issue(
+    dir: &Path,
+    stem: &str,
+    common: &str,
+    names: Vec<String>,
+    issuer: &Issuer<'_, KeyPair>,
+) -> Result<[PathBuf; 2], TlsError> {
+    let mut params = CertificateParams::new(names)?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common);
+    params.distinguished_name = dn;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, issuer)?;
+    let (cert_path, key_path) = (
+        dir.join(format!("{stem}.pem")),
+        dir.join(format!("{stem}.key")),
+    );
+    // The key first: a reader that sees the new certificate finds its key there.
+    write(&key_path, key.serialize_pem().as_bytes(), true)?;
+    write(&cert_path, cert.pem().as_bytes(), false)?;
+    Ok([cert_path, key_path])
 }
 
 /// Write `bytes` to `path` through a temporary file renamed into place (a reader never sees
@@ -113,11 +145,12 @@ mod tests {
             dir.path(),
             &[1, 2],
             &["localhost".into(), "127.0.0.1".into()],
+            true,
         )
         .unwrap();
-        assert_eq!(first.len(), 6, "{first:?}");
+        assert_eq!(first.len(), 8, "{first:?}");
         let ca = std::fs::read(dir.path().join("ca.pem")).unwrap();
-        let again = generate(dir.path(), &[3], &[]).unwrap();
+        let again = generate(dir.path(), &[3], &[], false).unwrap();
         assert_eq!(again.len(), 2, "the authority is reused: {again:?}");
         assert_eq!(std::fs::read(dir.path().join("ca.pem")).unwrap(), ca);
         // Every node certificate chains to the authority and names its identity.

@@ -7,9 +7,13 @@
 //!   either file changes, so a certificate is replaced without a restart; each new connection
 //!   is served with the newest good pair.
 //!
+//! - [`cluster`]: mutual TLS on the internal gRPC port (node and operator identities, the
+//!   admission of members only, reloading).
+//!
 //! The cryptography is rustls on the ring provider.
 
 pub mod certs;
+pub mod cluster;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -18,6 +18,8 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use tonic::transport::{Channel, Endpoint};
 
+use taskmesh_rpc::dial::Dialer;
+
 use crate::error::TransportError;
 
 /// How many addresses of one peer the pool keeps channels for.
@@ -40,6 +42,7 @@ impl Peer {
 
 struct Inner {
     connect_timeout: Duration,
+    dialer: Dialer,
     peers: RwLock<HashMap<u64, Peer>>,
 }
 
@@ -50,11 +53,19 @@ pub struct PeerChannels {
 }
 
 impl PeerChannels {
-    /// An empty pool whose channels give up dialling a peer after `connect_timeout`.
+    /// An empty pool of plaintext channels (see [`PeerChannels::with_dialer`]) that give up
+    /// dialling a peer after `connect_timeout`.
     pub fn new(connect_timeout: Duration) -> Self {
+        Self::with_dialer(connect_timeout, Dialer::plaintext())
+    }
+
+    /// An empty pool whose channels connect through `dialer` (mutual TLS or plain TCP) and
+    /// give up dialling a peer after `connect_timeout`.
+    pub fn with_dialer(connect_timeout: Duration, dialer: Dialer) -> Self {
         Self {
             inner: Arc::new(Inner {
                 connect_timeout,
+                dialer,
                 peers: RwLock::new(HashMap::new()),
             }),
         }
@@ -85,7 +96,7 @@ impl PeerChannels {
         } else {
             tracing::info!(node = node_id, addr = %addr, "new address for a peer");
         }
-        let channel = endpoint.connect_lazy();
+        let channel = self.inner.dialer.connect_lazy(&endpoint);
         peer.channels.push((addr.to_string(), channel.clone()));
         if peer.channels.len() > MAX_ADDRS_PER_PEER {
             let (old, _) = peer.channels.remove(0);

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use taskmesh_meta::{ClusterMeta, MetaApplied, MetaCommand, MetaRejection};
-use taskmesh_rpc::dial::DialError;
+use taskmesh_rpc::dial::{DialError, Dialer};
 use taskmesh_rpc::v1::{self, cluster_service_client::ClusterServiceClient};
 use taskmesh_shard::{MetaReplica, Retry};
 use tonic::transport::Endpoint;
@@ -58,6 +58,8 @@ pub struct Membership {
     seeds: BTreeMap<u64, String>,
     /// How long [`Membership::propose`] keeps trying.
     retry_budget: Duration,
+    /// How peers are dialled (mutual TLS or plain TCP).
+    dialer: Dialer,
     /// The channel to each peer address proposals went to, kept for the next ones.
     channels: parking_lot::Mutex<HashMap<String, tonic::transport::Channel>>,
 }
@@ -65,18 +67,20 @@ pub struct Membership {
 impl Membership {
     /// The handle of node `node_id` on its metadata replica `meta`. `seeds` are the configured
     /// peers, asked for the metadata leader until the local copy knows the nodes; a proposal
-    /// keeps trying for `retry_budget`.
+    /// keeps trying for `retry_budget`; peers are dialled through `dialer`.
     pub fn new(
         node_id: u64,
         meta: MetaReplica,
         seeds: BTreeMap<u64, String>,
         retry_budget: Duration,
+        dialer: Dialer,
     ) -> Self {
         Self {
             node_id,
             meta,
             seeds,
             retry_budget,
+            dialer,
             channels: parking_lot::Mutex::new(HashMap::new()),
         }
     }
@@ -90,12 +94,29 @@ impl Membership {
         let channel = match channels.get(addr) {
             Some(c) => c.clone(),
             None => {
-                let c = cluster_endpoint(addr)?.connect_lazy();
+                let c = self.dialer.connect_lazy(&cluster_endpoint(addr)?);
                 channels.insert(addr.to_string(), c.clone());
                 c
             }
         };
         Ok(ClusterServiceClient::new(channel))
+    }
+
+    /// Whether every other member node in `meta` refuses this node's certificate at the
+    /// handshake (a removed node that no Raft group lists any more). `false` when any answers,
+    /// fails some other way, or there is no other node to ask.
+    pub async fn refused_by_every_member(&self, meta: &ClusterMeta) -> bool {
+        let mut asked = 0;
+        for (id, addr) in &meta.nodes {
+            if *id == self.node_id {
+                continue;
+            }
+            if !self.dialer.refused_by(addr).await {
+                return false;
+            }
+            asked += 1;
+        }
+        asked > 0
     }
 
     /// The metadata as this node has applied it.
@@ -191,10 +212,11 @@ fn cluster_endpoint(addr: &str) -> Result<Endpoint, DialError> {
 }
 
 fn cluster_client(
+    dialer: &Dialer,
     addr: &str,
 ) -> Result<ClusterServiceClient<tonic::transport::Channel>, DialError> {
     Ok(ClusterServiceClient::new(
-        cluster_endpoint(addr)?.connect_lazy(),
+        dialer.connect_lazy(&cluster_endpoint(addr)?),
     ))
 }
 
@@ -235,9 +257,9 @@ async fn propose_remote(
     }
 }
 
-/// Ask the node at `addr` for its copy of the cluster metadata.
-pub async fn fetch_metadata(addr: &str) -> anyhow::Result<ClusterMeta> {
-    let mut client = cluster_client(addr)?;
+/// Ask the node at `addr` (dialled through `dialer`) for its copy of the cluster metadata.
+pub async fn fetch_metadata(dialer: &Dialer, addr: &str) -> anyhow::Result<ClusterMeta> {
+    let mut client = cluster_client(dialer, addr)?;
     let r = client
         .get_metadata(v1::GetMetadataRequest {})
         .await
@@ -246,12 +268,16 @@ pub async fn fetch_metadata(addr: &str) -> anyhow::Result<ClusterMeta> {
 }
 
 /// Propose `change` through the node at `addr` (which forwards it to the metadata leader by
-/// following `NotLeader` hints). For the `taskmesh cluster` commands.
-pub async fn propose_via(addr: &str, change: MetaCommand) -> anyhow::Result<(ClusterMeta, bool)> {
+/// following `NotLeader` hints), dialled through `dialer`. For the `taskmesh cluster` commands.
+pub async fn propose_via(
+    dialer: &Dialer,
+    addr: &str,
+    change: MetaCommand,
+) -> anyhow::Result<(ClusterMeta, bool)> {
     let mut addr = addr.to_string();
     let mut retry = Retry::new(PROPOSE_VIA_BUDGET, META_PAUSE_FIRST, META_PAUSE_MAX);
     while !retry.expired() {
-        let client = cluster_client(&addr)?;
+        let client = cluster_client(dialer, &addr)?;
         match propose_remote(client, &change).await {
             Ok(done) => return Ok(done),
             Err(RemoteError::Refused(m)) => anyhow::bail!("refused: {m}"),

@@ -144,6 +144,9 @@ impl Reconciler {
             }
         }
         self.publish(&meta);
+        if meta.removed.contains(&me) && self.ticks.is_multiple_of(4) {
+            self.forget_all_if_refused(&meta).await?;
+        }
         if self.membership.meta.is_leader() {
             let voters = meta.meta_voters(&self.membership.meta.voters());
             let everyone: BTreeSet<u64> = meta.nodes.keys().copied().collect();
@@ -159,6 +162,27 @@ impl Reconciler {
                 tracing::debug!(shard, error = %e, "placement step");
             }
         }
+        Ok(())
+    }
+
+    /// On a node that was removed: once every member refuses it at the handshake (mutual TLS
+    /// admits a removed node only while a Raft group still lists it), no group anywhere counts
+    /// on its replicas, so they are deleted. (On a plaintext port the removed node keeps
+    /// asking each group's leader instead, in `shard_step`.)
+    async fn forget_all_if_refused(&mut self, meta: &ClusterMeta) -> anyhow::Result<()> {
+        let replicas = self.host.replicas();
+        if replicas.is_empty() || !self.membership.refused_by_every_member(meta).await {
+            return Ok(());
+        }
+        for replica in replicas {
+            let shard = replica.shard_id();
+            self.host.remove_shard(shard);
+            self.registry.remove(shard);
+            replica.destroy().await?;
+        }
+        tracing::info!(
+            "this node was removed and no member admits it any more: its replicas are deleted"
+        );
         Ok(())
     }
 

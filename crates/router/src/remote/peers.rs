@@ -14,6 +14,7 @@ use parking_lot::RwLock;
 use serde_json::Value;
 use taskmesh_host::{Attachment, Created, Ended, HostError, NewTask, Stamped};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
+use taskmesh_rpc::dial::Dialer;
 use taskmesh_rpc::trace;
 use taskmesh_rpc::v1::{self, task_service_client::TaskServiceClient};
 use taskmesh_task::TaskView;
@@ -51,6 +52,7 @@ struct Peer {
 /// The other nodes of the cluster, by node id. Nodes can be added (or re-addressed) and
 /// removed while requests run.
 pub struct Peers {
+    dialer: Dialer,
     clients: RwLock<HashMap<u64, Peer>>,
     request_timeout: Duration,
     batching: GetBatching,
@@ -58,12 +60,24 @@ pub struct Peers {
 }
 
 impl Peers {
-    /// `addrs`: node id -> gRPC address (`host:port`), this node included or not.
+    /// `addrs`: node id -> gRPC address (`host:port`), this node included or not, over plain
+    /// TCP (see [`Peers::with_dialer`]).
     pub fn new(
         addrs: HashMap<u64, String>,
         request_timeout: Duration,
     ) -> Result<Self, PeerAddressError> {
+        Self::with_dialer(addrs, request_timeout, Dialer::plaintext())
+    }
+
+    /// `addrs`: node id -> gRPC address (`host:port`), this node included or not, reached
+    /// through `dialer` (mutual TLS or plain TCP).
+    pub fn with_dialer(
+        addrs: HashMap<u64, String>,
+        request_timeout: Duration,
+        dialer: Dialer,
+    ) -> Result<Self, PeerAddressError> {
         let peers = Self {
+            dialer,
             clients: RwLock::new(HashMap::new()),
             request_timeout,
             batching: GetBatching::default(),
@@ -89,7 +103,7 @@ impl Peers {
                 source,
             })?
             .timeout(self.request_timeout);
-        let channel = ep.connect_lazy();
+        let channel = self.dialer.connect_lazy(&ep);
         let client = TaskServiceClient::new(channel.clone());
         let new = self
             .clients
