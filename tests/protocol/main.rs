@@ -11,6 +11,7 @@ mod delivery;
 mod hostile;
 mod input;
 mod modern;
+mod ops;
 mod resume;
 mod session;
 mod tasks;

@@ -26,7 +26,7 @@ use crate::delivery::JsonMessage;
 use crate::dispatch::{self, Cx, Reply};
 use crate::resume::{self, EventId, Opening, Out, Reader, ResumeError};
 use crate::session::{OpenedStream, SessionClaims};
-use crate::{relay, slots, Gateway};
+use crate::{metrics, relay, slots, Gateway};
 
 /// Header carrying the signed session id (`Mcp-Session-Id`), in lower case. Every request
 /// but `initialize` must send it; the `initialize` answer carries the new one.
@@ -44,6 +44,9 @@ pub fn router(gw: Arc<Gateway>) -> axum::Router {
     }
     routes
         .route("/status", axum::routing::get(handle_status))
+        .route("/metrics", axum::routing::get(handle_metrics))
+        .route("/healthz", axum::routing::get(handle_healthz))
+        .route("/readyz", axum::routing::get(handle_readyz))
         .route(
             "/mcp",
             post(handle_post).get(handle_get).delete(handle_delete),
@@ -103,6 +106,7 @@ async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Identity, (Re
     let response = match &refusal {
         Refusal::Missing | Refusal::Invalid(_) => {
             let error = matches!(refusal, Refusal::Invalid(_)).then_some("invalid_token");
+            metrics::refused(401, error.unwrap_or("no_token"));
             let mut r = plain(StatusCode::UNAUTHORIZED, "authentication required");
             if let Some(v) = gw.auth.challenge(error, &[]) {
                 r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
@@ -111,6 +115,7 @@ async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Identity, (Re
         }
         Refusal::Unavailable(why) => {
             tracing::warn!(error = %why, "a token could not be checked");
+            metrics::refused(503, "token_check_unavailable");
             let mut r = plain(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Service Unavailable: the token could not be checked now",
@@ -136,6 +141,7 @@ fn forbidden_without_scope(
     if missing.is_empty() {
         return None;
     }
+    metrics::refused(403, "insufficient_scope");
     let outcome = format!("missing scope {}", missing.join(" "));
     let facts = request_facts(gw, identity, method, request_id);
     audit::record_for(&facts, "insufficient_scope", "", &outcome);
@@ -208,6 +214,7 @@ async fn front(
     headers: &HeaderMap,
 ) -> Result<Identity, Response> {
     if !origin_allowed(gw, headers) {
+        metrics::refused(403, "origin");
         return Err(plain(
             StatusCode::FORBIDDEN,
             "Forbidden: Origin not allowed",
@@ -217,6 +224,7 @@ async fn front(
     // neither a wrong nor a right token is checked for it.
     if let Some(ip) = peer {
         if gw.limits.auth_locked(ip) {
+            metrics::refused(429, "failed_auth_lockout");
             return Err(too_many(
                 "Too Many Requests: too many wrong tokens from this address (limits.failed_auth_per_minute)",
                 "60",
@@ -249,6 +257,7 @@ async fn front(
             response
         })?;
     if !gw.limits.allow_request(&identity.principal) {
+        metrics::refused(429, "request_rate");
         return Err(too_many(
             "Too Many Requests: over limits.requests_per_second for this principal",
             "1",
@@ -280,6 +289,7 @@ fn closing(version: axum::http::Version, mut r: Response) -> Response {
 /// anything is read, or as it arrives) is 413, one that breaks off is 400.
 async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Response> {
     let too_large = || {
+        metrics::refused(413, "body_too_large");
         plain(
             StatusCode::PAYLOAD_TOO_LARGE,
             "Payload Too Large: body exceeds http.max_body_bytes",
@@ -327,13 +337,14 @@ async fn handle_post(
         Ok(Ok(b)) => b,
         Ok(Err(r)) => return closing(version, r),
         Err(_) => {
+            metrics::refused(408, "body_read_timeout");
             return closing(
                 version,
                 plain(
                     StatusCode::REQUEST_TIMEOUT,
                     "Request Timeout: the body did not arrive within http.body_read_timeout_ms",
                 ),
-            )
+            );
         }
     };
     let msg = match jsonrpc::parse_message(&body) {
@@ -347,6 +358,8 @@ async fn handle_post(
         Message::Response { id, .. } => (Some(Operation::Create), "(response)", Some(id)),
         Message::Notification { method, .. } => (None, method.as_str(), None),
     };
+    let counted = metrics::method_index(method);
+    let started = std::time::Instant::now();
     if let Some(r) = forbidden_without_scope(&gw, &identity, operation, method, request_id) {
         return r;
     }
@@ -404,6 +417,7 @@ async fn handle_post(
     };
     let answered = audit::scope(facts, answered);
     let response = taskmesh_rpc::trace::scope(trace, answered.instrument(span)).await;
+    metrics::answered(counted, started, &response);
     match slot {
         Some(slot) => slots::hold(response, slot),
         None => response,
@@ -494,12 +508,14 @@ async fn dispatch_message(gw: &Arc<Gateway>, cx: &Cx, msg: Message) -> Response 
 }
 
 fn json_response(body: Vec<u8>) -> Response {
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response()
+    let mut r = Response::new(Body::empty());
+    metrics::mark(&mut r, &body);
+    *r.body_mut() = Body::from(body);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 fn is_response(json: &[u8]) -> bool {
@@ -755,6 +771,7 @@ async fn open_get_stream(gw: &Arc<Gateway>, id: &str, claims: &SessionClaims) ->
 }
 
 fn too_many_streams() -> Response {
+    metrics::refused(429, "streams_per_session");
     let mut r = plain(
         StatusCode::TOO_MANY_REQUESTS,
         "Too Many Requests: this session holds http.max_streams_per_session open GET streams",
@@ -844,6 +861,76 @@ async fn handle_resource_metadata(State(gw): State<Arc<Gateway>>) -> Response {
         )
             .into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// The operator endpoints without authentication, for a listener only operators and their
+/// tools reach (`[metrics] listen`): `/metrics`, `/healthz`, `/readyz`.
+pub fn ops_router(gw: Arc<Gateway>) -> axum::Router {
+    axum::Router::new()
+        .route("/metrics", axum::routing::get(handle_open_metrics))
+        .route("/healthz", axum::routing::get(handle_healthz))
+        .route("/readyz", axum::routing::get(handle_readyz))
+        .with_state(gw)
+}
+
+/// `GET /healthz`: the process is alive and serving HTTP. No authentication, no work.
+async fn handle_healthz() -> Response {
+    plain(StatusCode::OK, "ok\n")
+}
+
+/// `GET /readyz`: 200 when the node is ready to serve ([`Gateway::readiness`]), else 503
+/// saying why. No authentication; a few reads of local state.
+async fn handle_readyz(State(gw): State<Arc<Gateway>>) -> Response {
+    match gw.readiness() {
+        Ok(()) => plain(StatusCode::OK, "ready\n"),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("not ready: {why}\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// `GET /metrics` on the MCP listener: the same rules as `/status` (with authentication on,
+/// only the principals of `auth.status_principals`).
+async fn handle_metrics(
+    State(gw): State<Arc<Gateway>>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+) -> Response {
+    match front(&gw, peer, &headers).await {
+        Err(r) => return r,
+        Ok(identity) if !gw.auth.may_read_status(&identity) => {
+            return plain(
+                StatusCode::FORBIDDEN,
+                "Forbidden: not one of auth.status_principals",
+            )
+        }
+        Ok(_) => {}
+    }
+    handle_open_metrics(State(gw)).await
+}
+
+/// The metrics in the Prometheus text format, this node's state read now; 404 when metrics
+/// are off.
+async fn handle_open_metrics(State(gw): State<Arc<Gateway>>) -> Response {
+    if !taskmesh_metrics::installed() {
+        return plain(
+            StatusCode::NOT_FOUND,
+            "Not Found: metrics are off ([metrics] enabled = false)",
+        );
+    }
+    metrics::refresh(&gw, gw.readiness().is_ok());
+    match taskmesh_metrics::render() {
+        Some(text) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, taskmesh_metrics::CONTENT_TYPE)],
+            text,
+        )
+            .into_response(),
+        None => plain(StatusCode::NOT_FOUND, "Not Found: metrics are off"),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod http;
 mod inflight;
 mod limits;
 mod logging;
+mod metrics;
 pub mod modern;
 pub mod relay;
 pub mod resume;
@@ -106,6 +107,9 @@ pub struct GatewayConfig {
     /// How long a 2026-07-28 `requestState` (the answers of a plain call's earlier input
     /// rounds) stays good, ms; an older one is `-32602`.
     pub request_state_ttl_ms: u64,
+    /// `GET /readyz`: a follower replica more than this many entries behind its group's
+    /// commit index is still catching up (the node is not ready).
+    pub ready_max_lag_entries: u64,
 }
 
 impl Default for GatewayConfig {
@@ -145,6 +149,7 @@ impl Default for GatewayConfig {
             max_listen_task_ids: 1000,
             max_listen_streams_per_principal: 64,
             request_state_ttl_ms: 600_000,
+            ready_max_lag_entries: 100,
         }
     }
 }
@@ -185,6 +190,8 @@ pub struct Gateway {
     pub(crate) delivery: DeliveryStats,
     /// The 2026-07-28 `subscriptions/listen` streams open on this node.
     pub(crate) listeners: Arc<modern::listen::Listeners>,
+    /// Set when the node begins to stop: `GET /readyz` then answers 503.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Gateway {
@@ -226,8 +233,10 @@ impl Gateway {
             limits: limits::Limits::new(&cfg_limits, node),
             delivery: DeliveryStats::default(),
             listeners: Arc::default(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         });
         gw.hub.set_gateway(&gw);
+        metrics::register();
         gw.spawn_event_fanout();
         gw.spawn_tools_changed();
         gw
@@ -280,6 +289,7 @@ impl Gateway {
         match self.router.create(new).await {
             Ok(created) => {
                 if created.fresh {
+                    metrics::tasks_created();
                     audit::record("task_created", &task_id, "ok");
                 }
                 Ok(created)
@@ -303,8 +313,54 @@ impl Gateway {
             Ok(_) => "ok".to_string(),
             Err(e) => audit::refused(wire::host_error(e).code),
         };
+        metrics::cancel(&r);
         audit::record("task_cancelled", task_id, &outcome);
         r
+    }
+
+    /// The node begins to stop: from now on it is not ready (`GET /readyz` answers 503), so
+    /// that load balancers send new clients elsewhere while it hands over and drains.
+    pub fn begin_stopping(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether this node is ready to serve (`GET /readyz`), or why not: the node is not
+    /// stopping; every replica it hosts
+    /// knows its group's leader and, on a follower, has applied the group's commits up to
+    /// `ready_max_lag_entries`; every shard it hosts no replica of is placed (the cluster
+    /// metadata is known), so its requests can be routed.
+    pub fn readiness(&self) -> Result<(), String> {
+        if self.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err("the node is stopping".into());
+        }
+        let host = self.router.host();
+        let mut hosted = vec![false; host.shard_count() as usize];
+        for s in host.shard_status() {
+            if let Some(h) = hosted.get_mut(s.shard as usize) {
+                *h = true;
+            }
+            if s.leader.is_none() {
+                return Err(format!("shard {} knows no leader", s.shard));
+            }
+            let applied = s.last_applied_index.unwrap_or(0);
+            if let Some(committed) = s.committed_index.filter(|_| !s.is_leader) {
+                if applied.saturating_add(self.cfg.ready_max_lag_entries) < committed {
+                    return Err(format!(
+                        "shard {} is catching up: applied {applied} of {committed}",
+                        s.shard
+                    ));
+                }
+            }
+        }
+        for (shard, here) in hosted.iter().enumerate() {
+            if !here && self.router.placed(shard as u32).is_empty() {
+                return Err(format!(
+                    "shard {shard} has no replica here and no placement (the cluster metadata is not known yet)"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Whether tasks can be scoped to an authenticated principal (then `tasks.list` exists).

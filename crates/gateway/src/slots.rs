@@ -50,6 +50,7 @@ impl Slots {
             None
         };
         if let Some(why) = refused {
+            crate::metrics::refused(429, "sse_streams");
             let mut r = (
                 StatusCode::TOO_MANY_REQUESTS,
                 [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],

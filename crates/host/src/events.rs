@@ -97,6 +97,8 @@ pub(crate) fn spawn_shard_loops(
                 .await
             {
                 Ok(Applied::Expired { task_ids }) => {
+                    taskmesh_metrics::metrics::counter!(taskmesh_metrics::names::TASKS_EXPIRED)
+                        .increment(task_ids.len() as u64);
                     tracing::info!(
                         shard = shard.shard_id(),
                         count = task_ids.len(),

@@ -265,6 +265,11 @@ impl Host {
 /// no request caused it, so its `method` and `request_id` are empty and its `outcome` is the
 /// status. The fields are those of every audit event (docs/security.md).
 pub(crate) fn audit_terminal(host: &Host, record: &TaskRecord, how: &'static str) {
+    taskmesh_metrics::metrics::counter!(
+        taskmesh_metrics::names::TASKS_TERMINAL,
+        "status" => record.status.to_string()
+    )
+    .increment(1);
     tracing::info!(
         target: "audit",
         event = "task_terminal",

@@ -133,6 +133,17 @@ impl Host {
                     tasks,
                     live_tasks,
                     voters: s.voters(),
+                    committed_index: s.committed_index(),
+                    follower_lag: s
+                        .replication()
+                        .map(|(last, matched)| {
+                            matched
+                                .into_iter()
+                                .filter(|(id, _)| *id != s.node_id())
+                                .map(|(id, m)| (id, last.saturating_sub(m.unwrap_or(0))))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                 }
             })
             .collect()

@@ -143,4 +143,9 @@ pub struct ShardStatus {
     pub live_tasks: usize,
     /// The group's voters as this replica knows them.
     pub voters: Vec<u64>,
+    /// The index the group committed, as this replica knows it.
+    pub committed_index: Option<u64>,
+    /// On the leader: each follower and learner with how many entries it is behind the
+    /// leader's last (all of them while not known). Empty elsewhere.
+    pub follower_lag: Vec<(u64, u64)>,
 }

@@ -59,6 +59,8 @@ pub struct Config {
     pub raft: RaftConfig,
     /// `[log]`: the tracing filter and the output format.
     pub log: LogConfig,
+    /// `[metrics]`: Prometheus metrics, and the listener for operators' tools.
+    pub metrics: MetricsConfig,
     /// `[limits]`: the request rate per principal and the in-flight requests per session.
     pub limits: LimitsConfig,
     /// `[cluster]`: multi-node operation; without `peers` the node runs as a single server.
@@ -129,6 +131,27 @@ pub struct ClusterTlsConfig {
 
 fn default_handshake_ms() -> u64 {
     5_000
+}
+
+/// `[metrics]`: Prometheus metrics (`GET /metrics`) and the operators' listener.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Record metrics and serve them. Off: nothing is recorded and `/metrics` answers 404.
+    pub enabled: bool,
+    /// A second listener, without authentication, serving only `/metrics`, `/healthz` and
+    /// `/readyz` (for Prometheus and probes on a network only operators reach). Unset: those
+    /// are served on the MCP listener only (`/metrics` with the rules of `/status`).
+    pub listen: Option<SocketAddr>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            listen: None,
+        }
+    }
 }
 
 /// One seed node in `cluster.peers`.
@@ -400,6 +423,7 @@ impl Default for Config {
             tools: ToolsConfig::default(),
             raft: RaftConfig::default(),
             log: LogConfig::default(),
+            metrics: MetricsConfig::default(),
             limits: LimitsConfig::default(),
             cluster: ClusterConfig::default(),
             upstream: Vec::new(),

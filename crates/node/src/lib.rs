@@ -35,6 +35,8 @@ const SINGLE_ELECTION_WAIT: Duration = Duration::from_secs(30);
 /// How long one call to a peer's task service may take (a result attachment is a stream and
 /// is not bound by it).
 const PEER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often recorded histogram samples are folded into their buckets.
+const METRICS_UPKEEP: Duration = Duration::from_secs(5);
 /// At shutdown: how long task actors get to stop after they were told to.
 const ACTOR_STOP_WAIT: Duration = Duration::from_secs(2);
 /// At shutdown: how long the internal gRPC server gets to close its connections.
@@ -437,6 +439,11 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     cfg.validate()?;
+    if cfg.metrics.enabled {
+        // Before any handle is taken (the gateway's and the host's are taken on first use).
+        taskmesh_metrics::install()?;
+        taskmesh_metrics::spawn_upkeep(METRICS_UPKEEP);
+    }
     let data_dir = cfg.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
@@ -504,6 +511,21 @@ pub async fn serve(
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(address = %local, data_dir = %data_dir.display(), shards = cfg.shards, node = cfg.node_id, "taskmesh listening on {scheme}://{local}/mcp");
 
+    let ops = match cfg.metrics.listen {
+        None => None,
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding metrics.listen {addr}"))?;
+            tracing::info!(address = %l.local_addr()?, "metrics, health and readiness on http://{}/metrics", l.local_addr()?);
+            let app = taskmesh_gateway::http::ops_router(gateway.clone());
+            Some(tokio::spawn(async move {
+                if let Err(e) = axum::serve(l, app).await {
+                    tracing::warn!(error = %e, "the metrics listener stopped");
+                }
+            }))
+        }
+    };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let bounds = listener::Bounds {
         max_connections: cfg.http.max_connections,
@@ -535,6 +557,7 @@ pub async fn serve(
     if let Some(r) = running.reconciler.take() {
         r.abort();
     }
+    gateway.begin_stopping();
     if clustered && fatal.is_none() {
         hand_over_leadership(&cfg, &host.replicas(), running.meta.as_ref()).await;
     }
@@ -550,6 +573,9 @@ pub async fn serve(
         );
     }
     host.stop_all(ACTOR_STOP_WAIT).await;
+    if let Some(ops) = ops {
+        ops.abort();
+    }
     stop_upstreams.cancel();
     for up in &upstreams {
         up.shutdown().await;
@@ -652,6 +678,7 @@ impl Config {
             max_listen_task_ids: self.http.max_listen_task_ids,
             max_listen_streams_per_principal: self.http.max_listen_streams_per_principal,
             request_state_ttl_ms: self.http.request_state_ttl_ms,
+            ready_max_lag_entries: self.cluster.catch_up_entries,
             stream_buffer: self.http.sse_buffer_events,
             sse_retry_ms: self.http.sse_retry_ms,
             sse_resume_window_ms: self.http.sse_resume_window_ms,

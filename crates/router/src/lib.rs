@@ -197,6 +197,16 @@ impl Router {
         *self.placement.write() = Some(placement);
     }
 
+    /// The nodes the cluster metadata places `shard` on; empty on a single node and before the
+    /// metadata is known.
+    pub fn placed(&self, shard: u32) -> Vec<u64> {
+        self.placement
+            .read()
+            .as_ref()
+            .map(|p| p(shard))
+            .unwrap_or_default()
+    }
+
     fn remember_leader(&self, shard: u32, id: u64) {
         if let Some(l) = self.leaders.get(shard as usize) {
             l.store(id, Ordering::Relaxed);

@@ -216,7 +216,15 @@ fn progress_stream(
 }
 
 fn reply(status: StatusCode, body: Vec<u8>) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    let mut r = Response::new(Body::empty());
+    crate::metrics::mark(&mut r, &body);
+    *r.status_mut() = status;
+    *r.body_mut() = Body::from(body);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 /// The HTTP status that goes with an error of this generation.

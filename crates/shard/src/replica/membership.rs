@@ -191,6 +191,14 @@ impl<S: GroupState> ShardReplica<S> {
         ))
     }
 
+    /// The index the group has committed, as this replica knows it (a follower learns it from
+    /// the leader); `None` before it knows any.
+    pub fn committed_index(&self) -> Option<u64> {
+        let m = self.inner.metrics.borrow_watched();
+        let committed = m.cluster_committed.as_ref().map(|l| l.index);
+        committed
+    }
+
     /// Whether the group has a membership on this replica (it was initialised here, or a
     /// leader has replicated to it).
     pub fn has_membership(&self) -> bool {

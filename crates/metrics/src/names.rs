@@ -1,0 +1,97 @@
+//! The name, unit and meaning of every metric a node exports (units are in the names:
+//! `_seconds`, `_bytes`, `_total` for counters).
+
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+
+/// MCP requests answered, by `method` (a fixed list, else `other`) and `outcome` (`ok`, or
+/// `error` for a JSON-RPC error answer).
+pub const MCP_REQUESTS: &str = "taskmesh_mcp_requests_total";
+/// Time from a request's body read to its answer (for a streamed answer: to its first
+/// event), by `method`.
+pub const MCP_REQUEST_DURATION: &str = "taskmesh_mcp_request_duration_seconds";
+/// Requests refused before any method ran, by HTTP `status` and `cause`.
+pub const HTTP_REFUSALS: &str = "taskmesh_http_refusals_total";
+/// SSE answers open on the node.
+pub const SSE_STREAMS: &str = "taskmesh_sse_streams";
+/// Tasks this node's gateway created.
+pub const TASKS_CREATED: &str = "taskmesh_tasks_created_total";
+/// Tasks that reached a terminal `status` on a shard this node led.
+pub const TASKS_TERMINAL: &str = "taskmesh_tasks_terminal_total";
+/// `tasks/cancel` requests this node's gateway handled, by `outcome` (`ok`, `terminal`,
+/// `not_found`, `error`).
+pub const TASK_CANCELS: &str = "taskmesh_task_cancels_total";
+/// Terminal tasks whose retention ended, deleted by a shard this node led.
+pub const TASKS_EXPIRED: &str = "taskmesh_tasks_expired_total";
+/// Task actors running on this node (tasks it executes).
+pub const LIVE_TASKS: &str = "taskmesh_live_tasks";
+/// Task records held by each `shard` replica on this node, terminal ones included.
+pub const SHARD_TASKS: &str = "taskmesh_shard_tasks";
+/// 1 when this node leads `shard`, else 0.
+pub const RAFT_LEADER: &str = "taskmesh_raft_is_leader";
+/// The Raft term of this node's replica of `shard`.
+pub const RAFT_TERM: &str = "taskmesh_raft_term";
+/// The last log index this node's replica of `shard` applied.
+pub const RAFT_APPLIED_INDEX: &str = "taskmesh_raft_applied_index";
+/// The last log index this node's replica of `shard` holds.
+pub const RAFT_LAST_LOG_INDEX: &str = "taskmesh_raft_last_log_index";
+/// The index the group of `shard` committed, as this replica knows it.
+pub const RAFT_COMMITTED_INDEX: &str = "taskmesh_raft_committed_index";
+/// On a leader: how many entries `follower` of `shard` is behind the leader's last entry.
+pub const RAFT_FOLLOWER_LAG: &str = "taskmesh_raft_follower_lag_entries";
+/// Whether the node is ready to serve (`GET /readyz`): 1 or 0.
+pub const READY: &str = "taskmesh_ready";
+
+/// Describe every metric to the recorder (their help text and units).
+pub(crate) fn describe() {
+    describe_counter!(MCP_REQUESTS, "MCP requests answered, by method and outcome");
+    describe_histogram!(
+        MCP_REQUEST_DURATION,
+        Unit::Seconds,
+        "Time from a request's body read to its answer (streams: to their first event), by method"
+    );
+    describe_counter!(
+        HTTP_REFUSALS,
+        "Requests refused before any method ran, by HTTP status and cause"
+    );
+    describe_gauge!(SSE_STREAMS, "SSE answers open on this node");
+    describe_counter!(TASKS_CREATED, "Tasks this node's gateway created");
+    describe_counter!(
+        TASKS_TERMINAL,
+        "Tasks that reached a terminal status on a shard this node led, by status"
+    );
+    describe_counter!(
+        TASK_CANCELS,
+        "tasks/cancel requests this node's gateway handled, by outcome"
+    );
+    describe_counter!(
+        TASKS_EXPIRED,
+        "Terminal tasks deleted at the end of their retention by a shard this node led"
+    );
+    describe_gauge!(LIVE_TASKS, "Task actors running on this node");
+    describe_gauge!(
+        SHARD_TASKS,
+        "Task records held by this node's replica of each shard"
+    );
+    describe_gauge!(RAFT_LEADER, "1 when this node leads the shard, else 0");
+    describe_gauge!(RAFT_TERM, "Raft term of this node's replica of the shard");
+    describe_gauge!(
+        RAFT_APPLIED_INDEX,
+        "Last log index applied by this node's replica of the shard"
+    );
+    describe_gauge!(
+        RAFT_LAST_LOG_INDEX,
+        "Last log index held by this node's replica of the shard"
+    );
+    describe_gauge!(
+        RAFT_COMMITTED_INDEX,
+        "Committed log index of the shard's group, as this replica knows it"
+    );
+    describe_gauge!(
+        RAFT_FOLLOWER_LAG,
+        "On a leader: entries a follower of the shard is behind"
+    );
+    describe_gauge!(
+        READY,
+        "1 when the node is ready to serve (GET /readyz), else 0"
+    );
+}
