@@ -12,6 +12,8 @@ use taskmesh_testkit::{free_ports, Client, Server, V};
 mod membership;
 mod modern;
 mod mtls;
+mod prometheus;
+mod readiness;
 mod serving;
 mod streams;
 mod trace;

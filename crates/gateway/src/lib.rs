@@ -110,6 +110,9 @@ pub struct GatewayConfig {
     /// `GET /readyz`: a follower replica more than this many entries behind its group's
     /// commit index is still catching up (the node is not ready).
     pub ready_max_lag_entries: u64,
+    /// `GET /readyz`: a follower replica that has not heard from its leader for longer than
+    /// this (ms) has no working leader (the node is not ready).
+    pub ready_max_leader_silence_ms: u64,
 }
 
 impl Default for GatewayConfig {
@@ -150,6 +153,7 @@ impl Default for GatewayConfig {
             max_listen_streams_per_principal: 64,
             request_state_ttl_ms: 600_000,
             ready_max_lag_entries: 100,
+            ready_max_leader_silence_ms: 2_000,
         }
     }
 }
@@ -335,32 +339,13 @@ impl Gateway {
             return Err("the node is stopping".into());
         }
         let host = self.router.host();
-        let mut hosted = vec![false; host.shard_count() as usize];
-        for s in host.shard_status() {
-            if let Some(h) = hosted.get_mut(s.shard as usize) {
-                *h = true;
-            }
-            if s.leader.is_none() {
-                return Err(format!("shard {} knows no leader", s.shard));
-            }
-            let applied = s.last_applied_index.unwrap_or(0);
-            if let Some(committed) = s.committed_index.filter(|_| !s.is_leader) {
-                if applied.saturating_add(self.cfg.ready_max_lag_entries) < committed {
-                    return Err(format!(
-                        "shard {} is catching up: applied {applied} of {committed}",
-                        s.shard
-                    ));
-                }
-            }
-        }
-        for (shard, here) in hosted.iter().enumerate() {
-            if !here && self.router.placed(shard as u32).is_empty() {
-                return Err(format!(
-                    "shard {shard} has no replica here and no placement (the cluster metadata is not known yet)"
-                ));
-            }
-        }
-        Ok(())
+        readiness_of(
+            &host.shard_status(),
+            host.shard_count(),
+            |shard| !self.router.placed(shard).is_empty(),
+            self.cfg.ready_max_lag_entries,
+            self.cfg.ready_max_leader_silence_ms,
+        )
     }
 
     /// Whether tasks can be scoped to an authenticated principal (then `tasks.list` exists).
@@ -430,5 +415,124 @@ impl Gateway {
                 }
             }
         });
+    }
+}
+
+/// The readiness decision of [`Gateway::readiness`] for a node that is not stopping: the
+/// status of the replicas it hosts (`hosted`) among `shard_count` shards, whether a shard it
+/// hosts no replica of is placed, how far a follower may lag and how long it may go without
+/// hearing from its leader.
+pub fn readiness_of(
+    hosted: &[taskmesh_host::ShardStatus],
+    shard_count: u32,
+    placed: impl Fn(u32) -> bool,
+    max_lag_entries: u64,
+    max_leader_silence_ms: u64,
+) -> Result<(), String> {
+    let mut here = vec![false; shard_count as usize];
+    for s in hosted {
+        if let Some(h) = here.get_mut(s.shard as usize) {
+            *h = true;
+        }
+        if s.leader.is_none() {
+            return Err(format!("shard {} knows no leader", s.shard));
+        }
+        if !s.is_leader {
+            match s.leader_silence_ms {
+                None => {
+                    return Err(format!(
+                        "shard {} has not heard from its leader yet",
+                        s.shard
+                    ))
+                }
+                Some(ms) if ms > max_leader_silence_ms => {
+                    return Err(format!(
+                        "shard {} has not heard from its leader for {ms} ms",
+                        s.shard
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        let applied = s.last_applied_index.unwrap_or(0);
+        if let Some(committed) = s.committed_index.filter(|_| !s.is_leader) {
+            if applied.saturating_add(max_lag_entries) < committed {
+                return Err(format!(
+                    "shard {} is catching up: applied {applied} of {committed}",
+                    s.shard
+                ));
+            }
+        }
+    }
+    match (0..shard_count).find(|shard| !here[*shard as usize] && !placed(*shard)) {
+        Some(shard) => Err(format!(
+            "shard {shard} has no replica here and no placement (the cluster metadata is not known yet)"
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod readiness_tests {
+    use super::readiness_of;
+    use taskmesh_host::ShardStatus;
+
+    fn replica(shard: u32, leader: Option<u64>, applied: u64, committed: u64) -> ShardStatus {
+        ShardStatus {
+            shard,
+            node: 2,
+            is_leader: leader == Some(2),
+            leader,
+            term: 3,
+            last_applied_index: Some(applied),
+            first_log_index: Some(1),
+            last_log_index: Some(applied),
+            tasks: 0,
+            live_tasks: 0,
+            voters: vec![1, 2, 3],
+            committed_index: Some(committed),
+            leader_silence_ms: (leader != Some(2)).then_some(50),
+            follower_lag: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn ready_means_leaders_known_followers_caught_up_and_every_shard_placed() {
+        let all = |_| true;
+        let none = |_| false;
+        let good = [replica(0, Some(1), 500, 520), replica(1, Some(2), 900, 900)];
+        assert_eq!(readiness_of(&good, 2, none, 100, 2000), Ok(()));
+        // A follower more than the allowed entries behind is catching up.
+        let lagging = [replica(0, Some(1), 300, 520), replica(1, Some(2), 900, 900)];
+        let e = readiness_of(&lagging, 2, none, 100, 2000).unwrap_err();
+        assert!(
+            e.contains("shard 0 is catching up: applied 300 of 520"),
+            "{e}"
+        );
+        assert_eq!(readiness_of(&lagging, 2, none, 220, 2000), Ok(()));
+        // A leader is never behind itself, whatever it last heard.
+        let leader = [replica(1, Some(2), 10, 900)];
+        assert_eq!(readiness_of(&leader, 2, all, 0, 0), Ok(()));
+        // No leader known, or a leader not heard from for too long, or never.
+        let lost = [replica(0, None, 500, 500)];
+        let e = readiness_of(&lost, 1, none, 100, 2000).unwrap_err();
+        assert!(e.contains("knows no leader"), "{e}");
+        let e = readiness_of(&good, 2, none, 100, 40).unwrap_err();
+        assert!(
+            e.contains("shard 0 has not heard from its leader for 50 ms"),
+            "{e}"
+        );
+        let mut fresh = replica(0, Some(1), 0, 0);
+        fresh.leader_silence_ms = None;
+        let e = readiness_of(&[fresh], 1, none, 100, 2000).unwrap_err();
+        assert!(e.contains("has not heard from its leader yet"), "{e}");
+        // A shard hosted elsewhere needs the metadata's placement.
+        let e = readiness_of(&good[..1], 2, none, 100, 2000).unwrap_err();
+        assert!(
+            e.contains("shard 1 has no replica here and no placement"),
+            "{e}"
+        );
+        assert_eq!(readiness_of(&good[..1], 2, all, 100, 2000), Ok(()));
+        assert_eq!(readiness_of(&[], 0, none, 100, 2000), Ok(()));
     }
 }

@@ -164,6 +164,15 @@ async fn reconcile_loop(host: Host, shard: ShardReplica) {
     let mut leadership = shard.leadership();
     let mut retry: Option<Duration> = None;
     let mut next = tokio::time::Instant::now();
+    let label = shard.shard_id().to_string();
+    let changes = taskmesh_metrics::metrics::counter!(
+        taskmesh_metrics::names::RAFT_LEADER_CHANGES, "shard" => label.clone());
+    let won = taskmesh_metrics::metrics::counter!(
+        taskmesh_metrics::names::RAFT_LEADERSHIPS_WON, "shard" => label);
+    let (mut known, mut leading) = {
+        let l = leadership.borrow();
+        (l.leader, l.is_leader)
+    };
     loop {
         tokio::select! {
             changed = leadership.changed() => {
@@ -175,6 +184,15 @@ async fn reconcile_loop(host: Host, shard: ShardReplica) {
             _ = tokio::time::sleep_until(next) => {}
         }
         let now = leadership.borrow_and_update().clone();
+        if let (Some(before), Some(after)) = (known, now.leader) {
+            if before != after {
+                changes.increment(1);
+            }
+        }
+        if now.is_leader && !leading {
+            won.increment(1);
+        }
+        (known, leading) = (now.leader.or(known), now.is_leader);
         let pause = if !now.is_leader {
             stop_shard_actors(&host, shard.shard_id());
             period

@@ -134,6 +134,9 @@ impl Host {
                     live_tasks,
                     voters: s.voters(),
                     committed_index: s.committed_index(),
+                    leader_silence_ms: (!lead.is_leader)
+                        .then(|| s.since_leader_contact().map(|d| d.as_millis() as u64))
+                        .flatten(),
                     follower_lag: s
                         .replication()
                         .map(|(last, matched)| {

@@ -145,6 +145,9 @@ pub struct ShardStatus {
     pub voters: Vec<u64>,
     /// The index the group committed, as this replica knows it.
     pub committed_index: Option<u64>,
+    /// On a follower: how long ago the leader's last AppendEntries (or heartbeat) reached it,
+    /// in ms; `None` on the leader and before any.
+    pub leader_silence_ms: Option<u64>,
     /// On the leader: each follower and learner with how many entries it is behind the
     /// leader's last (all of them while not known). Empty elsewhere.
     pub follower_lag: Vec<(u64, u64)>,

@@ -38,6 +38,10 @@ pub const RAFT_LAST_LOG_INDEX: &str = "taskmesh_raft_last_log_index";
 pub const RAFT_COMMITTED_INDEX: &str = "taskmesh_raft_committed_index";
 /// On a leader: how many entries `follower` of `shard` is behind the leader's last entry.
 pub const RAFT_FOLLOWER_LAG: &str = "taskmesh_raft_follower_lag_entries";
+/// Times this node's replica of `shard` saw the group's leader change to another node.
+pub const RAFT_LEADER_CHANGES: &str = "taskmesh_raft_leader_changes_total";
+/// Times this node became the leader of `shard`.
+pub const RAFT_LEADERSHIPS_WON: &str = "taskmesh_raft_leaderships_won_total";
 /// Whether the node is ready to serve (`GET /readyz`): 1 or 0.
 pub const READY: &str = "taskmesh_ready";
 

@@ -43,6 +43,9 @@ pub struct Config {
     pub shards: u32,
     /// How long a stopping node waits for open streams to finish, in ms.
     pub shutdown_drain_ms: u64,
+    /// How long a stopping node keeps serving after `GET /readyz` turned 503, before it hands
+    /// over its leaderships and drains, in ms: time for load balancers to notice.
+    pub shutdown_unready_wait_ms: u64,
     /// Threads of the node's async runtime; 0: one per CPU core.
     pub worker_threads: usize,
     /// `[http]`: request body size, allowed origins and SSE streams of the MCP endpoint.
@@ -415,6 +418,7 @@ impl Default for Config {
             node_id: 1,
             shards: 32,
             shutdown_drain_ms: 5_000,
+            shutdown_unready_wait_ms: 0,
             worker_threads: 0,
             http: HttpConfig::default(),
             auth: taskmesh_gateway::auth::AuthConfig::default(),

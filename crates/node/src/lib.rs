@@ -558,6 +558,13 @@ pub async fn serve(
         r.abort();
     }
     gateway.begin_stopping();
+    if cfg.shutdown_unready_wait_ms > 0 {
+        tracing::info!(
+            wait_ms = cfg.shutdown_unready_wait_ms,
+            "stopping: not ready any more; serving on while load balancers notice"
+        );
+        tokio::time::sleep(Duration::from_millis(cfg.shutdown_unready_wait_ms)).await;
+    }
     if clustered && fatal.is_none() {
         hand_over_leadership(&cfg, &host.replicas(), running.meta.as_ref()).await;
     }
@@ -679,6 +686,9 @@ impl Config {
             max_listen_streams_per_principal: self.http.max_listen_streams_per_principal,
             request_state_ttl_ms: self.http.request_state_ttl_ms,
             ready_max_lag_entries: self.cluster.catch_up_entries,
+            // A leader heartbeats every heartbeat interval; silence past two of the longest
+            // election timeouts means it is gone or cut off.
+            ready_max_leader_silence_ms: 2 * self.raft.election_timeout_max_ms,
             stream_buffer: self.http.sse_buffer_events,
             sse_retry_ms: self.http.sse_retry_ms,
             sse_resume_window_ms: self.http.sse_resume_window_ms,

@@ -66,6 +66,20 @@ impl Server {
         Self::launch(bin.as_ref(), config, Subcommand::Node { bootstrap })
     }
 
+    /// Start one cluster node listening for MCP on `listen` (a free port the test picked), so
+    /// that its URL stays the same across restarts.
+    pub fn start_node_at(
+        bin: impl AsRef<Path>,
+        listen: &str,
+        config: &str,
+        bootstrap: bool,
+    ) -> Server {
+        let mut s = Self::unstarted(bin.as_ref(), config, Subcommand::Node { bootstrap }, None);
+        s.listen = Some(listen.to_string());
+        s.spawn();
+        s
+    }
+
     /// Start one cluster node (the executable `bin`) inside network namespace `ns`, serving
     /// MCP on `listen`.
     pub fn start_node_in(

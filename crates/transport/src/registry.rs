@@ -77,10 +77,14 @@ impl<S: GroupState> HostedGroup for ShardReplica<S> {
     fn append_entries(&self, payload: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, Status>> {
         let names = ("AppendEntriesRequest", "AppendEntriesResponse");
         Box::pin(async move {
-            serve(self.shard_id(), names, &payload, |rpc| {
+            let answer = serve(self.shard_id(), names, &payload, |rpc| {
                 self.raft().append_entries(rpc)
             })
-            .await
+            .await;
+            if answer.is_ok() {
+                self.note_leader_contact();
+            }
+            answer
         })
     }
 

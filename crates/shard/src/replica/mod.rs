@@ -44,6 +44,10 @@ struct Inner<S: GroupState> {
     reads: parking_lot::Mutex<ReadBatch>,
     lease: ReadLease,
     metrics: openraft::type_config::alias::WatchReceiverOf<Group<S>, RaftMetrics<Group<S>>>,
+    /// When a leader's AppendEntries (entries or heartbeat) last reached this replica, in ms
+    /// since `opened`; 0: never.
+    leader_contact_ms: std::sync::atomic::AtomicU64,
+    opened: std::time::Instant,
 }
 
 impl<S: GroupState> Drop for Inner<S> {
@@ -176,6 +180,8 @@ impl<S: GroupState> ShardReplica<S> {
                 reads: parking_lot::Mutex::new(ReadBatch::default()),
                 lease,
                 metrics: metrics_rx,
+                leader_contact_ms: std::sync::atomic::AtomicU64::new(0),
+                opened: std::time::Instant::now(),
             }),
         })
     }
@@ -247,6 +253,30 @@ impl<S: GroupState> ShardReplica<S> {
     /// The first and last index present in the local log (`None` when it is empty).
     pub fn log_index_range(&self) -> Result<(Option<u64>, Option<u64>), ShardError> {
         Ok(self.inner.log.index_range()?)
+    }
+
+    /// Record that a leader's AppendEntries (entries or a heartbeat) reached this replica now
+    /// (the transport calls it for each one it hands to the group).
+    pub fn note_leader_contact(&self) {
+        let ms = (self.inner.opened.elapsed().as_millis() as u64).max(1);
+        self.inner
+            .leader_contact_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long ago a leader's AppendEntries last reached this replica; `None` when none has
+    /// since it was opened.
+    pub fn since_leader_contact(&self) -> Option<std::time::Duration> {
+        let at = self
+            .inner
+            .leader_contact_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (at > 0).then(|| {
+            self.inner
+                .opened
+                .elapsed()
+                .saturating_sub(std::time::Duration::from_millis(at))
+        })
     }
 
     /// The group's Raft handle, for a network server to deliver peer RPCs to, and for
