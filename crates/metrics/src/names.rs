@@ -94,6 +94,14 @@ pub(crate) fn describe() {
         RAFT_FOLLOWER_LAG,
         "On a leader: entries a follower of the shard is behind"
     );
+    describe_counter!(
+        RAFT_LEADER_CHANGES,
+        "Times this node's replica of the shard saw its leader change to another node"
+    );
+    describe_counter!(
+        RAFT_LEADERSHIPS_WON,
+        "Times this node became the leader of the shard"
+    );
     describe_gauge!(
         READY,
         "1 when the node is ready to serve (GET /readyz), else 0"

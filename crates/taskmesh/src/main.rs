@@ -40,11 +40,12 @@ enum Command {
         #[arg(long, env = "TASKMESH_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// Run one node of a cluster (node id, addresses, peers and data dir from the config).
+    /// Run one node of a cluster (node id, addresses, peers and data dir from the config file
+    /// and the TASKMESH_* environment variables).
     Node {
-        /// TOML configuration file (also TASKMESH_CONFIG).
+        /// TOML configuration file (also TASKMESH_CONFIG); without it, the environment alone.
         #[arg(long, env = "TASKMESH_CONFIG")]
-        config: PathBuf,
+        config: Option<PathBuf>,
         /// Create the cluster with the configured peers as its first members (its metadata
         /// group, identity and shard groups). Run once, on one node; repeating it is harmless.
         #[arg(long)]
@@ -249,7 +250,7 @@ fn main() -> anyhow::Result<()> {
             listen,
         } => {
             let mut cfg = Config::load(
-                Some(&config),
+                config.as_deref(),
                 std::env::vars(),
                 Overrides {
                     listen,
@@ -258,8 +259,10 @@ fn main() -> anyhow::Result<()> {
             )?;
             if cfg.cluster.peers.is_empty() {
                 anyhow::bail!(
-                    "`taskmesh node` needs [cluster] peers in {}",
-                    config.display()
+                    "`taskmesh node` needs cluster.peers (in {} or TASKMESH_CLUSTER__PEERS)",
+                    config
+                        .as_deref()
+                        .map_or("the config file".into(), |c| c.display().to_string())
                 );
             }
             cfg.cluster.bootstrap |= bootstrap;
