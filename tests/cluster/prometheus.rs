@@ -184,6 +184,41 @@ async fn prometheus_scrapes_every_node_and_sees_the_work_and_a_failover() {
         )
         .await;
 
+    // Every query of the Grafana dashboard is valid PromQL over these series, and the panels
+    // of what has happened by now have data.
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../deploy/grafana/taskmesh.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut with_data = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        let mut any = false;
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap().replace("$job", "taskmesh");
+            any |= !prometheus.query(&expr).await.is_empty();
+        }
+        if any {
+            with_data.push(panel["title"].as_str().unwrap().to_string());
+        }
+    }
+    for title in [
+        "MCP requests by method",
+        "Request latency p50 / p99",
+        "Tasks created and finished",
+        "Shards led per node",
+        "Ready nodes",
+        "Memory per node",
+    ] {
+        assert!(
+            with_data.iter().any(|t| t == title),
+            "{title}: {with_data:?}"
+        );
+    }
+
     // Kill the node that leads the most shards: the others see new leaders.
     let leads = prometheus.query("taskmesh_raft_is_leader == 1").await;
     let port_of = |instance: &Value| {

@@ -1,5 +1,5 @@
-//! The official MCP Python SDK for the tests that run it: a virtualenv with `mcp==1.30.0`,
-//! made once under the test target's temporary directory and reused.
+//! Python for the tests that run it: virtualenvs made once under the test target's temporary
+//! directory and reused ([`venv`]); the official MCP Python SDK's is [`mcp_venv`].
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,13 +18,30 @@ const PIP_TIMEOUT: Duration = Duration::from_secs(600);
 /// `tmp` is the test's `CARGO_TARGET_TMPDIR`. It needs `python3` with the `venv` module, and
 /// PyPI the first time; when either is missing it panics with the output.
 pub fn mcp_venv(tmp: &Path) -> PathBuf {
+    venv(
+        tmp,
+        "py-mcp-1.30.0",
+        &[MCP_PACKAGE],
+        "import importlib.metadata as m, mcp.client.experimental; assert m.version('mcp') == '1.30.0'",
+    )
+}
+
+/// A virtualenv `tmp/name` with `packages` (pip requirement strings) installed; its
+/// interpreter. `check` is Python code that must run in it after the install (an import,
+/// a version). A marker file written after a verified install lets later runs skip pip.
+///
+/// `tmp` is the test's `CARGO_TARGET_TMPDIR`. It needs `python3` with the `venv` module, and
+/// PyPI the first time; when either is missing it panics with the output.
+pub fn venv(tmp: &Path, name: &str, packages: &[&str], check: &str) -> PathBuf {
     // Tests of one binary run at once: one provisions, the others wait and reuse it.
     static PROVISION: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = PROVISION.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = tmp.join("py-mcp-1.30.0");
-    let marker = dir.join("taskmesh-interop-installed");
+    let dir = tmp.join(name);
+    let marker = dir.join("taskmesh-test-installed");
+    let wanted = packages.join(" ");
     let python = dir.join("bin").join("python");
-    if python.exists() && std::fs::read_to_string(&marker).ok().as_deref() == Some(MCP_PACKAGE) {
+    if python.exists() && std::fs::read_to_string(&marker).ok().as_deref() == Some(wanted.as_str())
+    {
         return python;
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -42,33 +59,24 @@ pub fn mcp_venv(tmp: &Path) -> PathBuf {
 
     let pip = run_bounded(
         Command::new(dir.join("bin").join("pip"))
-            .args([
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                MCP_PACKAGE,
-            ])
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .args(packages)
             .env("PIP_NO_INPUT", "1"),
         PIP_TIMEOUT,
     );
     assert!(
         pip.ok(),
-        "`pip install {MCP_PACKAGE}` failed:\n{}",
+        "`pip install {wanted}` failed:\n{}",
         pip.describe()
     );
 
-    let check = run_bounded(
-        Command::new(&python).arg("-c").arg(
-            "import importlib.metadata as m, mcp.client.experimental; print(m.version('mcp'))",
-        ),
-        VENV_TIMEOUT,
-    );
+    let checked = run_bounded(Command::new(&python).arg("-c").arg(check), VENV_TIMEOUT);
     assert!(
-        check.ok() && check.stdout.trim() == "1.30.0",
-        "the virtualenv does not import mcp 1.30.0:\n{}",
-        check.describe()
+        checked.ok(),
+        "the virtualenv {name} does not pass its check:\n{}",
+        checked.describe()
     );
-    std::fs::write(&marker, MCP_PACKAGE).expect("write the virtualenv marker");
+    std::fs::write(&marker, wanted).expect("write the virtualenv marker");
     python
 }
 
