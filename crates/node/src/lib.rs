@@ -298,7 +298,7 @@ async fn start_cluster(
         .with_config(transport.clone())
         .into_server();
     let task_svc = taskmesh_router::service::TaskGrpc::new(host.clone(), book).into_server();
-    let cluster_svc = cluster::ClusterGrpc::new(membership.clone()).into_server();
+    let cluster_svc = cluster::ClusterGrpc::new(membership.clone(), host.clone()).into_server();
     let stream_svc = taskmesh_gateway::relay::StreamGrpc::new(hub.clone()).into_server();
     let handshake = Duration::from_millis(
         cfg.cluster

@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+
+mod admin;
 use taskmesh_node::config::{Config, Overrides};
 
 // The request path allocates and frees many small objects on every worker thread; mimalloc's
@@ -156,6 +158,40 @@ enum ClusterCommand {
         #[arg(long)]
         node: u64,
     },
+    /// Where each shard is led: every member node's view, as a table (or JSON).
+    Leaders {
+        #[command(flatten)]
+        conn: ClusterConn,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Hand the leadership of a shard to one of its voters and wait until it has moved.
+    TransferLeader {
+        #[command(flatten)]
+        conn: ClusterConn,
+        /// The shard.
+        #[arg(long)]
+        shard: u32,
+        /// The voter to lead it.
+        #[arg(long)]
+        node: u64,
+        /// Print JSON instead of a sentence.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Build a snapshot of a shard on every node that holds a replica of it (its log is then
+    /// purged up to the snapshot, keeping raft.max_in_snapshot_log_to_keep entries).
+    Snapshot {
+        #[command(flatten)]
+        conn: ClusterConn,
+        /// The shard.
+        #[arg(long)]
+        shard: u32,
+        /// Print JSON instead of a sentence per replica.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn cluster_command(cmd: ClusterCommand) -> anyhow::Result<()> {
@@ -166,6 +202,21 @@ fn cluster_command(cmd: ClusterCommand) -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async {
         let meta = match cmd {
+            ClusterCommand::Leaders { conn, json } => {
+                return admin::leaders(&conn.dialer()?, &conn.peer, json).await;
+            }
+            ClusterCommand::TransferLeader {
+                conn,
+                shard,
+                node,
+                json,
+            } => {
+                return admin::transfer_leader(&conn.dialer()?, &conn.peer, shard, node, json)
+                    .await;
+            }
+            ClusterCommand::Snapshot { conn, shard, json } => {
+                return admin::snapshot(&conn.dialer()?, &conn.peer, shard, json).await;
+            }
             ClusterCommand::Status { conn } => fetch_metadata(&conn.dialer()?, &conn.peer).await?,
             ClusterCommand::Add { conn, node, addr } => {
                 let change = MetaCommand::Join {

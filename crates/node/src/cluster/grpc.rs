@@ -1,7 +1,11 @@
 //! The `taskmesh.v1.ClusterService` server: other nodes and `taskmesh cluster` commands
-//! propose metadata changes and read the metadata through it.
+//! propose metadata changes and read the metadata through it; the operator's commands also
+//! read the shards' leaders, move a leadership and build snapshots through it.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use taskmesh_host::Host;
 
 use taskmesh_meta::{MetaApplied, MetaCommand};
 use taskmesh_rpc::v1;
@@ -13,12 +17,26 @@ use super::Membership;
 /// The `taskmesh.v1.ClusterService` server.
 pub struct ClusterGrpc {
     membership: Arc<Membership>,
+    host: Host,
 }
 
+/// How long `MoveLeader` waits for the leadership to arrive at its target.
+const MOVE_LEADER_WAIT: Duration = Duration::from_secs(5);
+
 impl ClusterGrpc {
-    /// The service answering for this node's `membership`.
-    pub fn new(membership: Arc<Membership>) -> Self {
-        Self { membership }
+    /// The service answering for this node's `membership` and the replicas of `host`.
+    pub fn new(membership: Arc<Membership>, host: Host) -> Self {
+        Self { membership, host }
+    }
+
+    /// This node's replica of `shard`, or NOT_FOUND.
+    fn replica(&self, shard: u32) -> Result<taskmesh_shard::ShardReplica, Status> {
+        self.host.replica(shard).ok_or_else(|| {
+            Status::not_found(format!(
+                "node {} hosts no replica of shard {shard}",
+                self.membership.node_id
+            ))
+        })
     }
 
     /// The tonic server to mount on the node's gRPC listener.
@@ -86,6 +104,91 @@ impl v1::cluster_service_server::ClusterService for ClusterGrpc {
         Ok(Response::new(v1::GetMetadataResponse {
             metadata_json: serde_json::to_string(&meta)
                 .map_err(|e| Status::internal(e.to_string()))?,
+        }))
+    }
+
+    async fn shard_leaders(
+        &self,
+        _request: Request<v1::ShardLeadersRequest>,
+    ) -> Result<Response<v1::ShardLeadersResponse>, Status> {
+        let shards = self
+            .host
+            .shard_status()
+            .into_iter()
+            .map(|s| v1::ShardView {
+                shard: s.shard,
+                leader: s.leader.unwrap_or(0),
+                term: s.term,
+                is_leader: s.is_leader,
+                applied_index: s.last_applied_index.unwrap_or(0),
+                voters: s.voters,
+            })
+            .collect();
+        Ok(Response::new(v1::ShardLeadersResponse {
+            node_id: self.membership.node_id,
+            shards,
+        }))
+    }
+
+    async fn move_leader(
+        &self,
+        request: Request<v1::MoveLeaderRequest>,
+    ) -> Result<Response<v1::MoveLeaderResponse>, Status> {
+        let v1::MoveLeaderRequest { shard, to_node } = request.into_inner();
+        let replica = self.replica(shard)?;
+        match replica.transfer_leader(to_node).await {
+            Ok(()) => {}
+            Err(ShardError::NotLeader { leader_hint }) => {
+                let m = &self.membership;
+                return Err(v1::TaskError::not_leader(
+                    leader_hint.map(|id| v1::LeaderHint {
+                        node_id: id,
+                        address: m.address(id).unwrap_or_default(),
+                    }),
+                    format!("not the leader of shard {shard}"),
+                )
+                .into_status());
+            }
+            Err(ShardError::Invalid(why)) => return Err(Status::failed_precondition(why)),
+            Err(e) => return Err(Status::unavailable(e.to_string())),
+        }
+        let mut leadership = replica.leadership();
+        let _ = tokio::time::timeout(MOVE_LEADER_WAIT, async {
+            loop {
+                if leadership.borrow_and_update().leader == Some(to_node) {
+                    return;
+                }
+                if leadership.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        let now = leadership.borrow().clone();
+        Ok(Response::new(v1::MoveLeaderResponse {
+            leader: now.leader.unwrap_or(0),
+            term: now.term,
+        }))
+    }
+
+    async fn build_snapshot(
+        &self,
+        request: Request<v1::BuildSnapshotRequest>,
+    ) -> Result<Response<v1::BuildSnapshotResponse>, Status> {
+        let shard = request.into_inner().shard;
+        let replica = self.replica(shard)?;
+        let covers = replica.last_applied().map_or(0, |l| l.index);
+        replica.trigger_snapshot().await.map_err(|e| {
+            Status::unavailable(format!("building the snapshot of shard {shard}: {e}"))
+        })?;
+        let first = replica
+            .log_index_range()
+            .ok()
+            .and_then(|(first, _)| first)
+            .unwrap_or(0);
+        Ok(Response::new(v1::BuildSnapshotResponse {
+            covers_index: covers,
+            first_log_index: first,
         }))
     }
 }

@@ -206,6 +206,17 @@ const PROPOSE_VIA_BUDGET: Duration = Duration::from_secs(10);
 
 /// How long one call to a peer's metadata service may take.
 const CLUSTER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an operator's call that waits for work (a leadership move, a snapshot) may take.
+const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The cluster service of `addr` for calls that wait for work ([`ADMIN_CALL_TIMEOUT`]).
+fn admin_client(
+    dialer: &Dialer,
+    addr: &str,
+) -> Result<ClusterServiceClient<tonic::transport::Channel>, DialError> {
+    let endpoint = taskmesh_rpc::dial::endpoint(addr)?.timeout(ADMIN_CALL_TIMEOUT);
+    Ok(ClusterServiceClient::new(dialer.connect_lazy(&endpoint)))
+}
 
 fn cluster_endpoint(addr: &str) -> Result<Endpoint, DialError> {
     Ok(taskmesh_rpc::dial::endpoint(addr)?.timeout(CLUSTER_CALL_TIMEOUT))
@@ -292,4 +303,65 @@ pub async fn propose_via(
         }
     }
     anyhow::bail!("no metadata leader found through {addr} within {PROPOSE_VIA_BUDGET:?}")
+}
+
+/// The shard groups the node at `addr` hosts a replica of, as it sees them.
+pub async fn shard_leaders(
+    dialer: &Dialer,
+    addr: &str,
+) -> anyhow::Result<v1::ShardLeadersResponse> {
+    let mut client = cluster_client(dialer, addr)?;
+    let r = client
+        .shard_leaders(v1::ShardLeadersRequest {})
+        .await
+        .map_err(|s| anyhow::anyhow!("{addr}: {}", s.message()))?;
+    Ok(r.into_inner())
+}
+
+/// Hand the leadership of `shard` to voter `to`, through the node at `addr` and then the
+/// leaders its `NotLeader` hints name. The leader and term once it moved (or the wait ended).
+pub async fn move_leader(
+    dialer: &Dialer,
+    addr: &str,
+    shard: u32,
+    to: u64,
+) -> anyhow::Result<v1::MoveLeaderResponse> {
+    let mut addr = addr.to_string();
+    let mut retry = Retry::new(PROPOSE_VIA_BUDGET, META_PAUSE_FIRST, META_PAUSE_MAX);
+    while !retry.expired() {
+        let mut client = admin_client(dialer, &addr)?;
+        let request = v1::MoveLeaderRequest { shard, to_node: to };
+        match client.move_leader(request).await {
+            Ok(r) => return Ok(r.into_inner()),
+            Err(s) => match v1::TaskError::from_status(&s) {
+                Some(e) if e.kind() == v1::TaskErrorKind::NotLeader => {
+                    match e.leader.filter(|l| l.node_id != 0 && !l.address.is_empty()) {
+                        Some(l) => {
+                            addr = l.address;
+                            retry.reset();
+                        }
+                        None => {
+                            retry.pause().await;
+                        }
+                    }
+                }
+                _ => anyhow::bail!("{addr}: {}", s.message()),
+            },
+        }
+    }
+    anyhow::bail!("no leader of shard {shard} found through {addr} within {PROPOSE_VIA_BUDGET:?}")
+}
+
+/// Build a snapshot of the replica of `shard` on the node at `addr`.
+pub async fn build_snapshot(
+    dialer: &Dialer,
+    addr: &str,
+    shard: u32,
+) -> anyhow::Result<v1::BuildSnapshotResponse> {
+    let mut client = admin_client(dialer, addr)?;
+    let r = client
+        .build_snapshot(v1::BuildSnapshotRequest { shard })
+        .await
+        .map_err(|s| anyhow::anyhow!("{addr}: {}", s.message()))?;
+    Ok(r.into_inner())
 }
