@@ -156,7 +156,8 @@ async fn prometheus_scrapes_every_node_and_sees_the_work_and_a_failover() {
     // Tasks created through node 1 show up, and the requests that made them.
     let c = connect(&n1).await;
     let mut ids = Vec::new();
-    for i in 0..5 {
+    // 20 tasks: some of them (all but with odds of 3e-9) on shards that another node leads.
+    for i in 0..20 {
         ids.push(
             c.start_task(
                 "slow_compute",
@@ -182,6 +183,18 @@ async fn prometheus_scrapes_every_node_and_sees_the_work_and_a_failover() {
             r#"sum(taskmesh_mcp_requests_total{method="tools/call",outcome="ok"})"#,
             |v| v >= 5.0,
         )
+        .await;
+    // Node 1 forwarded creates and polls to the other nodes' leaders, its polls in batches.
+    prometheus
+        .until(
+            r#"sum(taskmesh_forwarded_requests_total{outcome="ok"})"#,
+            |v| v >= 1.0,
+        )
+        .await;
+    prometheus
+        .until("sum(taskmesh_forwarded_read_batch_reads_count)", |v| {
+            v >= 1.0
+        })
         .await;
 
     // Every query of the Grafana dashboard is valid PromQL over these series, and the panels

@@ -42,6 +42,11 @@ const LATENCY_BUCKETS: &[f64] = &[
     5.0, 10.0,
 ];
 
+/// Upper bounds of the histograms of counts (reads per batch): 1 to 4096.
+const COUNT_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0,
+];
+
 /// Install the Prometheus recorder for this process (once: later calls change nothing) and
 /// describe every metric. Call it before the first handle is taken: handles taken earlier
 /// record nothing.
@@ -51,6 +56,8 @@ pub fn install() -> Result<(), InstallError> {
     }
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+        .map_err(|e| InstallError(e.to_string()))?
+        .set_buckets_for_metric(Matcher::Suffix("_reads".into()), COUNT_BUCKETS)
         .map_err(|e| InstallError(e.to_string()))?
         .install_recorder()
         .map_err(|e| InstallError(e.to_string()))?;

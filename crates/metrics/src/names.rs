@@ -42,6 +42,12 @@ pub const RAFT_FOLLOWER_LAG: &str = "taskmesh_raft_follower_lag_entries";
 pub const RAFT_LEADER_CHANGES: &str = "taskmesh_raft_leader_changes_total";
 /// Times this node became the leader of `shard`.
 pub const RAFT_LEADERSHIPS_WON: &str = "taskmesh_raft_leaderships_won_total";
+/// Requests this node forwarded to another `node` (the shard's leader, or who it thought
+/// was), by `outcome`: `ok`, `not_leader` (answered with a hint or none: the request hops on),
+/// `unavailable` (no answer, or the node could not serve now: retried), `error` (final).
+pub const FORWARDED: &str = "taskmesh_forwarded_requests_total";
+/// Reads (`tasks/get`) per batch a gateway sent to another node on its read stream.
+pub const READ_BATCH: &str = "taskmesh_forwarded_read_batch_reads";
 /// Whether the node is ready to serve (`GET /readyz`): 1 or 0.
 pub const READY: &str = "taskmesh_ready";
 
@@ -101,6 +107,14 @@ pub(crate) fn describe() {
     describe_counter!(
         RAFT_LEADERSHIPS_WON,
         "Times this node became the leader of the shard"
+    );
+    describe_counter!(
+        FORWARDED,
+        "Requests forwarded to another node, by node and outcome"
+    );
+    describe_histogram!(
+        READ_BATCH,
+        "Reads per batch a gateway sent to another node on its read stream"
     );
     describe_gauge!(
         READY,

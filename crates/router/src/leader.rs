@@ -210,6 +210,9 @@ impl Router {
                     "shard {shard} has no leader"
                 ))),
             };
+            if let Some(id) = remote_id {
+                self.forwarded.count(id, &result);
+            }
             match result {
                 // Only errors that say "nothing changed, ask again" are retried: a peer's
                 // internal or configuration error is final, and reported as it is.

@@ -12,6 +12,7 @@
 //! stream); the task operations and the leader-finding loop are in [`leader`].
 
 pub mod convert;
+mod forwarded;
 pub mod leader;
 pub mod remote;
 pub mod service;
@@ -72,6 +73,8 @@ pub struct Router {
     placement: Arc<RwLock<Option<Placement>>>,
     /// Peers whose status stream is followed.
     watched: Arc<Mutex<HashSet<u64>>>,
+    /// The counters of forwarded requests.
+    forwarded: Arc<forwarded::Forwarded>,
 }
 
 /// 128 bits from the OS CSPRNG, as 32 lowercase hex digits.
@@ -107,6 +110,7 @@ impl Router {
             leaders: Arc::new((0..shards).map(|_| AtomicU64::new(0)).collect()),
             placement: Arc::new(RwLock::new(None)),
             watched: Arc::new(Mutex::new(HashSet::new())),
+            forwarded: Arc::default(),
         };
         router.spawn_event_merge();
         router

@@ -234,6 +234,10 @@ impl Peers {
                         client: self.client(id)?,
                         queue: Default::default(),
                         stream: Default::default(),
+                        batch_size: taskmesh_metrics::metrics::histogram!(
+                            taskmesh_metrics::names::READ_BATCH,
+                            "node" => id.to_string()
+                        ),
                     });
                     gets.insert(id, r.clone());
                     r

@@ -63,6 +63,8 @@ pub(super) struct PeerReads {
     pub(super) client: TaskServiceClient<Channel>,
     pub(super) queue: parking_lot::Mutex<GetQueue>,
     pub(super) stream: tokio::sync::Mutex<Option<Arc<ReadStream>>>,
+    /// Reads per batch sent to this node.
+    pub(super) batch_size: taskmesh_metrics::metrics::Histogram,
 }
 
 type BatchAnswer = Result<Vec<v1::GetTaskResult>, tonic::Status>;
@@ -200,6 +202,7 @@ pub(super) async fn send_gets(reads: Arc<PeerReads>, max_items: usize, timeout: 
             let n = q.waiting.len().min(max_items);
             q.waiting.drain(..n).collect()
         };
+        reads.batch_size.record(batch.len() as f64);
         let (gets, waiters): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
         let shards: Vec<u32> = gets.iter().map(|g| g.shard).collect();
         match reads.read(gets, timeout).await {
