@@ -139,6 +139,31 @@ async fn leaders_transfer_leader_and_snapshot_through_the_cli() {
             "the log was purged: {snap} (before {first_before:?})"
         );
     }
+    // Each replica counted its build; every node's log appends and fsyncs are measured.
+    for n in nodes {
+        let text = taskmesh_testkit::http()
+            .get(n.url.replace("/mcp", "/metrics"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let value = |series: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or(0.0)
+        };
+        assert!(
+            value(r#"taskmesh_raft_snapshot_builds_total{shard="1"}"#) >= 1.0,
+            "{text}"
+        );
+        assert!(value(r#"taskmesh_raft_snapshot_built_bytes_total{shard="1"}"#) > 0.0);
+        assert!(value("taskmesh_raft_snapshot_build_seconds_count") >= 1.0);
+        assert!(value("taskmesh_raft_log_append_seconds_count") > 0.0);
+        assert!(value("taskmesh_storage_fsync_seconds_count") > 0.0);
+    }
     // A shard that does not exist: a clear error.
     let bad = cli(grpc[0], &["snapshot", "--shard", "99"]);
     assert!(!bad.status.success());

@@ -48,6 +48,24 @@ pub const RAFT_LEADERSHIPS_WON: &str = "taskmesh_raft_leaderships_won_total";
 pub const FORWARDED: &str = "taskmesh_forwarded_requests_total";
 /// Reads (`tasks/get`) per batch a gateway sent to another node on its read stream.
 pub const READ_BATCH: &str = "taskmesh_forwarded_read_batch_reads";
+/// One flush of the node's database to disk (an fsync serving every append and apply that
+/// queued while the previous one ran: the group commit).
+pub const STORAGE_FSYNC: &str = "taskmesh_storage_fsync_seconds";
+/// A Raft log append, from the write to its flush on disk (what a proposal waits for before
+/// the leader counts its own vote).
+pub const RAFT_LOG_APPEND: &str = "taskmesh_raft_log_append_seconds";
+/// Snapshots built by this node's replicas, by `shard`.
+pub const SNAPSHOT_BUILDS: &str = "taskmesh_raft_snapshot_builds_total";
+/// Bytes of the snapshots built, by `shard`.
+pub const SNAPSHOT_BUILT_BYTES: &str = "taskmesh_raft_snapshot_built_bytes_total";
+/// Time to build a snapshot (capture, encode, store, flush).
+pub const SNAPSHOT_BUILD_DURATION: &str = "taskmesh_raft_snapshot_build_seconds";
+/// Snapshots installed on this node's replicas (sent by a leader), by `shard`.
+pub const SNAPSHOT_INSTALLS: &str = "taskmesh_raft_snapshot_installs_total";
+/// Bytes of the snapshots installed, by `shard`.
+pub const SNAPSHOT_INSTALLED_BYTES: &str = "taskmesh_raft_snapshot_installed_bytes_total";
+/// Time to install a snapshot (decode, restore, flush).
+pub const SNAPSHOT_INSTALL_DURATION: &str = "taskmesh_raft_snapshot_install_seconds";
 /// Whether the node is ready to serve (`GET /readyz`): 1 or 0.
 pub const READY: &str = "taskmesh_ready";
 
@@ -115,6 +133,41 @@ pub(crate) fn describe() {
     describe_histogram!(
         READ_BATCH,
         "Reads per batch a gateway sent to another node on its read stream"
+    );
+    describe_histogram!(
+        STORAGE_FSYNC,
+        Unit::Seconds,
+        "One flush of the node's database to disk (a group commit)"
+    );
+    describe_histogram!(
+        RAFT_LOG_APPEND,
+        Unit::Seconds,
+        "A Raft log append, from the write to its flush on disk"
+    );
+    describe_counter!(SNAPSHOT_BUILDS, "Snapshots built, by shard");
+    describe_counter!(
+        SNAPSHOT_BUILT_BYTES,
+        Unit::Bytes,
+        "Bytes of the snapshots built, by shard"
+    );
+    describe_histogram!(
+        SNAPSHOT_BUILD_DURATION,
+        Unit::Seconds,
+        "Time to build a snapshot"
+    );
+    describe_counter!(
+        SNAPSHOT_INSTALLS,
+        "Snapshots installed from a leader, by shard"
+    );
+    describe_counter!(
+        SNAPSHOT_INSTALLED_BYTES,
+        Unit::Bytes,
+        "Bytes of the snapshots installed, by shard"
+    );
+    describe_histogram!(
+        SNAPSHOT_INSTALL_DURATION,
+        Unit::Seconds,
+        "Time to install a snapshot"
     );
     describe_gauge!(
         READY,

@@ -215,6 +215,11 @@ impl<S: GroupState> RaftLogStorage<Group<S>> for LogStore<S> {
         I: IntoIterator<Item = Entry<S::Command>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        static APPEND: std::sync::LazyLock<taskmesh_metrics::metrics::Histogram> =
+            std::sync::LazyLock::new(|| {
+                taskmesh_metrics::metrics::histogram!(taskmesh_metrics::names::RAFT_LOG_APPEND)
+            });
+        let started = std::time::Instant::now();
         let mut batch = sled::Batch::default();
         for entry in entries {
             batch.insert(&index_key(entry.log_id.index)[..], encode(&entry)?);
@@ -222,7 +227,10 @@ impl<S: GroupState> RaftLogStorage<Group<S>> for LogStore<S> {
         self.log.apply_batch(batch)?;
         // The entries are readable now; they are reported persisted only once on disk.
         match self.flush().await {
-            Ok(()) => callback.io_completed(Ok(())),
+            Ok(()) => {
+                APPEND.record(started.elapsed().as_secs_f64());
+                callback.io_completed(Ok(()))
+            }
             Err(e) => callback.io_completed(Err(e)),
         }
         Ok(())

@@ -67,11 +67,16 @@ pub(crate) async fn flush(db: &sled::Db) -> io::Result<()> {
         std::thread::Builder::new()
             .name("sled-flush".into())
             .spawn(move || {
+                let fsync =
+                    taskmesh_metrics::metrics::histogram!(taskmesh_metrics::names::STORAGE_FSYNC);
                 while let Ok(first) = rx.recv() {
                     let mut batch = vec![first];
                     batch.extend(rx.try_iter());
                     for (db, reply) in batch {
-                        let _ = reply.send(db.flush().map(|_| ()).map_err(io::Error::from));
+                        let started = std::time::Instant::now();
+                        let flushed = db.flush();
+                        fsync.record(started.elapsed().as_secs_f64());
+                        let _ = reply.send(flushed.map(|_| ()).map_err(io::Error::from));
                     }
                 }
             })

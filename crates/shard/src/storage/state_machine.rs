@@ -51,6 +51,8 @@ struct Shared<S: GroupState> {
     installed: watch::Sender<Option<LogId>>,
     /// Serialises writes and reads of the current snapshot (meta and data are two keys).
     snapshot_io: Mutex<()>,
+    /// The group's id, the `shard` label of its snapshot metrics.
+    label: String,
 }
 
 impl<S: GroupState> Shared<S> {
@@ -147,6 +149,7 @@ impl<S: GroupState> StateMachineStore<S> {
                 events,
                 installed,
                 snapshot_io: Mutex::new(()),
+                label: shard_id.to_string(),
             }),
         })
     }
@@ -286,6 +289,8 @@ impl<S: GroupState> RaftStateMachine<Group<S>> for StateMachineStore<S> {
         meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
+        let started = std::time::Instant::now();
+        let bytes = snapshot.len() as u64;
         let (payload, snapshot) = tokio::task::spawn_blocking(move || {
             decode::<S::Snapshot>(&snapshot).map(|p| (p, snapshot))
         })
@@ -321,6 +326,14 @@ impl<S: GroupState> RaftStateMachine<Group<S>> for StateMachineStore<S> {
             size = self.read(|s| s.size()),
             "installed a snapshot from the leader"
         );
+        {
+            use taskmesh_metrics::{metrics, names};
+            let shard = self.shared.label.clone();
+            metrics::counter!(names::SNAPSHOT_INSTALLS, "shard" => shard.clone()).increment(1);
+            metrics::counter!(names::SNAPSHOT_INSTALLED_BYTES, "shard" => shard).increment(bytes);
+            metrics::histogram!(names::SNAPSHOT_INSTALL_DURATION)
+                .record(started.elapsed().as_secs_f64());
+        }
         self.shared.installed.send_replace(meta.last_log_id);
         Ok(())
     }
@@ -341,6 +354,7 @@ impl<S: GroupState> RaftSnapshotBuilder<Group<S>> for ShardSnapshotBuilder<S> {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let started = std::time::Instant::now();
         let view = match self.view.take() {
             Some(view) => view,
             None => self.store.capture(),
@@ -360,6 +374,15 @@ impl<S: GroupState> RaftSnapshotBuilder<Group<S>> for ShardSnapshotBuilder<S> {
         let shared = &self.store.shared;
         shared.store_built_snapshot(&meta, &data)?;
         super::flush(&shared.db).await?;
+        {
+            use taskmesh_metrics::{metrics, names};
+            let shard = shared.label.clone();
+            metrics::counter!(names::SNAPSHOT_BUILDS, "shard" => shard.clone()).increment(1);
+            metrics::counter!(names::SNAPSHOT_BUILT_BYTES, "shard" => shard)
+                .increment(data.len() as u64);
+            metrics::histogram!(names::SNAPSHOT_BUILD_DURATION)
+                .record(started.elapsed().as_secs_f64());
+        }
         Ok(Snapshot {
             meta,
             snapshot: data,
