@@ -26,6 +26,11 @@ impl Inflight {
         }
     }
 
+    /// The requests in flight, all sessions together.
+    pub(crate) fn total(&self) -> usize {
+        self.map.lock().values().map(HashMap::len).sum()
+    }
+
     /// The limit per session.
     pub(crate) fn per_session(&self) -> usize {
         self.per_session

@@ -169,6 +169,9 @@ pub struct State {
     /// The status the execution is in, with its message; ahead of `recorded` while the change
     /// is not written yet.
     wanted: (TaskStatus, Option<String>),
+    /// Since when the execution waits for the client's answers (`input_required`), on this
+    /// node.
+    asked_at: Option<std::time::Instant>,
     /// The tool's outcome once it finished, until the shard has recorded it.
     outcome: Option<Command>,
     /// What waits for `wanted` to be recorded, in order.
@@ -384,6 +387,7 @@ impl Actor for TaskActor {
             progress_token,
             recorded: record.status,
             wanted: (record.status, record.status_message),
+            asked_at: None,
             outcome: None,
             after_write: Vec::new(),
             retry_pause: None,
@@ -519,6 +523,7 @@ async fn handle_msg(
             if st.wanted.0 != TaskStatus::InputRequired {
                 let msg = format!("Waiting for the client to answer {method}.");
                 st.wanted = (TaskStatus::InputRequired, Some(msg));
+                st.asked_at = Some(std::time::Instant::now());
             }
             st.after_write.push(AfterWrite::Deliver { id, json, reply });
             write(&myself, st, false).await;
@@ -541,6 +546,12 @@ async fn handle_msg(
                     TaskStatus::Working,
                     Some("The task is in progress.".to_string()),
                 );
+                if let Some(since) = st.asked_at.take() {
+                    taskmesh_metrics::metrics::histogram!(
+                        taskmesh_metrics::names::INPUT_REQUIRED_WAIT
+                    )
+                    .record(since.elapsed().as_secs_f64());
+                }
             }
             st.after_write.push(AfterWrite::Reply { reply, outcome });
             write(&myself, st, false).await;

@@ -66,6 +66,12 @@ pub const SNAPSHOT_INSTALLS: &str = "taskmesh_raft_snapshot_installs_total";
 pub const SNAPSHOT_INSTALLED_BYTES: &str = "taskmesh_raft_snapshot_installed_bytes_total";
 /// Time to install a snapshot (decode, restore, flush).
 pub const SNAPSHOT_INSTALL_DURATION: &str = "taskmesh_raft_snapshot_install_seconds";
+/// How long a task executing on this node waited in `input_required` for its client's
+/// answers, until it went back to `working`.
+pub const INPUT_REQUIRED_WAIT: &str = "taskmesh_input_required_wait_seconds";
+/// Cancellable requests held open on this node: plain `tools/call`s running and
+/// `tasks/result` reads waiting for their task to end.
+pub const INFLIGHT: &str = "taskmesh_inflight_requests";
 /// Whether the node is ready to serve (`GET /readyz`): 1 or 0.
 pub const READY: &str = "taskmesh_ready";
 
@@ -168,6 +174,15 @@ pub(crate) fn describe() {
         SNAPSHOT_INSTALL_DURATION,
         Unit::Seconds,
         "Time to install a snapshot"
+    );
+    describe_histogram!(
+        INPUT_REQUIRED_WAIT,
+        Unit::Seconds,
+        "How long a task waited in input_required for its client's answers"
+    );
+    describe_gauge!(
+        INFLIGHT,
+        "Plain tools/call requests running and tasks/result reads waiting, on this node"
     );
     describe_gauge!(
         READY,
