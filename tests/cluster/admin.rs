@@ -6,6 +6,7 @@
 use std::process::Output;
 
 use serde_json::{json, Value};
+use taskmesh_testkit::metrics::{metrics_of, sample};
 use taskmesh_testkit::{free_ports, status_of, wait_cluster_ready, Server};
 
 use crate::{connect, node_config_with, TASKMESH, TOKEN};
@@ -141,20 +142,8 @@ async fn leaders_transfer_leader_and_snapshot_through_the_cli() {
     }
     // Each replica counted its build; every node's log appends and fsyncs are measured.
     for n in nodes {
-        let text = taskmesh_testkit::http()
-            .get(n.url.replace("/mcp", "/metrics"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let value = |series: &str| -> f64 {
-            text.lines()
-                .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-                .unwrap_or(0.0)
-        };
+        let text = metrics_of(&n.url, Some(TOKEN)).await;
+        let value = |series: &str| sample(&text, series).unwrap_or(0.0);
         assert!(
             value(r#"taskmesh_raft_snapshot_builds_total{shard="1"}"#) >= 1.0,
             "{text}"

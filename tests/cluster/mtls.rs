@@ -157,28 +157,6 @@ async fn the_internal_port_admits_members_and_the_operator_and_takes_a_new_certi
     );
 
     // A new certificate for node 1, written over its files: new connections get it.
-    let old = served_certificate(
-        ClusterTls::load(
-            TlsFiles {
-                ca: ca.clone(),
-                cert: at("admin.pem"),
-                key: at("admin.key"),
-            },
-            None,
-            Admission::new(|_| false),
-        )
-        .unwrap()
-        .client_config(),
-        &addr,
-    )
-    .await;
-    assert_eq!(
-        old,
-        taskmesh_tls::read_certs(&file("node-1.pem")).unwrap()[0].to_vec()
-    );
-    taskmesh_tls::certs::generate(mine.path(), &[1], &[], false).unwrap();
-    let new = taskmesh_tls::read_certs(&file("node-1.pem")).unwrap()[0].to_vec();
-    assert_ne!(old, new);
     let admin_config = || {
         ClusterTls::load(
             TlsFiles {
@@ -192,6 +170,14 @@ async fn the_internal_port_admits_members_and_the_operator_and_takes_a_new_certi
         .unwrap()
         .client_config()
     };
+    let old = served_certificate(admin_config(), &addr).await;
+    assert_eq!(
+        old,
+        taskmesh_tls::read_certs(&file("node-1.pem")).unwrap()[0].to_vec()
+    );
+    taskmesh_tls::certs::generate(mine.path(), &[1], &[], false).unwrap();
+    let new = taskmesh_tls::read_certs(&file("node-1.pem")).unwrap()[0].to_vec();
+    assert_ne!(old, new);
     let deadline = Instant::now() + Duration::from_secs(30);
     while served_certificate(admin_config(), &addr).await != new {
         assert!(

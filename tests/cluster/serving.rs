@@ -449,20 +449,9 @@ async fn a_restarted_node_catches_up_from_the_log_and_through_a_snapshot() {
     tokio::task::block_in_place(|| nodes[2].kill9_and_restart());
     wait_caught_up(&nodes[2], &[&nodes[0], &nodes[1]]).await;
     // Its metrics count the snapshots it installed (at least one per shard compacted past it).
-    let metrics = taskmesh_testkit::http()
-        .get(nodes[2].url.replace("/mcp", "/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let installs: f64 = metrics
-        .lines()
-        .filter(|l| l.starts_with("taskmesh_raft_snapshot_installs_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
+    let metrics = taskmesh_testkit::metrics::metrics_of(&nodes[2].url, Some(TOKEN)).await;
+    let installs =
+        taskmesh_testkit::metrics::sum(&metrics, "taskmesh_raft_snapshot_installs_total");
     assert!(
         installs >= compacted_past as f64,
         "{installs} snapshot installs counted, {compacted_past} expected at least"

@@ -241,14 +241,9 @@ async fn a_node_configured_by_the_environment_alone_starts_and_keeps_its_data_in
         .unwrap();
     until_ok(&format!("http://127.0.0.1:{metrics}/readyz")).await;
     until_ok(&format!("http://127.0.0.1:{mcp}/healthz")).await;
-    let text = http()
-        .get(format!("http://127.0.0.1:{metrics}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text =
+        taskmesh_testkit::metrics::metrics_of(&format!("http://127.0.0.1:{metrics}/metrics"), None)
+            .await;
     assert!(text.contains("taskmesh_ready 1"), "{text}");
     // Everything it stores is under the volume.
     assert!(volume.path().join("db").is_dir());

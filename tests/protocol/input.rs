@@ -52,19 +52,15 @@ async fn input_required_round_trip_elicitation() {
     assert_eq!(resp["result"]["content"][0]["text"], "Deleted report.pdf");
     assert_eq!(c.status(&id).await, "completed");
     // The wait for the answer is measured.
-    let metrics = taskmesh_testkit::http()
-        .get(s.url.replace("/mcp", "/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = taskmesh_testkit::metrics::metrics_of(&s.url, None).await;
     assert!(
         metrics.contains("taskmesh_input_required_wait_seconds_count 1\n"),
         "{metrics}"
     );
-    assert!(metrics.contains("taskmesh_inflight_requests 0\n"), "{metrics}");
+    assert!(
+        metrics.contains("taskmesh_inflight_requests 0\n"),
+        "{metrics}"
+    );
 
     // Two elicitations; the task returns to working between them.
     let id = c.start_task("multi_input", json!({})).await;

@@ -7,6 +7,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use serde_json::json;
+use taskmesh_testkit::metrics::sample;
 use taskmesh_testkit::{free_ports, http, Client, Server, V};
 
 use crate::{AUTH, TASKMESH};
@@ -36,12 +37,6 @@ fn promtool_check(text: &str) -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr)
         ))
     }
-}
-
-/// The value of the sample `series` (name and labels exactly as rendered) in `text`.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 async fn get(url: &str, token: Option<&str>) -> (u16, String) {

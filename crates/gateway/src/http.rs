@@ -893,6 +893,23 @@ async fn handle_readyz(State(gw): State<Arc<Gateway>>) -> Response {
     }
 }
 
+/// The front checks of `/mcp`, and with authentication on, that the caller is one of
+/// `auth.status_principals` (403 otherwise): who may read `/status` and `/metrics`.
+async fn may_read_status(
+    gw: &Gateway,
+    peer: Option<std::net::IpAddr>,
+    headers: &HeaderMap,
+) -> Result<(), Response> {
+    let identity = front(gw, peer, headers).await?;
+    if !gw.auth.may_read_status(&identity) {
+        return Err(plain(
+            StatusCode::FORBIDDEN,
+            "Forbidden: not one of auth.status_principals",
+        ));
+    }
+    Ok(())
+}
+
 /// `GET /metrics` on the MCP listener: the same rules as `/status` (with authentication on,
 /// only the principals of `auth.status_principals`).
 async fn handle_metrics(
@@ -900,15 +917,8 @@ async fn handle_metrics(
     Peer(peer): Peer,
     headers: HeaderMap,
 ) -> Response {
-    match front(&gw, peer, &headers).await {
-        Err(r) => return r,
-        Ok(identity) if !gw.auth.may_read_status(&identity) => {
-            return plain(
-                StatusCode::FORBIDDEN,
-                "Forbidden: not one of auth.status_principals",
-            )
-        }
-        Ok(_) => {}
+    if let Err(r) = may_read_status(&gw, peer, &headers).await {
+        return r;
     }
     handle_open_metrics(State(gw)).await
 }
@@ -943,15 +953,8 @@ async fn handle_status(
     Peer(peer): Peer,
     headers: HeaderMap,
 ) -> Response {
-    match front(&gw, peer, &headers).await {
-        Err(r) => return r,
-        Ok(identity) if !gw.auth.may_read_status(&identity) => {
-            return plain(
-                StatusCode::FORBIDDEN,
-                "Forbidden: not one of auth.status_principals",
-            )
-        }
-        Ok(_) => {}
+    if let Err(r) = may_read_status(&gw, peer, &headers).await {
+        return r;
     }
     let status = gw.router.host().shard_status();
     let node = status

@@ -9,6 +9,7 @@
 //! - [`Sse`] (`sse`): the reader of SSE answers.
 //! - `cluster`: node configurations, free ports, retried reads, `GET /status`, the wait for a
 //!   ready cluster.
+//! - [`metrics`]: a node's `GET /metrics` text and its samples.
 //! - [`History`] (`history`): what clients observed, checked against the invariants.
 //! - [`certs`]: the mutual TLS of test clusters (every node gets a certificate of one
 //!   authority per test process).
@@ -22,6 +23,7 @@ pub mod certs;
 mod client;
 mod cluster;
 mod history;
+pub mod metrics;
 pub mod modern;
 pub mod npm;
 mod process;

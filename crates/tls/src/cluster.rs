@@ -212,13 +212,8 @@ impl ClusterTls {
 
     /// Check the files for changes every `every`, for as long as this is in use.
     pub fn spawn_reload(self: &Arc<Self>, every: Duration) {
-        let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let Some(tls) = weak.upgrade() else { break };
-                tls.reload();
-            }
+        crate::check_every(self, every, |tls| {
+            tls.reload();
         });
     }
 }

@@ -145,15 +145,22 @@ impl ServerTls {
 
     /// Check the files for changes every `every`, for as long as this is in use.
     pub fn spawn_reload(self: &Arc<Self>, every: Duration) {
-        let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let Some(tls) = weak.upgrade() else { break };
-                tls.reload();
-            }
+        check_every(self, every, |tls| {
+            tls.reload();
         });
     }
+}
+
+/// Run `check` on `tls` every `every`, for as long as something else holds it.
+pub(crate) fn check_every<T: Send + Sync + 'static>(tls: &Arc<T>, every: Duration, check: fn(&T)) {
+    let weak = Arc::downgrade(tls);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(tls) = weak.upgrade() else { break };
+            check(&tls);
+        }
+    });
 }
 
 /// The cryptography every TLS connection of a node uses: rustls's ring provider. (It offers
