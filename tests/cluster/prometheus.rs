@@ -252,6 +252,9 @@ async fn prometheus_scrapes_every_node_and_sees_the_work_and_a_failover() {
         .value("sum(taskmesh_raft_leader_changes_total)")
         .await
         .unwrap_or(0.0);
+    let survivors_elections =
+        format!(r#"sum(taskmesh_raft_elections_total{{instance!="127.0.0.1:{victim_port}"}})"#);
+    let elections_before = prometheus.value(&survivors_elections).await.unwrap_or(0.0);
     let mut nodes = [n1, n2, n3];
     let victim = metrics.iter().position(|p| *p == victim_port).unwrap();
     nodes[victim].kill9();
@@ -267,6 +270,15 @@ async fn prometheus_scrapes_every_node_and_sees_the_work_and_a_failover() {
                 r#"sum(taskmesh_raft_leader_changes_total{{instance!="127.0.0.1:{victim_port}"}})"#
             ),
             |v| v > changes_before,
+        )
+        .await;
+    // The survivors held elections for the shards the victim led.
+    prometheus
+        .until(
+            &format!(
+                r#"sum(taskmesh_raft_elections_total{{instance!="127.0.0.1:{victim_port}"}})"#
+            ),
+            |v| v > elections_before,
         )
         .await;
     // Every shard is led again by one of the two others.

@@ -491,6 +491,7 @@ mod readiness_tests {
             live_tasks: 0,
             voters: vec![1, 2, 3],
             committed_index: Some(committed),
+            proposals_in_flight: 0,
             leader_silence_ms: (leader != Some(2)).then_some(50),
             follower_lag: Vec::new(),
         }

@@ -172,6 +172,8 @@ pub(crate) fn refresh(gw: &crate::Gateway, ready: bool) {
             .set(index(s.last_applied_index));
         gauge!(names::RAFT_LAST_LOG_INDEX, "shard" => shard.clone()).set(index(s.last_log_index));
         gauge!(names::RAFT_COMMITTED_INDEX, "shard" => shard.clone()).set(index(s.committed_index));
+        gauge!(names::RAFT_PROPOSALS_IN_FLIGHT, "shard" => shard.clone())
+            .set(s.proposals_in_flight as f64);
         for (follower, lag) in &s.follower_lag {
             gauge!(names::RAFT_FOLLOWER_LAG, "shard" => shard.clone(), "follower" => follower.to_string())
                 .set(*lag as f64);

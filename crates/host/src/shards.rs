@@ -134,6 +134,7 @@ impl Host {
                     live_tasks,
                     voters: s.voters(),
                     committed_index: s.committed_index(),
+                    proposals_in_flight: s.proposals_in_flight(),
                     leader_silence_ms: (!lead.is_leader)
                         .then(|| s.since_leader_contact().map(|d| d.as_millis() as u64))
                         .flatten(),

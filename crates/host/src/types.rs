@@ -145,6 +145,8 @@ pub struct ShardStatus {
     pub voters: Vec<u64>,
     /// The index the group committed, as this replica knows it.
     pub committed_index: Option<u64>,
+    /// Proposals under way on this replica.
+    pub proposals_in_flight: usize,
     /// On a follower: how long ago the leader's last AppendEntries (or heartbeat) reached it,
     /// in ms; `None` on the leader and before any.
     pub leader_silence_ms: Option<u64>,

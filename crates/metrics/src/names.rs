@@ -72,6 +72,10 @@ pub const INPUT_REQUIRED_WAIT: &str = "taskmesh_input_required_wait_seconds";
 /// Cancellable requests held open on this node: plain `tools/call`s running and
 /// `tasks/result` reads waiting for their task to end.
 pub const INFLIGHT: &str = "taskmesh_inflight_requests";
+/// Elections this node's replica of `shard` started (it became a candidate).
+pub const RAFT_ELECTIONS: &str = "taskmesh_raft_elections_total";
+/// Proposals under way on this node's replica of `shard`.
+pub const RAFT_PROPOSALS_IN_FLIGHT: &str = "taskmesh_raft_proposals_in_flight";
 /// Whether the node is ready to serve (`GET /readyz`): 1 or 0.
 pub const READY: &str = "taskmesh_ready";
 
@@ -183,6 +187,14 @@ pub(crate) fn describe() {
     describe_gauge!(
         INFLIGHT,
         "Plain tools/call requests running and tasks/result reads waiting, on this node"
+    );
+    describe_counter!(
+        RAFT_ELECTIONS,
+        "Elections this node's replica of the shard started"
+    );
+    describe_gauge!(
+        RAFT_PROPOSALS_IN_FLIGHT,
+        "Proposals under way on this node's replica of the shard"
     );
     describe_gauge!(
         READY,

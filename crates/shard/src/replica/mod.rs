@@ -48,6 +48,8 @@ struct Inner<S: GroupState> {
     /// since `opened`; 0: never.
     leader_contact_ms: std::sync::atomic::AtomicU64,
     opened: std::time::Instant,
+    /// Proposals under way through `propose`.
+    proposing: std::sync::atomic::AtomicUsize,
 }
 
 impl<S: GroupState> Drop for Inner<S> {
@@ -133,10 +135,21 @@ impl<S: GroupState> ShardReplica<S> {
         };
         let (tx, leadership) = watch::channel(initial);
         let (members_tx, members) = watch::channel(initial_members);
+        let elections = taskmesh_metrics::metrics::counter!(
+            taskmesh_metrics::names::RAFT_ELECTIONS,
+            "shard" => cfg.shard_id.to_string()
+        );
         let watcher = tokio::spawn(async move {
+            let mut campaigning = false;
             loop {
                 let (now, membership) = {
                     let m = metrics.borrow_watched();
+                    // A replica that becomes a candidate starts an election.
+                    let candidate = m.state == openraft::ServerState::Candidate;
+                    if candidate && !campaigning {
+                        elections.increment(1);
+                    }
+                    campaigning = candidate;
                     let at = *m.membership_config.log_id();
                     // The member list is rebuilt only when the membership itself changed.
                     let membership = (at != members_at).then(|| (at, members_of(&m)));
@@ -182,6 +195,7 @@ impl<S: GroupState> ShardReplica<S> {
                 metrics: metrics_rx,
                 leader_contact_ms: std::sync::atomic::AtomicU64::new(0),
                 opened: std::time::Instant::now(),
+                proposing: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
     }
@@ -209,8 +223,19 @@ impl<S: GroupState> ShardReplica<S> {
     /// Propose a command; returns once it is committed, durable and applied, with what applying
     /// returned. Not leader: [`ShardError::NotLeader`].
     pub async fn propose(&self, cmd: S::Command) -> Result<S::Applied, ShardError> {
-        let resp = self.inner.raft.client_write(cmd).await?;
-        Ok(resp.data)
+        use std::sync::atomic::Ordering;
+        self.inner.proposing.fetch_add(1, Ordering::Relaxed);
+        let resp = self.inner.raft.client_write(cmd).await;
+        self.inner.proposing.fetch_sub(1, Ordering::Relaxed);
+        Ok(resp?.data)
+    }
+
+    /// Proposals made through [`ShardReplica::propose`] on this replica that are not answered
+    /// yet.
+    pub fn proposals_in_flight(&self) -> usize {
+        self.inner
+            .proposing
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether this replica is the leader (from the Raft metrics).
