@@ -107,6 +107,13 @@ async fn health_readiness_and_metrics_that_move_with_the_work() {
         );
     }
     assert_eq!(sample(&after, "taskmesh_ready"), Some(1.0));
+    assert_eq!(sample(&after, "taskmesh_sessions_with_streams"), Some(0.0));
+    // A session with its GET stream open is counted while the stream is.
+    let stream = c.open_get().await;
+    let (_, open) = get(&format!("{base}/metrics"), None).await;
+    assert_eq!(sample(&open, "taskmesh_sessions_with_streams"), Some(1.0));
+    assert_eq!(sample(&open, "taskmesh_sse_streams"), Some(1.0));
+    drop(stream);
     assert!(sample(&after, "process_resident_memory_bytes").unwrap() > 1e6);
     assert!(sample(&after, "process_open_fds").unwrap() > 0.0);
     assert!(sample(&after, "process_cpu_seconds_total").is_some());

@@ -157,6 +157,7 @@ pub(crate) fn refresh(gw: &crate::Gateway, ready: bool) {
     gauge!(names::LIVE_TASKS).set(host.live_tasks() as f64);
     gauge!(names::SSE_STREAMS).set(gw.slots.open() as f64);
     gauge!(names::INFLIGHT).set(gw.inflight.total() as f64);
+    gauge!(names::SESSIONS_WITH_STREAMS).set(gw.sessions.with_streams() as f64);
     gauge!(names::READY).set(if ready { 1.0 } else { 0.0 });
     for s in host.shard_status() {
         let shard = s.shard.to_string();

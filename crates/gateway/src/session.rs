@@ -272,6 +272,16 @@ impl Sessions {
         ids.iter().filter(|id| self.push(id, json.clone())).count()
     }
 
+    /// How many sessions hold an open GET stream on this node (sessions hold no other state
+    /// on a node: this is what "open sessions" means here).
+    pub fn with_streams(&self) -> usize {
+        self.streams
+            .lock()
+            .values()
+            .filter(|list| list.iter().any(|s| !s.tx.is_closed()))
+            .count()
+    }
+
     /// Whether the session has an open GET stream on this node.
     pub fn has_stream(&self, id: &str) -> bool {
         self.streams

@@ -76,6 +76,9 @@ pub const INFLIGHT: &str = "taskmesh_inflight_requests";
 pub const RAFT_ELECTIONS: &str = "taskmesh_raft_elections_total";
 /// Proposals under way on this node's replica of `shard`.
 pub const RAFT_PROPOSALS_IN_FLIGHT: &str = "taskmesh_raft_proposals_in_flight";
+/// Sessions holding an open GET stream on this node (a session keeps no other state on a
+/// node).
+pub const SESSIONS_WITH_STREAMS: &str = "taskmesh_sessions_with_streams";
 /// Whether the node is ready to serve (`GET /readyz`): 1 or 0.
 pub const READY: &str = "taskmesh_ready";
 
@@ -195,6 +198,10 @@ pub(crate) fn describe() {
     describe_gauge!(
         RAFT_PROPOSALS_IN_FLIGHT,
         "Proposals under way on this node's replica of the shard"
+    );
+    describe_gauge!(
+        SESSIONS_WITH_STREAMS,
+        "Sessions holding an open GET stream on this node"
     );
     describe_gauge!(
         READY,
