@@ -80,9 +80,9 @@ pub async fn leaders(dialer: &Dialer, peer: &str, as_json: bool) -> anyhow::Resu
             .collect();
         println!(
             "{:>5}  {:>6}  {:>6}  {}",
-            r["shard"],
+            r["shard"].as_u64().unwrap_or(0),
             leader,
-            r["term"],
+            r["term"].as_u64().unwrap_or(0),
             replicas.join(",")
         );
     }
@@ -147,7 +147,7 @@ pub async fn snapshot(
             Ok(r) => rows.push(json!({
                 "node": node,
                 "coversIndex": r.covers_index,
-                "firstLogIndex": r.first_log_index,
+                "firstLogIndex": (!r.log_empty).then_some(r.first_log_index),
             })),
             Err(e) => {
                 failed += 1;
@@ -168,10 +168,16 @@ pub async fn snapshot(
                     r["node"],
                     e.as_str().unwrap_or("")
                 ),
-                None => println!(
-                    "shard {shard} on node {}: snapshot covers index {}, log starts at {}",
-                    r["node"], r["coversIndex"], r["firstLogIndex"]
-                ),
+                None => match r["firstLogIndex"].as_u64() {
+                    Some(first) => println!(
+                        "shard {shard} on node {}: snapshot covers index {}, log starts at {first}",
+                        r["node"], r["coversIndex"]
+                    ),
+                    None => println!(
+                        "shard {shard} on node {}: snapshot covers index {}, log empty",
+                        r["node"], r["coversIndex"]
+                    ),
+                },
             }
         }
     }

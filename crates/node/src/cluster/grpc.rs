@@ -181,14 +181,11 @@ impl v1::cluster_service_server::ClusterService for ClusterGrpc {
         replica.trigger_snapshot().await.map_err(|e| {
             Status::unavailable(format!("building the snapshot of shard {shard}: {e}"))
         })?;
-        let first = replica
-            .log_index_range()
-            .ok()
-            .and_then(|(first, _)| first)
-            .unwrap_or(0);
+        let first = replica.log_index_range().ok().and_then(|(first, _)| first);
         Ok(Response::new(v1::BuildSnapshotResponse {
             covers_index: covers,
-            first_log_index: first,
+            first_log_index: first.unwrap_or(0),
+            log_empty: first.is_none(),
         }))
     }
 }
