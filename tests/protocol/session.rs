@@ -589,6 +589,20 @@ async fn idle_slow_and_surplus_connections_are_let_go() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(served, "a freed place serves again");
+    // The listener counted what it let go, and the connection it is serving now.
+    let metrics = taskmesh_testkit::metrics::metrics_of(&s.url, None).await;
+    let closed = |cause: &str| {
+        taskmesh_testkit::metrics::sample(
+            &metrics,
+            &format!("taskmesh_http_connections_closed_total{{cause=\"{cause}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(closed("max_connections") >= 1.0, "{metrics}");
+    assert!(
+        taskmesh_testkit::metrics::sample(&metrics, "taskmesh_http_connections").unwrap_or(0.0)
+            >= 1.0
+    );
 }
 
 /// A request whose head is larger than `http.max_header_bytes` gets 431 and changes nothing;
@@ -621,6 +635,16 @@ async fn a_request_head_over_the_limit_gets_431() {
     assert!(big.starts_with("HTTP/1.1 431"), "{big:?}");
     let small = tokio::task::spawn_blocking(ask(4_000)).await.unwrap();
     assert!(small.starts_with("HTTP/1.1 200"), "{small:?}");
+    // Counted among the refusals, although it happens below the HTTP handlers.
+    let metrics = taskmesh_testkit::metrics::metrics_of(&s.url, None).await;
+    assert_eq!(
+        taskmesh_testkit::metrics::sample(
+            &metrics,
+            r#"taskmesh_http_refusals_total{status="431",cause="header_too_large"}"#
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
 }
 
 /// SSE answers are bounded per principal (`http.max_sse_streams_per_principal`) and per node

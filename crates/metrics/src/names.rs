@@ -79,6 +79,11 @@ pub const RAFT_PROPOSALS_IN_FLIGHT: &str = "taskmesh_raft_proposals_in_flight";
 /// Sessions holding an open GET stream on this node (a session keeps no other state on a
 /// node).
 pub const SESSIONS_WITH_STREAMS: &str = "taskmesh_sessions_with_streams";
+/// Connections open on the MCP listener.
+pub const HTTP_CONNECTIONS: &str = "taskmesh_http_connections";
+/// Connections the MCP listener closed before serving a request, by `cause`
+/// (`max_connections`, `no_request`, `tls_handshake_failed`, `tls_handshake_timeout`).
+pub const HTTP_CONNECTIONS_CLOSED: &str = "taskmesh_http_connections_closed_total";
 /// Whether the node is ready to serve (`GET /readyz`): 1 or 0.
 pub const READY: &str = "taskmesh_ready";
 
@@ -202,6 +207,11 @@ pub(crate) fn describe() {
     describe_gauge!(
         SESSIONS_WITH_STREAMS,
         "Sessions holding an open GET stream on this node"
+    );
+    describe_gauge!(HTTP_CONNECTIONS, "Connections open on the MCP listener");
+    describe_counter!(
+        HTTP_CONNECTIONS_CLOSED,
+        "Connections the MCP listener closed before serving a request, by cause"
     );
     describe_gauge!(
         READY,

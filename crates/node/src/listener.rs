@@ -70,6 +70,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(bounds.max_header_bytes).unwrap_or(u32::MAX));
     let mut stop = std::pin::pin!(stop);
+    let counts = Counts::new();
     loop {
         let (tcp, peer) = tokio::select! {
             () = &mut stop => break,
@@ -84,9 +85,11 @@ pub async fn serve(
         };
         let Ok(permit) = open.clone().try_acquire_owned() else {
             tracing::debug!(peer = %peer, limit = bounds.max_connections, "connection refused: http.max_connections open");
+            counts.closed("max_connections");
             drop(tcp);
             continue;
         };
+        let permit = counts.open(permit);
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted connection");
         }
@@ -100,6 +103,7 @@ pub async fn serve(
         let watcher = graceful.watcher();
         let wait = bounds.header_read_timeout;
         let tls = tls.as_ref().map(|t| t.config());
+        let counts = counts.clone();
         tokio::spawn(async move {
             // A new connection that sends nothing is let go as one that stops halfway through
             // its headers is (the HTTP layer times those, from their first byte).
@@ -108,6 +112,7 @@ pub async fn serve(
                 Ok(Ok(n)) if n > 0 => {}
                 _ => {
                     tracing::debug!(peer = %peer, "connection closed: no request within http.header_read_timeout_ms");
+                    counts.closed("no_request");
                     drop(permit);
                     return;
                 }
@@ -125,11 +130,13 @@ pub async fn serve(
                         Ok(Ok(s)) => s,
                         Ok(Err(e)) => {
                             tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                            counts.closed("tls_handshake_failed");
                             drop(permit);
                             return;
                         }
                         Err(_) => {
                             tracing::debug!(peer = %peer, "connection closed: TLS handshake not done within http.header_read_timeout_ms");
+                            counts.closed("tls_handshake_timeout");
                             drop(permit);
                             return;
                         }
@@ -140,6 +147,11 @@ pub async fn serve(
                 }
             };
             if let Err(e) = ended {
+                if e.downcast_ref::<hyper::Error>()
+                    .is_some_and(hyper::Error::is_parse_too_large)
+                {
+                    counts.head_too_large();
+                }
                 tracing::trace!(peer = %peer, error = %e, "connection ended");
             }
             drop(permit);
@@ -147,4 +159,58 @@ pub async fn serve(
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// The listener's connection metrics: open connections, and connections closed before any
+/// request was served, by cause.
+#[derive(Clone)]
+struct Counts {
+    open: taskmesh_metrics::metrics::Gauge,
+}
+
+impl Counts {
+    fn new() -> Self {
+        Self {
+            open: taskmesh_metrics::metrics::gauge!(taskmesh_metrics::names::HTTP_CONNECTIONS),
+        }
+    }
+
+    /// A connection taken in: counted open until `permit`'s guard is dropped.
+    fn open(&self, permit: tokio::sync::OwnedSemaphorePermit) -> OpenConnection {
+        self.open.increment(1.0);
+        OpenConnection {
+            _permit: permit,
+            open: self.open.clone(),
+        }
+    }
+
+    fn closed(&self, cause: &'static str) {
+        taskmesh_metrics::metrics::counter!(
+            taskmesh_metrics::names::HTTP_CONNECTIONS_CLOSED,
+            "cause" => cause
+        )
+        .increment(1);
+    }
+
+    /// A request head over `http.max_header_bytes`: hyper answered 431 and closed.
+    fn head_too_large(&self) {
+        taskmesh_metrics::metrics::counter!(
+            taskmesh_metrics::names::HTTP_REFUSALS,
+            "status" => "431",
+            "cause" => "header_too_large"
+        )
+        .increment(1);
+    }
+}
+
+/// An open connection's place among `http.max_connections`, counted in the open gauge.
+struct OpenConnection {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    open: taskmesh_metrics::metrics::Gauge,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.open.decrement(1.0);
+    }
 }
