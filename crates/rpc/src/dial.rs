@@ -90,11 +90,6 @@ impl Dialer {
         Self { tls: Some(tls) }
     }
 
-    /// Whether connections are TLS.
-    pub fn is_tls(&self) -> bool {
-        self.tls.is_some()
-    }
-
     /// A channel to `endpoint` that connects on first use (and again after a failure).
     pub fn connect_lazy(&self, endpoint: &Endpoint) -> Channel {
         match &self.tls {
