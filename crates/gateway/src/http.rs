@@ -399,6 +399,11 @@ async fn handle_post(
         }
     };
     let span = request_span(&msg, &principal);
+    // An OpenTelemetry span only for a sampled request (see `taskmesh_telemetry`).
+    let otel = taskmesh_telemetry::enabled()
+        .then(|| otel_span(&msg, &headers))
+        .flatten();
+    let otel_cx = otel.as_ref().map(taskmesh_telemetry::Span::context);
     // A trace id only when someone follows requests (the span is enabled): it then travels to
     // every peer the request reaches (see `taskmesh_rpc::trace`).
     let trace = (!span.is_disabled()).then(taskmesh_rpc::trace::new_id);
@@ -416,8 +421,12 @@ async fn handle_post(
         response
     };
     let answered = audit::scope(facts, answered);
+    let answered = taskmesh_telemetry::scope(otel_cx, answered);
     let response = taskmesh_rpc::trace::scope(trace, answered.instrument(span)).await;
     metrics::answered(counted, started, &response);
+    if let Some(otel) = otel {
+        otel_answered(otel, &response);
+    }
     match slot {
         Some(slot) => slots::hold(response, slot),
         None => response,
@@ -490,6 +499,64 @@ fn request_span(msg: &Message, principal: &str) -> tracing::Span {
         span.record("task_id", task.as_str());
     }
     span
+}
+
+/// The server span of a sampled request: under the client's `traceparent` when it sent a
+/// sampled one, a new trace when `tracing.sample_ratio` draws it; `None` otherwise. Named
+/// `METHOD` or `METHOD TARGET` (the tool of a `tools/call`).
+fn otel_span(msg: &Message, headers: &HeaderMap) -> Option<taskmesh_telemetry::Span> {
+    use taskmesh_telemetry::KeyValue;
+    let parent = headers
+        .get(taskmesh_telemetry::HEADER)
+        .and_then(|v| v.to_str().ok());
+    let parent = taskmesh_telemetry::decide(parent)?;
+    let (method, id, params) = match msg {
+        Message::Request { method, id, params } => (method.as_str(), Some(id), params.as_ref()),
+        Message::Notification { method, params } => (method.as_str(), None, params.as_ref()),
+        Message::Response { id, .. } => ("(response)", Some(id), None),
+    };
+    let mut attributes = vec![KeyValue::new("mcp.method.name", method.to_owned())];
+    if let Some(id) = id {
+        attributes.push(KeyValue::new("jsonrpc.request.id", id.to_string()));
+    }
+    let tool = (method == "tools/call")
+        .then(|| params.and_then(|p| p.get("name")).and_then(Value::as_str))
+        .flatten();
+    if let Some(tool) = tool {
+        attributes.push(KeyValue::new("gen_ai.tool.name", tool.to_owned()));
+    }
+    if let Some(task) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) {
+        let task: String = task
+            .chars()
+            .take(taskmesh_router::MAX_TASK_ID_LEN)
+            .collect();
+        attributes.push(KeyValue::new("taskmesh.task_id", task));
+    }
+    let name = match tool {
+        Some(tool) => format!("{method} {tool}"),
+        None => method.to_owned(),
+    };
+    taskmesh_telemetry::Span::start(
+        name,
+        taskmesh_telemetry::SpanKind::Server,
+        parent.as_ref(),
+        attributes,
+    )
+}
+
+/// End a request's span with what it answered: the HTTP status, and a failed status for a
+/// JSON-RPC error or an HTTP error.
+fn otel_answered(mut otel: taskmesh_telemetry::Span, response: &Response) {
+    let status = response.status().as_u16();
+    otel.set(taskmesh_telemetry::KeyValue::new(
+        "http.response.status_code",
+        i64::from(status),
+    ));
+    if response.extensions().get::<metrics::RpcError>().is_some() {
+        otel.fail("JSON-RPC error");
+    } else if status >= 400 {
+        otel.fail(format!("HTTP {status}"));
+    }
 }
 
 /// Dispatch one classified message and turn its reply into the HTTP response.

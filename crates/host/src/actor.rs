@@ -341,6 +341,19 @@ impl Actor for TaskActor {
                     "Invalid params: the task's stored arguments are not a JSON object: {e}"
                 ))
             });
+        // A traced task's execution is a span under the one that created it (kept in the
+        // record, so an execution after a failover joins the same trace).
+        let mut span = taskmesh_telemetry::Span::start_under(
+            format!("execute_tool {}", record.request.tool),
+            taskmesh_telemetry::SpanKind::Internal,
+            record.request.traceparent.as_deref(),
+            vec![
+                taskmesh_telemetry::KeyValue::new("gen_ai.tool.name", record.request.tool.clone()),
+                taskmesh_telemetry::KeyValue::new("taskmesh.task_id", record.task_id.to_string()),
+                taskmesh_telemetry::KeyValue::new("taskmesh.shard", i64::from(shard)),
+                taskmesh_telemetry::KeyValue::new("taskmesh.term", term as i64),
+            ],
+        );
         let ctx = ToolContext {
             cancel: cancel.clone(),
             ended: ended.clone(),
@@ -360,6 +373,7 @@ impl Actor for TaskActor {
                     .and_then(|a| serde_json::from_str(a).ok())
                     .unwrap_or_default(),
             ),
+            traceparent: span.as_ref().map(taskmesh_telemetry::Span::traceparent),
         };
         let me = myself.clone();
         match arguments {
@@ -370,6 +384,10 @@ impl Actor for TaskActor {
                         .catch_unwind()
                         .await
                         .unwrap_or_else(|_| Err(ErrorObject::internal("the tool panicked")));
+                    if let (Some(span), Err(e)) = (span.as_mut(), &result) {
+                        span.fail(e.message.clone());
+                    }
+                    drop(span);
                     let _ = me.cast(TaskMsg::Done(result));
                 });
             }

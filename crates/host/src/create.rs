@@ -47,6 +47,7 @@ impl Host {
                 progress_token_json: new.progress_token.map(|t| t.to_string()),
                 client: new.client,
                 answers_json: new.answers_json,
+                traceparent: new.traceparent,
             },
             outcome: None,
             exec_term: term,

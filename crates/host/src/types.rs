@@ -87,6 +87,9 @@ pub struct NewTask {
     /// What the client answered before the task was created, by request key (a JSON object's
     /// text; see `ToolRequest::answers_json`); `None` for most tasks.
     pub answers_json: Option<String>,
+    /// The W3C `traceparent` of the span the create runs in, when its request is traced: the
+    /// task keeps it, and its executions are traced under it.
+    pub traceparent: Option<String>,
 }
 
 /// What a create returned: the task as committed, and whether this call created it (`false`:

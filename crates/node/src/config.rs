@@ -64,6 +64,8 @@ pub struct Config {
     pub log: LogConfig,
     /// `[metrics]`: Prometheus metrics, and the listener for operators' tools.
     pub metrics: MetricsConfig,
+    /// `[tracing]`: OpenTelemetry spans exported over OTLP/HTTP (off unless an endpoint is set).
+    pub tracing: taskmesh_telemetry::TracingConfig,
     /// `[limits]`: the request rate per principal and the in-flight requests per session.
     pub limits: LimitsConfig,
     /// `[cluster]`: multi-node operation; without `peers` the node runs as a single server.
@@ -428,6 +430,7 @@ impl Default for Config {
             raft: RaftConfig::default(),
             log: LogConfig::default(),
             metrics: MetricsConfig::default(),
+            tracing: taskmesh_telemetry::TracingConfig::default(),
             limits: LimitsConfig::default(),
             cluster: ClusterConfig::default(),
             upstream: Vec::new(),
@@ -603,6 +606,7 @@ impl Config {
     /// Reject settings that cannot work, with a message naming the setting.
     pub fn validate(&self) -> anyhow::Result<()> {
         taskmesh_upstream::validate_all(&self.upstream)?;
+        self.tracing.validate()?;
         if self.shards == 0 || !self.shards.is_power_of_two() || self.shards > MAX_SHARDS {
             bail!(
                 "shards must be a power of two between 1 and {MAX_SHARDS} (got {})",

@@ -444,6 +444,10 @@ pub async fn serve(
         taskmesh_metrics::install()?;
         taskmesh_metrics::spawn_upkeep(METRICS_UPKEEP);
     }
+    let traces = taskmesh_telemetry::install(&cfg.tracing, cfg.node_id)?;
+    if let Some(url) = cfg.tracing.traces_url().filter(|_| traces.is_some()) {
+        tracing::info!(url, sample_ratio = cfg.tracing.sample_ratio, "exporting spans over OTLP/HTTP");
+    }
     let data_dir = cfg.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
@@ -606,6 +610,10 @@ pub async fn serve(
         .await
         .context("flushing the database")?
         .context("flushing the database")?;
+    if let Some(traces) = traces {
+        // The spans of the last requests, sent before the process ends.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
     tracing::info!("taskmesh stopped; data flushed");
     match fatal {
         Some(e) => Err(e),

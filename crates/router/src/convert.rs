@@ -104,6 +104,7 @@ pub fn request_to_pb(r: ToolRequest) -> v1::ToolRequest {
             sampling: r.client.sampling,
         }),
         answers_json: r.answers_json,
+        traceparent: r.traceparent,
     }
 }
 
@@ -120,6 +121,7 @@ pub fn request_from_pb(r: v1::ToolRequest) -> ToolRequest {
             sampling: client.sampling,
         },
         answers_json: r.answers_json,
+        traceparent: r.traceparent,
     }
 }
 
@@ -258,6 +260,9 @@ mod tests {
                     sampling: false,
                 },
                 answers_json: Some(r#"{"user_name":{"action":"accept"}}"#.into()),
+                traceparent: Some(
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+                ),
             },
             outcome: Some(Outcome::Error {
                 code: -32603,

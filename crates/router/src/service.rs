@@ -79,7 +79,26 @@ async fn answer_reads(
                 "forwarded read"
             );
         }
-        host.get(g.shard, &g.task_id, &g.owner)
+        // A sampled request's read gets its own span here (the stream outlives any request).
+        let span = (!g.traceparent.is_empty())
+            .then(|| {
+                taskmesh_telemetry::Span::start_under(
+                    "taskmesh.v1.TaskService/ReadTasks",
+                    taskmesh_telemetry::SpanKind::Server,
+                    Some(&g.traceparent),
+                    vec![
+                        taskmesh_telemetry::KeyValue::new("taskmesh.shard", i64::from(g.shard)),
+                        taskmesh_telemetry::KeyValue::new("taskmesh.task_id", g.task_id.clone()),
+                    ],
+                )
+            })
+            .flatten();
+        let read = host.get(g.shard, &g.task_id, &g.owner);
+        async move {
+            let read = read.await;
+            drop(span);
+            read
+        }
     });
     futures::future::join_all(reads)
         .await
@@ -145,6 +164,11 @@ impl TaskService for TaskGrpc {
             ttl_ms: r.requested_ttl_ms,
             client: tool.client,
             answers_json: tool.answers_json,
+            // The span serving this call, under the gateway's: the task's executions follow it.
+            traceparent: taskmesh_telemetry::current_traceparent().or(
+                tool.traceparent
+                    .filter(|t| taskmesh_telemetry::parse(t).is_some()),
+            ),
         };
         let created = self
             .host

@@ -2,9 +2,15 @@
 //! trace id of the MCP request it serves (`taskmesh-trace-id` metadata, see
 //! [`taskmesh_rpc::trace`]), so a forwarded request can be followed from the gateway node's
 //! log to the leader's. A debug span: it costs nothing unless the log filter asks for it.
+//!
+//! A call that carries a sampled `traceparent` (a traced request, see [`taskmesh_telemetry`])
+//! also gets an OpenTelemetry server span under it, named after the call, and is served in that
+//! span's context: what the call causes (a task's executions, further calls) is traced under it.
 
 use std::task::{Context, Poll};
 
+use futures::future::{BoxFuture, Either};
+use taskmesh_telemetry::{KeyValue, Span, SpanKind};
 use tonic::codegen::http;
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
@@ -30,10 +36,11 @@ pub struct Traced<S> {
 impl<S, B> tower::Service<http::Request<B>> for Traced<S>
 where
     S: tower::Service<http::Request<B>>,
+    S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Instrumented<S::Future>;
+    type Future = Either<Instrumented<S::Future>, BoxFuture<'static, Result<S::Response, S::Error>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -54,6 +61,31 @@ where
                 span.record("trace_id", id);
             }
         }
-        self.inner.call(request).instrument(span)
+        let otel = taskmesh_telemetry::enabled()
+            .then(|| request.headers().get(taskmesh_telemetry::HEADER))
+            .flatten()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|parent| {
+                Span::start_under(
+                    request.uri().path().trim_start_matches('/').to_owned(),
+                    SpanKind::Server,
+                    Some(parent),
+                    vec![
+                        KeyValue::new("rpc.system", "grpc"),
+                        KeyValue::new("rpc.method", request.uri().path().to_owned()),
+                    ],
+                )
+            });
+        let served = self.inner.call(request).instrument(span);
+        match otel {
+            None => Either::Left(served),
+            Some(otel) => {
+                let cx = otel.context();
+                Either::Right(Box::pin(async move {
+                    let _otel = otel;
+                    taskmesh_telemetry::scope(Some(cx), served).await
+                }))
+            }
+        }
     }
 }

@@ -55,12 +55,21 @@ pub fn format(id: u64) -> String {
     format!("{id:016x}")
 }
 
-/// A request for a peer carrying the current trace id, if any.
+/// A request for a peer carrying the current trace id, if any, and the context of the current
+/// OpenTelemetry span, if the request is sampled (`traceparent` metadata, see
+/// [`taskmesh_telemetry`]).
 pub fn request<T>(message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     if let Some(id) = current() {
         if let Ok(value) = format(id).parse() {
             request.metadata_mut().insert(METADATA_KEY, value);
+        }
+    }
+    if let Some(parent) = taskmesh_telemetry::current_traceparent() {
+        if let Ok(value) = parent.parse() {
+            request
+                .metadata_mut()
+                .insert(taskmesh_telemetry::HEADER, value);
         }
     }
     request

@@ -40,6 +40,7 @@ fn sample_record(task_id: &str, owner: &str) -> TaskRecord {
                 sampling: false,
             }),
             answers_json: None,
+            traceparent: None,
         }),
         outcome: Some(Outcome {
             kind: Some(outcome::Kind::Error(OutcomeError {

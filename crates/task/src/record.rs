@@ -44,6 +44,10 @@ pub struct ToolRequest {
     /// executions get them without asking again. `None` for most tasks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answers_json: Option<String>,
+    /// The W3C `traceparent` of the span that created the task, when its request was traced
+    /// (sampled): each execution of the task is traced under it. `None` for most tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// The client capabilities a task's execution may rely on.
@@ -178,6 +182,7 @@ impl TaskRecord {
                 progress_token_json: None,
                 client: ClientCaps::default(),
                 answers_json: None,
+                traceparent: None,
             },
             outcome: None,
             exec_term: 1,

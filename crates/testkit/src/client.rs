@@ -216,9 +216,23 @@ impl Client {
     /// Call a method; returns the JSON-RPC response object (with `result` or `error`), and every
     /// message that came before it on an SSE stream.
     pub async fn call_full(&self, method: &str, params: Value) -> (Value, Vec<Value>) {
+        self.call_full_with(method, params, &[]).await
+    }
+
+    /// [`Client::call`] with `extra` headers on the request.
+    pub async fn call_with(&self, method: &str, params: Value, extra: &[(&str, &str)]) -> Value {
+        self.call_full_with(method, params, extra).await.0
+    }
+
+    async fn call_full_with(
+        &self,
+        method: &str,
+        params: Value,
+        extra: &[(&str, &str)],
+    ) -> (Value, Vec<Value>) {
         let id = self.id();
         let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
-        let r = self.request(body, &[]).send().await.expect("send");
+        let r = self.request(body, extra).send().await.expect("send");
         assert_eq!(r.status().as_u16(), 200, "{method}: HTTP {}", r.status());
         let ct = crate::sse::content_type(&r);
         if ct.starts_with("application/json") {

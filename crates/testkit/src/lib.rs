@@ -14,6 +14,7 @@
 //! - [`certs`]: the mutual TLS of test clusters (every node gets a certificate of one
 //!   authority per test process).
 //! - [`python`]: the virtualenv with the official MCP Python SDK.
+//! - [`otlp`]: a receiver of OTLP/HTTP spans, for the traces nodes export.
 //!
 //! The crate cannot name the `taskmesh` executable itself (`CARGO_BIN_EXE_taskmesh` is set only
 //! for the test targets of the package that builds it): each test passes
@@ -26,6 +27,7 @@ mod history;
 pub mod metrics;
 pub mod modern;
 pub mod npm;
+pub mod otlp;
 mod process;
 pub mod python;
 mod server;

@@ -501,6 +501,7 @@ mod tests {
                 principal: "alice".into(),
                 upstream_task: None,
                 answers: Arc::default(),
+                traceparent: None,
             },
             io,
         )

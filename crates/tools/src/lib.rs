@@ -162,6 +162,10 @@ pub struct ToolContext {
     /// created ([`Tool::ask_first`]), or the answers of earlier rounds of a protocol 2026-07-28
     /// plain call. Empty for most calls.
     pub answers: Arc<serde_json::Map<String, Value>>,
+    /// The W3C `traceparent` of the span the call runs in, when its request is traced
+    /// (sampled): what the tool calls elsewhere (an upstream MCP server) carries it on. `None`
+    /// for most calls.
+    pub traceparent: Option<String>,
 }
 
 impl ToolContext {

@@ -429,7 +429,7 @@ impl Tool for UpstreamTool {
                 up.calls.acquire().await.map_err(|_| {
                     ErrorObject::internal(format!("upstream {}: shut down", up.name()))
                 })?;
-            let headers = match &up.principal_header {
+            let mut headers = match &up.principal_header {
                 Some(name) => {
                     let value = HeaderValue::try_from(ctx.principal.as_str()).map_err(|_| {
                         ErrorObject::internal(format!(
@@ -441,6 +441,24 @@ impl Tool for UpstreamTool {
                 }
                 None => Vec::new(),
             };
+            // A traced call: a client span for the upstream's part, whose context the upstream
+            // server gets in `traceparent` (every attempt, and every request following its task).
+            let mut span = taskmesh_telemetry::Span::start_under(
+                format!("tools/call {remote}"),
+                taskmesh_telemetry::SpanKind::Client,
+                ctx.traceparent.as_deref(),
+                vec![
+                    taskmesh_telemetry::KeyValue::new("mcp.method.name", "tools/call"),
+                    taskmesh_telemetry::KeyValue::new("gen_ai.tool.name", remote.clone()),
+                    taskmesh_telemetry::KeyValue::new("taskmesh.upstream", up.name().to_owned()),
+                ],
+            );
+            if let Some(value) = span
+                .as_ref()
+                .and_then(|s| HeaderValue::try_from(s.traceparent()).ok())
+            {
+                headers.push((HeaderName::from_static(taskmesh_telemetry::HEADER), value));
+            }
             // The upstream task to follow: one an earlier execution handed the call to, then
             // the one this execution's call created.
             let mut follow = ctx.upstream_task.clone();
@@ -455,9 +473,17 @@ impl Tool for UpstreamTool {
                         .await
                 };
                 let lost = match result {
-                    Ok(outcome) => return outcome,
+                    Ok(outcome) => {
+                        if let (Some(span), Err(e)) = (span.as_mut(), &outcome) {
+                            span.fail(e.message.clone());
+                        }
+                        return outcome;
+                    }
                     Err(lost) => lost,
                 };
+                if let Some(span) = span.as_mut() {
+                    span.set(taskmesh_telemetry::KeyValue::new("taskmesh.attempt", attempt as i64));
+                }
                 if matches!(lost, ClientError::Closed(_) | ClientError::Transport(_)) {
                     up.suspect();
                 }
@@ -470,10 +496,11 @@ impl Tool for UpstreamTool {
                     } else {
                         String::new()
                     };
-                    return Err(ErrorObject::internal(format!(
-                        "upstream {}: {lost}{after}",
-                        up.name()
-                    )));
+                    let e = ErrorObject::internal(format!("upstream {}: {lost}{after}", up.name()));
+                    if let Some(span) = span.as_mut() {
+                        span.fail(e.message.clone());
+                    }
+                    return Err(e);
                 }
                 let wait = if again {
                     follows_again += 1;

@@ -167,6 +167,7 @@ pub(super) async fn tools_call(
                 ttl_ms,
                 client,
                 answers_json: None,
+                traceparent: taskmesh_telemetry::current_traceparent(),
             };
             match gw.create_task(new).await {
                 Ok(created) => ok(&id, &CreateTaskResult { task: wire::task(&created.task) }),
@@ -290,6 +291,7 @@ fn call_plain(
         principal: cx.principal.clone(),
         upstream_task: None,
         answers: Arc::default(),
+        traceparent: taskmesh_telemetry::current_traceparent(),
     };
     // Tools that ask the client something are the task-required ones; a call that has no
     // progress token and cannot ask anything is answered as plain JSON.

@@ -609,6 +609,7 @@ async fn tools_call(
             ttl_ms: None,
             client: declared.client,
             answers_json,
+            traceparent: taskmesh_telemetry::current_traceparent(),
         };
         let created = gw.create_task(new).await?;
         return Ok(Answer::Value(tasks::created(&created.task)));
@@ -662,6 +663,7 @@ async fn tools_call(
         principal: principal.to_string(),
         upstream_task: None,
         answers: Arc::default(),
+        traceparent: taskmesh_telemetry::current_traceparent(),
     };
     let run = tool.call(args, ctx);
     let gw_round = gw.clone();

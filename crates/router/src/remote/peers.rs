@@ -199,6 +199,7 @@ impl Peers {
                     sampling: new.client.sampling,
                 }),
                 answers_json: new.answers_json.clone(),
+                traceparent: new.traceparent.clone(),
             }),
         };
         let r = self
@@ -249,6 +250,7 @@ impl Peers {
             owner: owner.into(),
             task_id: task_id.into(),
             trace_id: trace::current().unwrap_or(0),
+            traceparent: taskmesh_telemetry::current_traceparent().unwrap_or_default(),
         };
         let (tx, rx) = oneshot::channel();
         let start = {

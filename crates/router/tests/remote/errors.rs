@@ -24,6 +24,7 @@ fn new_task(task_id: &str, tool: &str) -> NewTask {
         ttl_ms: None,
         client: Default::default(),
         answers_json: None,
+        traceparent: None,
     }
 }
 
@@ -76,6 +77,7 @@ async fn each_error_reaches_the_caller_as_the_same_kind() {
                 progress_token_json: None,
                 client: None,
                 answers_json: None,
+                traceparent: None,
             }),
         })
         .await

@@ -21,6 +21,7 @@ fn get(owner: &str, task_id: &str) -> v1::GetTaskRequest {
         owner: owner.into(),
         task_id: task_id.into(),
         trace_id: 0,
+        traceparent: String::new(),
     }
 }
 

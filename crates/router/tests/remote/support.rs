@@ -43,6 +43,7 @@ pub async fn host_with(dir: &std::path::Path, cfg: HostConfig) -> Host {
             ttl_ms: None,
             client: Default::default(),
             answers_json: None,
+            traceparent: None,
         },
     )
     .await
