@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# What metrics cost: polls and durable creates on one `taskmesh serve` with `[metrics]
-# enabled = false` against the default (metrics on, scraped every second by curl while the
-# load runs, as a Prometheus would), in alternating rounds so a drifting machine shifts both.
+# What metrics and traces cost: polls and durable creates on one `taskmesh serve` in three
+# settings, in alternating rounds so a drifting machine shifts all of them:
+#   off     `[metrics] enabled = false`, no `[tracing]`;
+#   on      metrics on (the default), scraped every second by curl as a Prometheus would;
+#   traced  metrics on and scraped, and `[tracing]` exporting 1 % of requests over OTLP/HTTP
+#           to benches/otlp_sink.py (a sink that takes the spans and counts them).
 #
 #   benches/observability.sh [ROUNDS] [DURATION_S]       defaults: 3 rounds of 10 s
 #
 # Polls: 1000 running tasks, 16 sessions, 64 workers. Creates: 16 sessions, 256 workers.
 # Each run follows a 3 s warm-up; prints ops/s, p50 and p99, and at the end the mean of each
-# setting and the on/off ratio per scenario.
+# setting and its ratio to off per scenario.
 set -euo pipefail
 rounds=${1:-3}
 secs=${2:-10}
@@ -22,7 +25,7 @@ run() { # NAME CONFIG LOADGEN-ARGS...
     shift 2
     start_serve "$bin/taskmesh" "$config"
     "$bin/loadgen" --url "$url" "$@" --duration-s 3 --target warmup >/dev/null
-    if [ "${name%%-*}" = on ]; then
+    if [ "${name%%-*}" != off ]; then
         (while true; do curl -s "http://127.0.0.1:$port/metrics" >/dev/null; sleep 1; done) &
         scraper=$!
     fi
@@ -41,13 +44,23 @@ PY
 poll=(--scenario poll --sessions 16 --concurrency 64 --tasks 1000)
 create=(--scenario create --sessions 16 --concurrency 256)
 off=$'[metrics]\nenabled = false'
+sink_port=$(free_port)
+python3 "$root/benches/otlp_sink.py" "$sink_port" &
+sink=$!
+bench_pids+=("$sink")
+wait_port "$sink_port"
+traced=$'[tracing]\notlp_endpoint = "http://127.0.0.1:'"$sink_port"$'"\nsample_ratio = 0.01'
 for r in $(seq 1 "$rounds"); do
     echo "round $r"
     run off-poll "$off" "${poll[@]}"
     run on-poll "" "${poll[@]}"
+    run traced-poll "$traced" "${poll[@]}"
     run off-create "$off" "${create[@]}"
     run on-create "" "${create[@]}"
+    run traced-create "$traced" "${create[@]}"
 done
+kill "$sink"
+wait "$sink" 2>/dev/null || true
 python3 - "$results" <<'PY'
 import sys
 runs = {}
@@ -58,5 +71,6 @@ mean = {n: sum(v) / len(v) for n, v in runs.items()}
 for n, v in runs.items():
     print(f"{n}: mean {mean[n]:.0f}/s over {len(v)} runs")
 for kind in ("poll", "create"):
-    print(f"{kind}: metrics on at {100 * mean[f'on-{kind}'] / mean[f'off-{kind}']:.1f} % of off")
+    print(f"{kind}: metrics on at {100 * mean[f'on-{kind}'] / mean[f'off-{kind}']:.1f} % of off, "
+          f"metrics and 1 % traced at {100 * mean[f'traced-{kind}'] / mean[f'off-{kind}']:.1f} %")
 PY

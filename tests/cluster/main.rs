@@ -10,6 +10,7 @@ use serde_json::json;
 use taskmesh_testkit::{free_ports, Client, Server, V};
 
 mod admin;
+mod backup;
 mod membership;
 mod modern;
 mod mtls;

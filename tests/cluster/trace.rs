@@ -109,21 +109,27 @@ async fn a_sampled_request_is_traced_across_nodes_into_its_task() {
     let n1 = Server::start_node(TASKMESH, &node_config_with(1, &grpc, &traced), true);
     wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, 8).await;
     let c1 = connect(&n1).await;
-    let task_call = |label: String| {
-        json!({"name": "slow_compute", "arguments": {"seconds": 0.1, "label": label}, "task": {}})
-    };
+    let task_call = |label: String| json!({"name": "slow_compute", "arguments": {"seconds": 0.1, "label": label}, "task": {}});
 
     // Not traced: no context, and a context whose sampled flag is off.
     let quiet = c1.start_task("slow_compute", json!({"seconds": 0.1})).await;
     let unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
     let r = c1
-        .call_with("tools/call", task_call("quiet".into()), &[("traceparent", unsampled)])
+        .call_with(
+            "tools/call",
+            task_call("quiet".into()),
+            &[("traceparent", unsampled)],
+        )
         .await;
     let quiet2 = r["result"]["task"]["taskId"].as_str().unwrap().to_owned();
     for id in [&quiet, &quiet2] {
         c1.wait_status(id, "completed").await;
-        c1.call_with("tasks/get", json!({"taskId": id}), &[("traceparent", unsampled)])
-            .await;
+        c1.call_with(
+            "tasks/get",
+            json!({"taskId": id}),
+            &[("traceparent", unsampled)],
+        )
+        .await;
     }
 
     // Traced creates through node 1 until one lands on a shard another node leads (8 shards
@@ -136,9 +142,15 @@ async fn a_sampled_request_is_traced_across_nodes_into_its_task() {
         let (create_parent, get_parent) = ("c0ffee0000000001", "c0ffee0000000002");
         let create = format!("00-{trace}-{create_parent}-01");
         let r = c1
-            .call_with("tools/call", task_call(format!("t{i}")), &[("traceparent", &create)])
+            .call_with(
+                "tools/call",
+                task_call(format!("t{i}")),
+                &[("traceparent", &create)],
+            )
             .await;
-        let id = r["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{r}"));
+        let id = r["result"]["task"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{r}"));
         let id = id.to_owned();
         c1.wait_status(&id, "completed").await;
         let get = format!("00-{trace}-{get_parent}-01");
@@ -149,7 +161,11 @@ async fn a_sampled_request_is_traced_across_nodes_into_its_task() {
 
         let spans = receiver
             .wait_for(Duration::from_secs(30), |all| {
-                let t: Vec<Span> = all.iter().filter(|s| s.trace_id == trace).cloned().collect();
+                let t: Vec<Span> = all
+                    .iter()
+                    .filter(|s| s.trace_id == trace)
+                    .cloned()
+                    .collect();
                 find(&t, "tools/call slow_compute", Some("node-1")).is_some()
                     && find(&t, "tasks/get", Some("node-1")).is_some()
                     && t.iter().any(|s| {
@@ -158,7 +174,12 @@ async fn a_sampled_request_is_traced_across_nodes_into_its_task() {
                     })
             })
             .await
-            .unwrap_or_else(|| panic!("the spans of task {id} never came: {:#?}", receiver.trace(&trace)));
+            .unwrap_or_else(|| {
+                panic!(
+                    "the spans of task {id} never came: {:#?}",
+                    receiver.trace(&trace)
+                )
+            });
         let t: Vec<Span> = spans.into_iter().filter(|s| s.trace_id == trace).collect();
         let gateway = find(&t, "tools/call slow_compute", Some("node-1")).unwrap();
         assert_eq!(gateway.parent_span_id, create_parent, "{gateway:?}");
@@ -179,7 +200,10 @@ async fn a_sampled_request_is_traced_across_nodes_into_its_task() {
         assert_ne!(leader, "node-1", "{t:#?}");
         assert_eq!(leader_create.parent_span_id, gateway.span_id, "{t:#?}");
         assert_eq!(leader_create.kind, 2);
-        assert_eq!(exec.instance, leader, "the task runs on its shard's leader: {t:#?}");
+        assert_eq!(
+            exec.instance, leader,
+            "the task runs on its shard's leader: {t:#?}"
+        );
         assert_eq!(exec.parent_span_id, leader_create.span_id, "{t:#?}");
         assert_eq!(exec.kind, 1, "an internal span: {exec:?}");
         let poll = find(&t, "tasks/get", Some("node-1")).unwrap();
@@ -198,7 +222,10 @@ async fn a_sampled_request_is_traced_across_nodes_into_its_task() {
             .into_iter()
             .find(|s| s.name == "taskmesh.v1.TaskService/ReadTasks" && s.trace_id == poll.trace_id)
             .unwrap();
-        assert_eq!(read.instance, leader, "the read is served by the leader: {read:?}");
+        assert_eq!(
+            read.instance, leader,
+            "the read is served by the leader: {read:?}"
+        );
         assert_eq!(read.attr("taskmesh.task_id"), poll.attr("taskmesh.task_id"));
         followed = Some((id, trace));
         break;
@@ -213,5 +240,7 @@ async fn a_sampled_request_is_traced_across_nodes_into_its_task() {
         .filter(|s| !traced_ids.contains(&s.trace_id))
         .collect();
     assert!(strays.is_empty(), "spans of untraced requests: {strays:#?}");
-    assert!(!all.iter().any(|s| s.trace_id == "0af7651916cd43dd8448eb211c80319c"));
+    assert!(!all
+        .iter()
+        .any(|s| s.trace_id == "0af7651916cd43dd8448eb211c80319c"));
 }

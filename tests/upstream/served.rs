@@ -7,6 +7,7 @@
 //! and an upstream that is not there yet.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use taskmesh_testkit::{Client, Server};
@@ -108,6 +109,7 @@ async fn exercise(s: &Server) {
             "py_refuse",
             "py_sample",
             "py_slow",
+            "py_traceparent",
             "py_wait_cancel",
             "py_whoami",
         ],
@@ -451,7 +453,7 @@ async fn an_upstream_that_is_not_there_yet_is_retried_until_it_answers() {
     assert!(tool_names(&c).await.contains(&"py_echo".to_string()));
     let st = upstream_status(&s).await;
     assert_eq!(st["state"], "serving", "{st}");
-    assert_eq!(st["tools"], 15, "{st}");
+    assert_eq!(st["tools"], 16, "{st}");
     let r = c
         .ok(
             "tools/call",
@@ -610,4 +612,95 @@ async fn a_rerun_tool_is_called_again_when_its_call_is_lost() {
             && why.contains("after 2 attempts"),
         "{t}"
     );
+}
+
+/// With `[tracing]` exporting every request (`sample_ratio = 1`), a call of an upstream's tool
+/// is one trace: the node's server span (a new trace: the client sent no `traceparent`), the
+/// task's execution under it, the upstream call as a client span under that, and the upstream
+/// server gets that span's context in its `traceparent` header. A plain call's upstream call is
+/// right under the request's span.
+#[tokio::test]
+async fn a_traced_call_carries_its_context_to_the_upstream_server() {
+    use taskmesh_testkit::otlp::Receiver;
+    let receiver = Receiver::start().await;
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let upstream = http_server(&python).await;
+    let tracing = format!(
+        "[tracing]\notlp_endpoint = \"{}\"\nsample_ratio = 1.0\nexport_delay_ms = 100",
+        receiver.url
+    );
+    let s = Server::start(
+        TASKMESH,
+        &config_with(
+            &format!("url = {:?}", upstream.url),
+            "tools = { include = [\"traceparent\"] }",
+            &tracing,
+        ),
+    );
+    taskmesh_testkit::wait_upstreams_serving(&s, "").await;
+    let c = Client::new_session(&s.url).await;
+
+    // As a task.
+    let id = c.start_task("py_traceparent", json!({})).await;
+    let done = c.wait_status(&id, "completed").await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let r = c.ok("tasks/result", json!({"taskId": id})).await;
+    let seen = text(&r).to_owned();
+    let parts: Vec<&str> = seen.split('-').collect();
+    assert_eq!(parts.len(), 4, "the upstream saw no traceparent: {seen}");
+    let (trace, parent) = (parts[1].to_owned(), parts[2].to_owned());
+    assert_eq!(parts[3], "01", "sampled: {seen}");
+    let spans = receiver
+        .wait_for(Duration::from_secs(30), |all| {
+            all.iter().filter(|s| s.trace_id == trace).count() >= 3
+        })
+        .await
+        .unwrap_or_else(|| panic!("the trace of {seen} never came: {:#?}", receiver.spans()));
+    let t: Vec<_> = spans.into_iter().filter(|s| s.trace_id == trace).collect();
+    let named = |n: &str| {
+        t.iter()
+            .find(|s| s.name == n)
+            .unwrap_or_else(|| panic!("no span {n}: {t:#?}"))
+    };
+    let gateway = named("tools/call py_traceparent");
+    assert_eq!(gateway.parent_span_id, "", "a new trace: {gateway:?}");
+    let exec = named("execute_tool py_traceparent");
+    assert_eq!(exec.parent_span_id, gateway.span_id, "{t:#?}");
+    assert_eq!(exec.attr("taskmesh.task_id"), Some(id.as_str()));
+    let call = named("tools/call traceparent");
+    assert_eq!(call.kind, 3, "a client span: {call:?}");
+    assert_eq!(call.parent_span_id, exec.span_id, "{t:#?}");
+    assert_eq!(call.attr("taskmesh.upstream"), Some("py"));
+    assert_eq!(
+        parent, call.span_id,
+        "the upstream got the client span's context"
+    );
+
+    // A plain call.
+    let r = c
+        .ok(
+            "tools/call",
+            json!({"name": "py_traceparent", "arguments": {}}),
+        )
+        .await;
+    let seen = text(&r).to_owned();
+    let parts: Vec<&str> = seen.split('-').collect();
+    assert_eq!(parts.len(), 4, "the upstream saw no traceparent: {seen}");
+    let (trace, parent) = (parts[1].to_owned(), parts[2].to_owned());
+    let spans = receiver
+        .wait_for(Duration::from_secs(30), |all| {
+            all.iter().filter(|s| s.trace_id == trace).count() >= 2
+        })
+        .await
+        .unwrap_or_else(|| panic!("the trace of {seen} never came: {:#?}", receiver.spans()));
+    let gateway = spans
+        .iter()
+        .find(|s| s.trace_id == trace && s.name == "tools/call py_traceparent")
+        .unwrap();
+    let call = spans
+        .iter()
+        .find(|s| s.trace_id == trace && s.name == "tools/call traceparent")
+        .unwrap();
+    assert_eq!(call.parent_span_id, gateway.span_id);
+    assert_eq!(parent, call.span_id);
 }

@@ -9,7 +9,8 @@ answers), mutter (waits, then logs at info and at warning, then answers), grow (
 waits until it is cancelled; `cancelled` then reports how many were), crash (the process exits
 mid-call), crash_once (exits mid-call unless its marker file exists, which it creates first),
 refuse (answered with a JSON-RPC error), whoami (the X-Principal and Authorization headers of
-the HTTP request that carried the call, "none" for each one absent).
+the HTTP request that carried the call, "none" for each one absent), traceparent (the W3C
+traceparent header of that request, "none" when absent).
 """
 import sys
 
@@ -131,6 +132,14 @@ def whoami(ctx: Context) -> str:
         return "none|none"
     h = request.headers
     return f"{h.get('x-principal', 'none')}|{h.get('authorization', 'none')}"
+
+
+@mcp.tool(description="The traceparent header of the call's request.")
+def traceparent(ctx: Context) -> str:
+    request = ctx.request_context.request
+    if request is None:
+        return "none"
+    return request.headers.get("traceparent", "none")
 
 
 @mcp.tool(description="How many wait_cancel calls were cancelled.")

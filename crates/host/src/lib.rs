@@ -16,6 +16,7 @@
 
 pub mod actor;
 mod attach;
+pub mod backup;
 mod config;
 mod create;
 mod error;

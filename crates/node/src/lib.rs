@@ -294,11 +294,18 @@ async fn start_cluster(
     let listener = tokio::net::TcpListener::bind(grpc_addr)
         .await
         .with_context(|| format!("binding {grpc_addr}"))?;
+    let router = Router::with_peers(
+        host.clone(),
+        cfg.node_id,
+        Some(peers),
+        Duration::from_millis(cfg.cluster.request_retry_ms),
+    );
     let raft_svc = taskmesh_transport::RaftService::new(cfg.node_id, registry.clone())
         .with_config(transport.clone())
         .into_server();
     let task_svc = taskmesh_router::service::TaskGrpc::new(host.clone(), book).into_server();
-    let cluster_svc = cluster::ClusterGrpc::new(membership.clone(), host.clone()).into_server();
+    let cluster_svc =
+        cluster::ClusterGrpc::new(membership.clone(), host.clone(), router.clone()).into_server();
     let stream_svc = taskmesh_gateway::relay::StreamGrpc::new(hub.clone()).into_server();
     let handshake = Duration::from_millis(
         cfg.cluster
@@ -322,12 +329,6 @@ async fn start_cluster(
             .await
     });
 
-    let router = Router::with_peers(
-        host.clone(),
-        cfg.node_id,
-        Some(peers),
-        Duration::from_millis(cfg.cluster.request_retry_ms),
-    );
     let view = Arc::new(parking_lot::RwLock::new(membership.current()));
     {
         let view = view.clone();
@@ -446,7 +447,11 @@ pub async fn serve(
     }
     let traces = taskmesh_telemetry::install(&cfg.tracing, cfg.node_id)?;
     if let Some(url) = cfg.tracing.traces_url().filter(|_| traces.is_some()) {
-        tracing::info!(url, sample_ratio = cfg.tracing.sample_ratio, "exporting spans over OTLP/HTTP");
+        tracing::info!(
+            url,
+            sample_ratio = cfg.tracing.sample_ratio,
+            "exporting spans over OTLP/HTTP"
+        );
     }
     let data_dir = cfg.data_dir.clone();
     std::fs::create_dir_all(&data_dir)

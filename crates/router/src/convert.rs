@@ -260,9 +260,7 @@ mod tests {
                     sampling: false,
                 },
                 answers_json: Some(r#"{"user_name":{"action":"accept"}}"#.into()),
-                traceparent: Some(
-                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
-                ),
+                traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             },
             outcome: Some(Outcome::Error {
                 code: -32603,

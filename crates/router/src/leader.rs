@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 use taskmesh_host::{Attachment, Created, Host, HostError, NewTask};
 use taskmesh_mcp::ErrorObject;
-use taskmesh_task::TaskView;
+use taskmesh_task::{TaskRecord, TaskView};
 
 use crate::remote::Peers;
 use crate::Router;
@@ -140,6 +140,64 @@ impl Router {
     pub async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
         self.on_leader(shard, |t| async move { t.members(shard).await })
             .await
+    }
+
+    /// A page of `shard`'s records for a backup, read on its leader: in (owner, task id) order
+    /// after `after`, at most `max_records`; the flag says whether it is the last page.
+    pub async fn export_page(
+        &self,
+        shard: u32,
+        after: Option<(&str, &str)>,
+        max_records: usize,
+    ) -> Result<(Vec<TaskRecord>, bool), HostError> {
+        self.check_shard(shard)?;
+        self.on_leader(shard, |t| async move {
+            t.export_page(shard, after, max_records).await
+        })
+        .await
+    }
+
+    /// Write backed-up `records` into `shard` through its leader; returns how many were
+    /// inserted. Every record's task id must hash to `shard` and be a valid id, or nothing is
+    /// written.
+    pub async fn import(&self, shard: u32, records: Vec<TaskRecord>) -> Result<u64, HostError> {
+        self.check_shard(shard)?;
+        for r in &records {
+            if r.task_id.is_empty() || r.task_id.len() > crate::MAX_TASK_ID_LEN {
+                return Err(HostError::Invalid(format!(
+                    "task id of {} characters: ids are 1 to {}",
+                    r.task_id.len(),
+                    crate::MAX_TASK_ID_LEN
+                )));
+            }
+            if self.shard_of(&r.task_id) != shard {
+                return Err(HostError::Invalid(format!(
+                    "task {} belongs to shard {}, not {shard}: was the backup taken from a \
+                     cluster with another shard count?",
+                    r.task_id,
+                    self.shard_of(&r.task_id)
+                )));
+            }
+            if r.owner.is_empty() {
+                return Err(HostError::Invalid(format!(
+                    "task {} has no owner",
+                    r.task_id
+                )));
+            }
+        }
+        let records = &records;
+        self.on_leader(shard, |t| async move { t.import(shard, records).await })
+            .await
+    }
+
+    fn check_shard(&self, shard: u32) -> Result<(), HostError> {
+        if shard >= self.shards {
+            return Err(HostError::Invalid(format!(
+                "shard {shard} does not exist: shards are 0 to {}",
+                self.shards.saturating_sub(1)
+            )));
+        }
+        Ok(())
     }
 
     /// One page of `owner`'s tasks with ids after `after`, merged over all shards in id order;
@@ -368,6 +426,21 @@ pub trait ShardLeader {
         &self,
         shard: u32,
     ) -> impl Future<Output = Result<(Vec<u64>, Vec<u64>), HostError>> + Send;
+
+    /// A page of `shard`'s records for a backup (see [`Host::export_page`]).
+    fn export_page(
+        &self,
+        shard: u32,
+        after: Option<(&str, &str)>,
+        max_records: usize,
+    ) -> impl Future<Output = Result<(Vec<TaskRecord>, bool), HostError>> + Send;
+
+    /// Backed-up records into `shard` (see [`Host::import`]).
+    fn import(
+        &self,
+        shard: u32,
+        records: &[TaskRecord],
+    ) -> impl Future<Output = Result<u64, HostError>> + Send;
 }
 
 impl ShardLeader for Host {
@@ -441,6 +514,19 @@ impl ShardLeader for Host {
 
     async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
         Host::members(self, shard)
+    }
+
+    async fn export_page(
+        &self,
+        shard: u32,
+        after: Option<(&str, &str)>,
+        max_records: usize,
+    ) -> Result<(Vec<TaskRecord>, bool), HostError> {
+        Host::export_page(self, shard, after, max_records).await
+    }
+
+    async fn import(&self, shard: u32, records: &[TaskRecord]) -> Result<u64, HostError> {
+        Host::import(self, shard, records.to_vec()).await
     }
 }
 
@@ -523,6 +609,21 @@ impl ShardLeader for RemoteNode<'_> {
 
     async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
         self.peers.members(self.id, shard).await
+    }
+
+    async fn export_page(
+        &self,
+        shard: u32,
+        after: Option<(&str, &str)>,
+        max_records: usize,
+    ) -> Result<(Vec<TaskRecord>, bool), HostError> {
+        self.peers
+            .export_page(self.id, shard, after, max_records)
+            .await
+    }
+
+    async fn import(&self, shard: u32, records: &[TaskRecord]) -> Result<u64, HostError> {
+        self.peers.import(self.id, shard, records).await
     }
 }
 
@@ -612,5 +713,18 @@ impl ShardLeader for Target<'_> {
 
     async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
         on_target!(self, members(shard))
+    }
+
+    async fn export_page(
+        &self,
+        shard: u32,
+        after: Option<(&str, &str)>,
+        max_records: usize,
+    ) -> Result<(Vec<TaskRecord>, bool), HostError> {
+        on_target!(self, export_page(shard, after, max_records))
+    }
+
+    async fn import(&self, shard: u32, records: &[TaskRecord]) -> Result<u64, HostError> {
+        on_target!(self, import(shard, records))
     }
 }

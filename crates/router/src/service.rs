@@ -13,7 +13,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::convert::{error_to_pb, error_to_status, record_to_pb, request_from_pb, view_to_pb};
+use crate::convert::{
+    error_to_pb, error_to_status, record_from_pb, record_to_pb, request_from_pb, view_to_pb,
+};
+use taskmesh_task::TaskRecord;
 
 /// Resolves a node id to the MCP-independent gRPC address peers can reach it at.
 pub type AddressBook = Arc<dyn Fn(u64) -> Option<String> + Send + Sync>;
@@ -165,10 +168,9 @@ impl TaskService for TaskGrpc {
             client: tool.client,
             answers_json: tool.answers_json,
             // The span serving this call, under the gateway's: the task's executions follow it.
-            traceparent: taskmesh_telemetry::current_traceparent().or(
-                tool.traceparent
-                    .filter(|t| taskmesh_telemetry::parse(t).is_some()),
-            ),
+            traceparent: taskmesh_telemetry::current_traceparent().or(tool
+                .traceparent
+                .filter(|t| taskmesh_telemetry::parse(t).is_some())),
         };
         let created = self
             .host
@@ -445,4 +447,66 @@ impl TaskService for TaskGrpc {
         let (voters, learners) = self.host.members(shard).map_err(|e| self.err(&e))?;
         Ok(Response::new(v1::ShardMembersResponse { voters, learners }))
     }
+
+    async fn export_tasks(
+        &self,
+        request: Request<v1::ExportTasksRequest>,
+    ) -> Result<Response<v1::ExportTasksResponse>, Status> {
+        let r = request.into_inner();
+        let after = export_cursor(&r)?;
+        let (records, done) = self
+            .host
+            .export_page(r.shard, after, export_max(r.max_records))
+            .await
+            .map_err(|e| self.err(&e))?;
+        Ok(Response::new(v1::ExportTasksResponse {
+            records: records.into_iter().map(record_to_pb).collect(),
+            done,
+        }))
+    }
+
+    async fn import_tasks(
+        &self,
+        request: Request<v1::ImportTasksRequest>,
+    ) -> Result<Response<v1::ImportTasksResponse>, Status> {
+        let r = request.into_inner();
+        let records = import_records(r.records)?;
+        let inserted = self
+            .host
+            .import(r.shard, records)
+            .await
+            .map_err(|e| self.err(&e))?;
+        Ok(Response::new(v1::ImportTasksResponse { inserted }))
+    }
+}
+
+/// The cursor of an `ExportTasks` request: `None` for the first page (both parts empty).
+pub fn export_cursor(r: &v1::ExportTasksRequest) -> Result<Option<(&str, &str)>, Status> {
+    match (r.after_owner.is_empty(), r.after_task_id.is_empty()) {
+        (true, true) => Ok(None),
+        (false, false) => Ok(Some((r.after_owner.as_str(), r.after_task_id.as_str()))),
+        _ => Err(Status::invalid_argument(
+            "after_owner and after_task_id are given together or not at all",
+        )),
+    }
+}
+
+/// The page size an `ExportTasks` request asks for (0: the most).
+pub fn export_max(max_records: u32) -> usize {
+    match max_records {
+        0 => taskmesh_host::backup::MAX_PAGE_RECORDS,
+        n => n as usize,
+    }
+}
+
+/// The records of an `ImportTasks` request; a malformed one refuses the whole request.
+pub fn import_records(records: Vec<v1::TaskRecord>) -> Result<Vec<TaskRecord>, Status> {
+    records
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            record_from_pb(p)
+                .ok_or_else(|| Status::invalid_argument(format!("record {i} is malformed")))
+        })
+        .collect()
 }

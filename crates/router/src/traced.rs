@@ -40,7 +40,8 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Either<Instrumented<S::Future>, BoxFuture<'static, Result<S::Response, S::Error>>>;
+    type Future =
+        Either<Instrumented<S::Future>, BoxFuture<'static, Result<S::Response, S::Error>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)

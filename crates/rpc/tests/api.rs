@@ -266,6 +266,20 @@ impl TaskService for OneTask {
     ) -> Result<Response<taskmesh_rpc::v1::ShardMembersResponse>, Status> {
         Err(Status::unimplemented("members"))
     }
+
+    async fn export_tasks(
+        &self,
+        _request: Request<taskmesh_rpc::v1::ExportTasksRequest>,
+    ) -> Result<Response<taskmesh_rpc::v1::ExportTasksResponse>, Status> {
+        Err(Status::unimplemented("export"))
+    }
+
+    async fn import_tasks(
+        &self,
+        _request: Request<taskmesh_rpc::v1::ImportTasksRequest>,
+    ) -> Result<Response<taskmesh_rpc::v1::ImportTasksResponse>, Status> {
+        Err(Status::unimplemented("import"))
+    }
 }
 
 #[tokio::test]

@@ -82,6 +82,15 @@ pub enum Command {
         /// When the upstream accepted the task; `last_updated_at_ms` never moves back before it.
         at_ms: u64,
     },
+    /// Restore records from a backup (`taskmesh restore`): each record whose task id the shard
+    /// does not hold is inserted as it was backed up, except that a live one's `exec_term` is
+    /// reset to 0 so that this shard's leader takes its execution over (by the tool's resume
+    /// policy). Records the shard holds already are left as they are: a restore run twice
+    /// changes nothing the second time.
+    Import {
+        /// The backed-up records.
+        records: Vec<TaskRecord>,
+    },
     /// Delete the listed tasks whose TTL has run out at `now_ms`.
     Expire {
         /// Candidates for deletion; those missing or not expired at `now_ms` are left alone.
@@ -101,7 +110,7 @@ impl Command {
             | Command::Cancel { task_id, .. }
             | Command::Resume { task_id, .. }
             | Command::Follow { task_id, .. } => Some(task_id),
-            Command::Expire { .. } => None,
+            Command::Expire { .. } | Command::Import { .. } => None,
         }
     }
 }
@@ -147,6 +156,11 @@ pub enum Applied {
     },
     /// Nothing changed.
     Rejected(Rejection),
+    /// The records an `Import` inserted (those the shard did not hold), as stored.
+    Imported {
+        /// The inserted records, each with `updated_index` set to the entry's log index.
+        records: Vec<TaskRecord>,
+    },
     /// These ids were deleted.
     Expired {
         /// Ids of the records deleted: those of the command that were present and expired.
@@ -166,6 +180,9 @@ impl std::fmt::Display for Command {
             Command::Follow { .. } => "follow",
             Command::Expire { task_ids, .. } => {
                 return write!(f, "expire({} tasks)", task_ids.len());
+            }
+            Command::Import { records } => {
+                return write!(f, "import({} tasks)", records.len());
             }
         };
         match self.task_id() {

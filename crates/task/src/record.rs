@@ -112,6 +112,26 @@ impl TaskRecord {
     pub fn is_expired(&self, now_ms: u64) -> bool {
         self.expires_at_ms().is_some_and(|at| now_ms >= at)
     }
+
+    /// About how many bytes the record takes encoded: its variable-length parts plus a fixed
+    /// allowance for the rest. Bounds the pages of a backup.
+    pub fn approx_bytes(&self) -> usize {
+        let outcome = match &self.outcome {
+            Some(Outcome::Result { json }) => json.len(),
+            Some(Outcome::Error {
+                message, data_json, ..
+            }) => message.len() + data_json.as_ref().map_or(0, String::len),
+            None => 0,
+        };
+        256 + self.task_id.len()
+            + self.owner.len()
+            + self.session.as_ref().map_or(0, String::len)
+            + self.status_message.as_ref().map_or(0, String::len)
+            + self.request.tool.len()
+            + self.request.arguments_json.len()
+            + self.request.answers_json.as_ref().map_or(0, String::len)
+            + outcome
+    }
 }
 
 /// What a poll, a cancel, a list and a status event show of a task: the fields of an MCP Task

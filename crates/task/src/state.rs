@@ -54,6 +54,37 @@ impl ShardState {
         self.tasks.values()
     }
 
+    /// A page of every record for a backup, in (owner, task id) order: those strictly after
+    /// `after`, until `max_records` are taken or their encoded size passes `max_bytes` (at
+    /// least one is taken). The second value is whether the page reaches the last record.
+    pub fn export_page(
+        &self,
+        after: Option<(&str, &str)>,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> (Vec<TaskRecord>, bool) {
+        use std::ops::Bound;
+        let start = match after {
+            Some((owner, id)) => Bound::Excluded((owner.to_owned(), id.to_owned())),
+            None => Bound::Unbounded,
+        };
+        let mut page = Vec::new();
+        let mut bytes = 0;
+        let mut keys = self.by_owner.range((start, Bound::Unbounded));
+        for (_, id) in keys.by_ref() {
+            let Some(r) = self.tasks.get(id) else {
+                continue;
+            };
+            bytes += r.approx_bytes();
+            page.push(r.clone());
+            if page.len() >= max_records.max(1) || bytes >= max_bytes {
+                break;
+            }
+        }
+        let done = keys.next().is_none();
+        (page, done)
+    }
+
     /// Records that are not terminal (their executions must be running on the leader).
     pub fn live(&self) -> impl Iterator<Item = &TaskRecord> {
         self.live.iter().filter_map(|id| self.tasks.get(id))
@@ -223,6 +254,22 @@ impl ShardState {
                 r.status_message = message.clone();
                 r.last_updated_at_ms = r.last_updated_at_ms.max(*at_ms);
             }),
+            Command::Import { records } => {
+                let mut inserted = Vec::new();
+                for record in records {
+                    if self.tasks.contains_key(&record.task_id) {
+                        continue;
+                    }
+                    let mut r = record.clone();
+                    r.updated_index = index;
+                    if !r.status.is_terminal() {
+                        r.exec_term = 0;
+                    }
+                    self.insert(r.clone());
+                    inserted.push(r);
+                }
+                Applied::Imported { records: inserted }
+            }
             Command::Expire { task_ids, now_ms } => {
                 let mut gone = Vec::new();
                 for id in task_ids {

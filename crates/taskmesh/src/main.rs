@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod admin;
+mod backup;
 use taskmesh_node::config::{Config, Overrides};
 
 // The request path allocates and frees many small objects on every worker thread; mimalloc's
@@ -77,6 +78,28 @@ enum Command {
     Cluster {
         #[command(subcommand)]
         command: ClusterCommand,
+    },
+    /// Copy every task record of the cluster into DIR (new or empty) while it serves: each
+    /// shard is read on its leader, so the backup holds every task acknowledged before it began.
+    Backup {
+        /// The directory to write (one file per shard, then manifest.json).
+        dir: PathBuf,
+        #[command(flatten)]
+        conn: ClusterConn,
+        /// Print JSON instead of a line per shard.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the records of the backup in DIR into the cluster (same shard count; records it
+    /// holds already are left as they are). Live tasks are taken over by their shards' leaders.
+    Restore {
+        /// A directory written by `taskmesh backup`.
+        dir: PathBuf,
+        #[command(flatten)]
+        conn: ClusterConn,
+        /// Print JSON instead of a line per shard.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -194,12 +217,17 @@ enum ClusterCommand {
     },
 }
 
+/// The runtime an operator's command runs on.
+fn admin_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
 fn cluster_command(cmd: ClusterCommand) -> anyhow::Result<()> {
     use taskmesh_meta::MetaCommand;
     use taskmesh_node::cluster::{fetch_metadata, propose_via};
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = admin_runtime()?;
     rt.block_on(async {
         let meta = match cmd {
             ClusterCommand::Leaders { conn, json } => {
@@ -320,6 +348,10 @@ fn main() -> anyhow::Result<()> {
             run(cfg)
         }
         Command::Cluster { command } => cluster_command(command),
+        Command::Backup { dir, conn, json } => admin_runtime()?
+            .block_on(async { backup::backup(&conn.dialer()?, &conn.peer, &dir, json).await }),
+        Command::Restore { dir, conn, json } => admin_runtime()?
+            .block_on(async { backup::restore(&conn.dialer()?, &conn.peer, &dir, json).await }),
         Command::Certs {
             out,
             nodes,

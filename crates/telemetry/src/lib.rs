@@ -30,7 +30,9 @@ use opentelemetry::trace::{
 };
 use opentelemetry::Context;
 use opentelemetry_otlp::WithExportConfig;
-use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider,
+};
 use serde::Deserialize;
 
 pub use opentelemetry::trace::SpanKind;

@@ -128,5 +128,8 @@ async fn without_an_exporter_nothing_is_sampled_or_carried() {
 fn draws_spread_over_the_range() {
     // A ratio of 1/4 must take about a quarter: far from none and from all.
     let below = (0..4_000).filter(|_| draw() < u64::MAX / 4).count();
-    assert!((700..1_300).contains(&below), "{below} of 4000 below a quarter");
+    assert!(
+        (700..1_300).contains(&below),
+        "{below} of 4000 below a quarter"
+    );
 }

@@ -482,7 +482,10 @@ impl Tool for UpstreamTool {
                     Err(lost) => lost,
                 };
                 if let Some(span) = span.as_mut() {
-                    span.set(taskmesh_telemetry::KeyValue::new("taskmesh.attempt", attempt as i64));
+                    span.set(taskmesh_telemetry::KeyValue::new(
+                        "taskmesh.attempt",
+                        attempt as i64,
+                    ));
                 }
                 if matches!(lost, ClientError::Closed(_) | ClientError::Transport(_)) {
                     up.suspect();

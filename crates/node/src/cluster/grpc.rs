@@ -1,6 +1,7 @@
 //! The `taskmesh.v1.ClusterService` server: other nodes and `taskmesh cluster` commands
 //! propose metadata changes and read the metadata through it; the operator's commands also
-//! read the shards' leaders, move a leadership and build snapshots through it.
+//! read the shards' leaders, move a leadership and build snapshots through it, and back up and
+//! restore task records through it (each page through the router, on the shard's leader).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +19,7 @@ use super::Membership;
 pub struct ClusterGrpc {
     membership: Arc<Membership>,
     host: Host,
+    router: taskmesh_router::Router,
 }
 
 /// How long `MoveLeader` waits for the leadership to arrive at its target.
@@ -25,8 +27,16 @@ const MOVE_LEADER_WAIT: Duration = Duration::from_secs(5);
 
 impl ClusterGrpc {
     /// The service answering for this node's `membership` and the replicas of `host`.
-    pub fn new(membership: Arc<Membership>, host: Host) -> Self {
-        Self { membership, host }
+    pub fn new(membership: Arc<Membership>, host: Host, router: taskmesh_router::Router) -> Self {
+        Self {
+            membership,
+            host,
+            router,
+        }
+    }
+
+    fn host_error(&self, e: &taskmesh_host::HostError) -> Status {
+        taskmesh_router::convert::error_to_status(e, |id| self.membership.address(id))
     }
 
     /// This node's replica of `shard`, or NOT_FOUND.
@@ -169,6 +179,41 @@ impl v1::cluster_service_server::ClusterService for ClusterGrpc {
             leader: now.leader.unwrap_or(0),
             term: now.term,
         }))
+    }
+
+    async fn export_tasks(
+        &self,
+        request: Request<v1::ExportTasksRequest>,
+    ) -> Result<Response<v1::ExportTasksResponse>, Status> {
+        use taskmesh_router::service::{export_cursor, export_max};
+        let r = request.into_inner();
+        let after = export_cursor(&r)?;
+        let (records, done) = self
+            .router
+            .export_page(r.shard, after, export_max(r.max_records))
+            .await
+            .map_err(|e| self.host_error(&e))?;
+        Ok(Response::new(v1::ExportTasksResponse {
+            records: records
+                .into_iter()
+                .map(taskmesh_router::convert::record_to_pb)
+                .collect(),
+            done,
+        }))
+    }
+
+    async fn import_tasks(
+        &self,
+        request: Request<v1::ImportTasksRequest>,
+    ) -> Result<Response<v1::ImportTasksResponse>, Status> {
+        let r = request.into_inner();
+        let records = taskmesh_router::service::import_records(r.records)?;
+        let inserted = self
+            .router
+            .import(r.shard, records)
+            .await
+            .map_err(|e| self.host_error(&e))?;
+        Ok(Response::new(v1::ImportTasksResponse { inserted }))
     }
 
     async fn build_snapshot(

@@ -352,6 +352,48 @@ pub async fn move_leader(
     anyhow::bail!("no leader of shard {shard} found through {addr} within {PROPOSE_VIA_BUDGET:?}")
 }
 
+/// A page of `shard`'s records for a backup, through the node at `addr` (which reads it on
+/// the shard's leader). A client connection to reuse for every page: `client_for_backup`.
+pub async fn export_page(
+    client: &mut ClusterServiceClient<tonic::transport::Channel>,
+    shard: u32,
+    after: Option<(&str, &str)>,
+    max_records: u32,
+) -> Result<v1::ExportTasksResponse, tonic::Status> {
+    let (after_owner, after_task_id) = after.unwrap_or_default();
+    let r = client
+        .export_tasks(v1::ExportTasksRequest {
+            shard,
+            after_owner: after_owner.into(),
+            after_task_id: after_task_id.into(),
+            max_records,
+        })
+        .await?;
+    Ok(r.into_inner())
+}
+
+/// Backed-up records into `shard`, through the node at `client` (which writes them on the
+/// shard's leader); how many were inserted.
+pub async fn import_page(
+    client: &mut ClusterServiceClient<tonic::transport::Channel>,
+    shard: u32,
+    records: Vec<v1::TaskRecord>,
+) -> Result<u64, tonic::Status> {
+    let r = client
+        .import_tasks(v1::ImportTasksRequest { shard, records })
+        .await?;
+    Ok(r.into_inner().inserted)
+}
+
+/// A cluster-service client of the node at `addr` for backup and restore pages (each call
+/// bounded by the admin call timeout).
+pub fn client_for_backup(
+    dialer: &Dialer,
+    addr: &str,
+) -> anyhow::Result<ClusterServiceClient<tonic::transport::Channel>> {
+    Ok(admin_client(dialer, addr)?)
+}
+
 /// Build a snapshot of the replica of `shard` on the node at `addr`.
 pub async fn build_snapshot(
     dialer: &Dialer,

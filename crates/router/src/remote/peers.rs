@@ -17,13 +17,13 @@ use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
 use taskmesh_rpc::dial::Dialer;
 use taskmesh_rpc::trace;
 use taskmesh_rpc::v1::{self, task_service_client::TaskServiceClient};
-use taskmesh_task::TaskView;
+use taskmesh_task::{TaskRecord, TaskView};
 use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 
 use super::reads::{send_gets, GetBatching, PeerReads, MAX_GET_BATCH};
 use super::{record_of, view_of};
-use crate::convert::{error_from_status, record_from_pb};
+use crate::convert::{error_from_status, record_from_pb, record_to_pb};
 
 /// Messages of a remote result attachment (elicitations, progress) that may wait for the
 /// local session to take them, as the host's own `attach_buffer` does for a local one.
@@ -484,5 +484,58 @@ impl Peers {
             )
             .await?;
         Ok((r.voters, r.learners))
+    }
+
+    /// A page of `shard`'s records from node `id` (its `ExportTasks`).
+    pub async fn export_page(
+        &self,
+        id: u64,
+        shard: u32,
+        after: Option<(&str, &str)>,
+        max_records: usize,
+    ) -> Result<(Vec<TaskRecord>, bool), HostError> {
+        let (after_owner, after_task_id) = after.unwrap_or_default();
+        let r = self
+            .call(
+                id,
+                shard,
+                v1::ExportTasksRequest {
+                    shard,
+                    after_owner: after_owner.into(),
+                    after_task_id: after_task_id.into(),
+                    max_records: max_records.min(u32::MAX as usize) as u32,
+                },
+                |mut c, r| async move { c.export_tasks(r).await },
+            )
+            .await?;
+        let records = r
+            .records
+            .into_iter()
+            .map(|p| {
+                record_from_pb(p).ok_or_else(|| {
+                    HostError::Internal(format!("node {id} sent a malformed record"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((records, r.done))
+    }
+
+    /// Backed-up records into `shard` on node `id` (its `ImportTasks`).
+    pub async fn import(
+        &self,
+        id: u64,
+        shard: u32,
+        records: &[TaskRecord],
+    ) -> Result<u64, HostError> {
+        let records = records.iter().cloned().map(record_to_pb).collect();
+        let r = self
+            .call(
+                id,
+                shard,
+                v1::ImportTasksRequest { shard, records },
+                |mut c, r| async move { c.import_tasks(r).await },
+            )
+            .await?;
+        Ok(r.inserted)
     }
 }

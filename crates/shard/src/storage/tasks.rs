@@ -91,6 +91,15 @@ impl GroupState for ShardState {
                     record: record.clone(),
                 });
             }
+            Applied::Imported { records } => {
+                for record in records {
+                    batch.insert(rec_key(&record.task_id), encode(record)?);
+                    events.push(ShardEvent::Changed {
+                        index,
+                        record: record.clone(),
+                    });
+                }
+            }
             Applied::Expired { task_ids } if !task_ids.is_empty() => {
                 for id in task_ids {
                     batch.remove(rec_key(id));

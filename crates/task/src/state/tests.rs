@@ -57,6 +57,96 @@ fn create_is_idempotent() {
 }
 
 #[test]
+fn an_import_inserts_only_what_is_missing_and_frees_live_executions() {
+    let mut s = ShardState::new();
+    s.apply(
+        &Command::Create {
+            record: record("held", "p", None),
+        },
+        1,
+    );
+    let mut done = record("done", "q", Some(60_000));
+    done.status = TaskStatus::Completed;
+    done.exec_term = 7;
+    done.outcome = Some(Outcome::Result {
+        json: "{\"content\":[]}".into(),
+    });
+    let mut live = record("live", "p", None);
+    live.exec_term = 9;
+    live.status = TaskStatus::InputRequired;
+    let mut other = record("held", "p", None);
+    other.status = TaskStatus::Failed;
+    let import = Command::Import {
+        records: vec![done.clone(), live.clone(), other],
+    };
+    let Applied::Imported { records } = s.apply(&import, 5) else {
+        panic!("not imported");
+    };
+    let ids: Vec<&str> = records.iter().map(|r| r.task_id.as_str()).collect();
+    assert_eq!(ids, ["done", "live"], "the held record is left alone");
+    // A terminal record keeps everything but its index; a live one can be taken over.
+    let got = s.get("done").unwrap();
+    assert_eq!(
+        (got.status, got.exec_term, got.updated_index),
+        (TaskStatus::Completed, 7, 5)
+    );
+    assert_eq!(got.outcome, done.outcome);
+    let got = s.get("live").unwrap();
+    assert_eq!((got.status, got.exec_term), (TaskStatus::InputRequired, 0));
+    assert!(s.live().any(|r| r.task_id == "live"));
+    assert_eq!(s.get("held").unwrap().status, TaskStatus::Working);
+    // Expiry and listing know the imported records.
+    assert_eq!(
+        s.expired(done.created_at_ms + 60_000, 10),
+        vec!["done".to_string()]
+    );
+    assert_eq!(s.list("q", None, 10, 0).len(), 1);
+    // The same import again inserts nothing.
+    assert_eq!(s.apply(&import, 6), Applied::Imported { records: vec![] });
+}
+
+#[test]
+fn export_pages_cover_every_record_once_in_owner_and_id_order() {
+    let mut s = ShardState::new();
+    let mut want = Vec::new();
+    for i in 0..57 {
+        let owner = format!("p{}", i % 3);
+        let id = format!("t{i:03}");
+        s.apply(
+            &Command::Create {
+                record: record(&id, &owner, None),
+            },
+            i + 1,
+        );
+        want.push((owner, id));
+    }
+    want.sort();
+    let mut got = Vec::new();
+    let mut after: Option<(String, String)> = None;
+    let mut pages = 0;
+    loop {
+        let cursor = after.as_ref().map(|(o, t)| (o.as_str(), t.as_str()));
+        let (page, done) = s.export_page(cursor, 10, usize::MAX);
+        pages += 1;
+        assert!(page.len() <= 10);
+        for r in &page {
+            got.push((r.owner.clone(), r.task_id.clone()));
+        }
+        after = got.last().cloned();
+        if done {
+            break;
+        }
+    }
+    assert_eq!(got, want);
+    assert_eq!(pages, 6);
+    // A byte bound ends a page early, but never before its first record.
+    let (page, done) = s.export_page(None, 10, 1);
+    assert_eq!((page.len(), done), (1, false));
+    let (page, done) = ShardState::new().export_page(None, 10, usize::MAX);
+    assert!(page.is_empty() && done);
+}
+
+#[test]
 fn cancelled_beats_a_late_completion() {
     let mut s = ShardState::new();
     s.apply(
