@@ -5,11 +5,11 @@
 
 use std::process::Output;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use taskmesh_testkit::metrics::{metrics_of, sample};
 use taskmesh_testkit::{free_ports, status_of, wait_cluster_ready, Server};
 
-use crate::{connect, node_config_with, TASKMESH, TOKEN};
+use crate::{connect, json_of, node_config_with, TASKMESH, TOKEN};
 
 /// `taskmesh cluster ARGS --peer 127.0.0.1:PORT` with the operator's certificate.
 fn cli(port: u16, args: &[&str]) -> Output {
@@ -22,15 +22,6 @@ fn cli(port: u16, args: &[&str]) -> Output {
         .arg(certs.path())
         .output()
         .expect("run taskmesh cluster")
-}
-
-fn json_of(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON output")
 }
 
 /// Per shard, the leader every node's /status agrees on.

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use taskmesh_testkit::{free_ports, wait_cluster_ready, Server};
 
-use crate::{connect, node_config_with, TASKMESH, TOKEN};
+use crate::{connect, json_of, node_config_with, TASKMESH, TOKEN};
 
 /// `taskmesh COMMAND DIR --peer 127.0.0.1:PORT --json` with the operator's certificate.
 async fn cli(command: &str, dir: &std::path::Path, port: u16) -> Output {
@@ -25,15 +25,6 @@ async fn cli(command: &str, dir: &std::path::Path, port: u16) -> Output {
         .output()
         .await
         .expect("run taskmesh")
-}
-
-fn json_of(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON output")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

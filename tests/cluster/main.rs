@@ -41,6 +41,16 @@ fn start_cluster() -> Vec<Server> {
     vec![n1, n2, n3]
 }
 
+/// The JSON an operator's command printed; panics with its stderr when it failed.
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON output")
+}
+
 async fn connect(s: &Server) -> Client {
     Client::connect(&s.url, Some(TOKEN), V, json!({"elicitation": {}})).await
 }

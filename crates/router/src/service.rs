@@ -454,15 +454,12 @@ impl TaskService for TaskGrpc {
     ) -> Result<Response<v1::ExportTasksResponse>, Status> {
         let r = request.into_inner();
         let after = export_cursor(&r)?;
-        let (records, done) = self
+        let page = self
             .host
             .export_page(r.shard, after, export_max(r.max_records))
             .await
             .map_err(|e| self.err(&e))?;
-        Ok(Response::new(v1::ExportTasksResponse {
-            records: records.into_iter().map(record_to_pb).collect(),
-            done,
-        }))
+        Ok(Response::new(export_response(page)))
     }
 
     async fn import_tasks(
@@ -488,6 +485,14 @@ pub fn export_cursor(r: &v1::ExportTasksRequest) -> Result<Option<(&str, &str)>,
         _ => Err(Status::invalid_argument(
             "after_owner and after_task_id are given together or not at all",
         )),
+    }
+}
+
+/// The answer to an `ExportTasks` request: a page and whether it is the last.
+pub fn export_response((records, done): (Vec<TaskRecord>, bool)) -> v1::ExportTasksResponse {
+    v1::ExportTasksResponse {
+        records: records.into_iter().map(record_to_pb).collect(),
+        done,
     }
 }
 

@@ -185,21 +185,15 @@ impl v1::cluster_service_server::ClusterService for ClusterGrpc {
         &self,
         request: Request<v1::ExportTasksRequest>,
     ) -> Result<Response<v1::ExportTasksResponse>, Status> {
-        use taskmesh_router::service::{export_cursor, export_max};
+        use taskmesh_router::service::{export_cursor, export_max, export_response};
         let r = request.into_inner();
         let after = export_cursor(&r)?;
-        let (records, done) = self
+        let page = self
             .router
             .export_page(r.shard, after, export_max(r.max_records))
             .await
             .map_err(|e| self.host_error(&e))?;
-        Ok(Response::new(v1::ExportTasksResponse {
-            records: records
-                .into_iter()
-                .map(taskmesh_router::convert::record_to_pb)
-                .collect(),
-            done,
-        }))
+        Ok(Response::new(export_response(page)))
     }
 
     async fn import_tasks(
