@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use taskmesh_shard::{ShardEvent, ShardReplica};
-use taskmesh_task::{Applied, Command, Outcome, TaskStatus};
+use taskmesh_task::{Applied, Command, Outcome, TaskRecord, TaskStatus};
 use taskmesh_tools::ResumePolicy;
 use tokio::sync::broadcast::error::RecvError;
 
@@ -41,7 +41,7 @@ pub(crate) fn spawn_shard_loops(
                             let waiters = host.inner.waiters.lock().remove(&record.task_id);
                             for w in waiters.into_iter().flatten() {
                                 let _ = w.send(Ended {
-                                    record: record.clone(),
+                                    record: TaskRecord::clone(&record),
                                     at_us,
                                 });
                             }
@@ -50,7 +50,7 @@ pub(crate) fn spawn_shard_loops(
                         // Every replica applies the change; only the leader announces it, so a
                         // cluster that merges all nodes' announcements sends each one once.
                         if shard.is_leader() {
-                            let task = taskmesh_task::TaskView::from(&record);
+                            let task = taskmesh_task::TaskView::from(&*record);
                             let _ = host.inner.events.send(HostEvent::Status { task, at_us });
                         }
                     }

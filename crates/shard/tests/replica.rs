@@ -358,7 +358,7 @@ async fn events_follow_applied_changes() {
         .expect("event in time")
     {
         Ok(ShardEvent::Changed { index, record }) => {
-            assert_eq!(record, created);
+            assert_eq!(*record, created);
             assert_eq!(index, created.updated_index);
         }
         other => panic!("unexpected {other:?}"),
@@ -379,7 +379,7 @@ async fn events_follow_applied_changes() {
         .expect("event in time")
     {
         Ok(ShardEvent::Changed { index, record }) => {
-            assert_eq!(record, updated);
+            assert_eq!(*record, updated);
             assert_eq!(index, updated.updated_index);
         }
         other => panic!("unexpected {other:?}"),

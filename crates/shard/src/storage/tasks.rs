@@ -88,7 +88,7 @@ impl GroupState for ShardState {
                 batch.insert(rec_key(&record.task_id), encode(record)?);
                 events.push(ShardEvent::Changed {
                     index,
-                    record: record.clone(),
+                    record: std::sync::Arc::new(record.clone()),
                 });
             }
             Applied::Imported { records } => {
@@ -96,7 +96,7 @@ impl GroupState for ShardState {
                     batch.insert(rec_key(&record.task_id), encode(record)?);
                     events.push(ShardEvent::Changed {
                         index,
-                        record: record.clone(),
+                        record: std::sync::Arc::new(record.clone()),
                     });
                 }
             }
