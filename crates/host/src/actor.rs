@@ -344,15 +344,21 @@ impl Actor for TaskActor {
         // A traced task's execution is a span under the one that created it (kept in the
         // record, so an execution after a failover joins the same trace).
         let mut span = taskmesh_telemetry::Span::start_under(
-            format!("execute_tool {}", record.request.tool),
             taskmesh_telemetry::SpanKind::Internal,
             record.request.traceparent.as_deref(),
-            vec![
-                taskmesh_telemetry::KeyValue::new("gen_ai.tool.name", record.request.tool.clone()),
-                taskmesh_telemetry::KeyValue::new("taskmesh.task_id", record.task_id.to_string()),
-                taskmesh_telemetry::KeyValue::new("taskmesh.shard", i64::from(shard)),
-                taskmesh_telemetry::KeyValue::new("taskmesh.term", term as i64),
-            ],
+            || {
+                use taskmesh_telemetry::KeyValue;
+                let tool = &record.request.tool;
+                (
+                    format!("execute_tool {tool}"),
+                    vec![
+                        KeyValue::new("gen_ai.tool.name", tool.clone()),
+                        KeyValue::new("taskmesh.task_id", record.task_id.to_string()),
+                        KeyValue::new("taskmesh.shard", i64::from(shard)),
+                        KeyValue::new("taskmesh.term", term as i64),
+                    ],
+                )
+            },
         );
         let ctx = ToolContext {
             cancel: cancel.clone(),

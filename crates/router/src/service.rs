@@ -86,13 +86,18 @@ async fn answer_reads(
         let span = (!g.traceparent.is_empty())
             .then(|| {
                 taskmesh_telemetry::Span::start_under(
-                    "taskmesh.v1.TaskService/ReadTasks",
                     taskmesh_telemetry::SpanKind::Server,
                     Some(&g.traceparent),
-                    vec![
-                        taskmesh_telemetry::KeyValue::new("taskmesh.shard", i64::from(g.shard)),
-                        taskmesh_telemetry::KeyValue::new("taskmesh.task_id", g.task_id.clone()),
-                    ],
+                    || {
+                        use taskmesh_telemetry::KeyValue;
+                        (
+                            "taskmesh.v1.TaskService/ReadTasks",
+                            vec![
+                                KeyValue::new("taskmesh.shard", i64::from(g.shard)),
+                                KeyValue::new("taskmesh.task_id", g.task_id.clone()),
+                            ],
+                        )
+                    },
                 )
             })
             .flatten();

@@ -67,15 +67,16 @@ where
             .flatten()
             .and_then(|v| v.to_str().ok())
             .and_then(|parent| {
-                Span::start_under(
-                    request.uri().path().trim_start_matches('/').to_owned(),
-                    SpanKind::Server,
-                    Some(parent),
-                    vec![
-                        KeyValue::new("rpc.system", "grpc"),
-                        KeyValue::new("rpc.method", request.uri().path().to_owned()),
-                    ],
-                )
+                Span::start_under(SpanKind::Server, Some(parent), || {
+                    let path = request.uri().path();
+                    (
+                        path.trim_start_matches('/').to_owned(),
+                        vec![
+                            KeyValue::new("rpc.system", "grpc"),
+                            KeyValue::new("rpc.method", path.to_owned()),
+                        ],
+                    )
+                })
             });
         let served = self.inner.call(request).instrument(span);
         match otel {

@@ -293,17 +293,19 @@ impl Span {
     }
 
     /// Start a span under the `traceparent` text `parent`, when there is one and it is sampled
-    /// (the context a task keeps, or a peer sent). `None` otherwise, or when tracing is off.
-    pub fn start_under(
-        name: impl Into<Cow<'static, str>>,
+    /// (the context a task keeps, or a peer sent), named and described by what `describe`
+    /// returns. `None` otherwise, or when tracing is off; `describe` then never runs, so an
+    /// untraced call builds no name and no attributes.
+    pub fn start_under<N: Into<Cow<'static, str>>>(
         kind: SpanKind,
         parent: Option<&str>,
-        attributes: Vec<KeyValue>,
+        describe: impl FnOnce() -> (N, Vec<KeyValue>),
     ) -> Option<Span> {
         if !enabled() {
             return None;
         }
         let parent = parse(parent?).filter(SpanContext::is_sampled)?;
+        let (name, attributes) = describe();
         Span::start(name, kind, Some(&parent), attributes)
     }
 

@@ -117,7 +117,13 @@ async fn without_an_exporter_nothing_is_sampled_or_carried() {
     assert!(decide(Some(SAMPLED)).is_none());
     assert!(decide(None).is_none());
     assert!(Span::start("x", SpanKind::Server, None, Vec::new()).is_none());
-    assert!(Span::start_under("x", SpanKind::Server, Some(SAMPLED), Vec::new()).is_none());
+    let described = std::cell::Cell::new(false);
+    let span = Span::start_under(SpanKind::Server, Some(SAMPLED), || {
+        described.set(true);
+        ("x", Vec::new())
+    });
+    assert!(span.is_none());
+    assert!(!described.get(), "an untraced call builds nothing");
     let parent = parse(SAMPLED);
     let inside = scope(parent, async { current_traceparent() }).await;
     assert_eq!(inside.as_deref(), Some(SAMPLED));

@@ -444,14 +444,19 @@ impl Tool for UpstreamTool {
             // A traced call: a client span for the upstream's part, whose context the upstream
             // server gets in `traceparent` (every attempt, and every request following its task).
             let mut span = taskmesh_telemetry::Span::start_under(
-                format!("tools/call {remote}"),
                 taskmesh_telemetry::SpanKind::Client,
                 ctx.traceparent.as_deref(),
-                vec![
-                    taskmesh_telemetry::KeyValue::new("mcp.method.name", "tools/call"),
-                    taskmesh_telemetry::KeyValue::new("gen_ai.tool.name", remote.clone()),
-                    taskmesh_telemetry::KeyValue::new("taskmesh.upstream", up.name().to_owned()),
-                ],
+                || {
+                    use taskmesh_telemetry::KeyValue;
+                    (
+                        format!("tools/call {remote}"),
+                        vec![
+                            KeyValue::new("mcp.method.name", "tools/call"),
+                            KeyValue::new("gen_ai.tool.name", remote.clone()),
+                            KeyValue::new("taskmesh.upstream", up.name().to_owned()),
+                        ],
+                    )
+                },
             );
             if let Some(value) = span
                 .as_ref()
