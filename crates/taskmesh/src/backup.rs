@@ -149,14 +149,17 @@ fn sync_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("flushing {}", dir.display()))
 }
 
-/// Every record of `shard`, page by page, into `path`; how many.
+/// Every record of `shard`, page by page, into `path` (each page written as it arrives, the
+/// file flushed to disk at the end); how many.
 async fn backup_shard(
     client: &mut ClusterServiceClient<Channel>,
     shard: u32,
     path: &Path,
 ) -> anyhow::Result<u64> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut out = BufWriter::new(&file);
     let mut count = 0u64;
-    let mut lines: Vec<u8> = Vec::new();
     let mut after: Option<(String, String)> = None;
     loop {
         let page = with_retries(&format!("reading shard {shard}"), || {
@@ -172,8 +175,10 @@ async fn backup_shard(
             let record = record_from_pb(p)
                 .with_context(|| format!("shard {shard}: a malformed record came back"))?;
             after = Some((record.owner.clone(), record.task_id.clone()));
-            serde_json::to_writer(&mut lines, &record)?;
-            lines.push(b'\n');
+            serde_json::to_writer(&mut out, &record)
+                .map_err(std::io::Error::from)
+                .and_then(|()| out.write_all(b"\n"))
+                .with_context(|| format!("writing {}", path.display()))?;
             count += 1;
         }
         if page.done {
@@ -184,7 +189,11 @@ async fn backup_shard(
             "shard {shard}: an empty page that is not the last"
         );
     }
-    write_durably(path, |w| Ok(w.write_all(&lines)?))?;
+    out.flush()
+        .with_context(|| format!("writing {}", path.display()))?;
+    drop(out);
+    file.sync_all()
+        .with_context(|| format!("flushing {}", path.display()))?;
     Ok(count)
 }
 
