@@ -15,6 +15,7 @@ mod membership;
 mod modern;
 mod mtls;
 mod prometheus;
+mod quiesce;
 mod readiness;
 mod serving;
 mod streams;

@@ -1042,6 +1042,11 @@ async fn handle_status(
                 "tasks": s.tasks,
                 "liveTasks": s.live_tasks,
                 "voters": s.voters,
+                "quiet": match s.quiet {
+                    taskmesh_host::Quiet::Awake => None,
+                    taskmesh_host::Quiet::Leading => Some("leader"),
+                    taskmesh_host::Quiet::Following { .. } => Some("follower"),
+                },
             })
         })
         .collect();

@@ -493,6 +493,7 @@ mod readiness_tests {
             committed_index: Some(committed),
             proposals_in_flight: 0,
             leader_silence_ms: (leader != Some(2)).then_some(50),
+            quiet: taskmesh_host::Quiet::Awake,
             follower_lag: Vec::new(),
         }
     }

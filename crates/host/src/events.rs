@@ -1,33 +1,46 @@
-//! The per-shard loops of a host:
+//! The loops of a host. Per shard, two tasks that sleep until something happens:
 //!
 //! - the reconciler: on the shard's leader, every live task has exactly one execution here.
 //!   It compares the state machine's live tasks with the actors that run, on every leadership
-//!   change and every `tasks.reconcile_interval_ms`: a live task without an actor (a new
-//!   leadership, an actor that stopped without recording an outcome, a create that never
+//!   change and whenever the host's housekeeping nudges it: a live task without an actor (a
+//!   new leadership, an actor that stopped without recording an outcome, a create that never
 //!   spawned one) is taken over by its tool's resume policy, whatever its term; an actor whose
 //!   task is terminal, gone, or owned by a newer execution is stopped; on a node that does not
 //!   lead the shard, every actor of it is stopped;
 //! - events: every applied change is announced by the leader ([`HostEvent::Status`]), wakes
 //!   `tasks/result` waiters of terminal tasks, and stops the actors of terminal and expired
-//!   tasks;
-//! - expiry: the leader deletes tasks whose TTL ran out, through the log.
+//!   tasks.
+//!
+//! And one housekeeping task for the whole host ([`spawn_housekeeping`]), so that an idle shard
+//! costs no timer of its own:
+//!
+//! - every `tasks.reconcile_interval_ms` it nudges the reconciler of each shard that has
+//!   something to check (it leads it and it has live tasks or actors here, or it does not lead
+//!   it and actors of it still run here);
+//! - every `tasks.expiry_sweep_interval_ms` it deletes, through the log of each shard it leads,
+//!   the tasks whose TTL ran out (a lookup in the shard's expiry index, so a shard with nothing
+//!   due costs next to nothing).
 
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use taskmesh_shard::{ShardEvent, ShardReplica};
 use taskmesh_task::{Applied, Command, Outcome, TaskRecord, TaskStatus};
 use taskmesh_tools::ResumePolicy;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::Notify;
 
 use ractor::ActorRef;
 
-use crate::{actor, now_ms, now_us, Ended, Host, HostEvent, TaskMsg};
+use crate::{actor, now_ms, now_us, Ended, Host, HostEvent, Inner, TaskMsg};
 
 pub(crate) fn spawn_shard_loops(
     host: Host,
     shard: ShardReplica,
+    nudge: Arc<Notify>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut handles = Vec::with_capacity(3);
+    let mut handles = Vec::with_capacity(2);
     let mut events = shard.subscribe();
     {
         let host = host.clone();
@@ -74,44 +87,7 @@ pub(crate) fn spawn_shard_loops(
             }
         }));
     }
-    handles.push(tokio::spawn(reconcile_loop(host.clone(), shard.clone())));
-    handles.push(tokio::spawn(async move {
-        let period = Duration::from_millis(host.inner.cfg.expiry_sweep_interval_ms.max(10));
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            if !shard.is_leader() {
-                continue;
-            }
-            let now = now_ms();
-            let ids = shard.read_local(|s| s.expired(now, host.inner.cfg.expiry_batch));
-            if ids.is_empty() {
-                continue;
-            }
-            match shard
-                .propose(Command::Expire {
-                    task_ids: ids,
-                    now_ms: now,
-                })
-                .await
-            {
-                Ok(Applied::Expired { task_ids }) => {
-                    taskmesh_metrics::metrics::counter!(taskmesh_metrics::names::TASKS_EXPIRED)
-                        .increment(task_ids.len() as u64);
-                    tracing::info!(
-                        shard = shard.shard_id(),
-                        count = task_ids.len(),
-                        "expired tasks deleted"
-                    );
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(shard = shard.shard_id(), error = %e, "expiry sweep skipped")
-                }
-            }
-        }
-    }));
+    handles.push(tokio::spawn(reconcile_loop(host, shard, nudge)));
     handles
 }
 
@@ -151,19 +127,20 @@ pub(crate) fn stop_shard_actors(host: &Host, shard_id: u32) {
     }
 }
 
-/// The reconciler of one shard (see the module doc). A pass runs at once when the leadership
-/// changes, else every `reconcile_interval_ms`; a pass that could not read the shard as its
+/// The reconciler of one shard (see the module doc). A pass runs at once, then when the
+/// leadership changes or the housekeeping nudges it; a pass that could not read the shard as its
 /// leader (no quorum: the leader cannot confirm its leadership) is tried again after
 /// `write_retry_min_ms`, doubling up to `write_retry_max_ms`, so a regained quorum is acted on
-/// within that pause.
-async fn reconcile_loop(host: Host, shard: ShardReplica) {
+/// within that pause. Nothing else wakes it: an idle shard's reconciler only waits.
+async fn reconcile_loop(host: Host, shard: ShardReplica, nudge: Arc<Notify>) {
     let cfg = &host.inner.cfg;
-    let period = Duration::from_millis(cfg.reconcile_interval_ms.max(1));
     let retry_min = Duration::from_millis(cfg.write_retry_min_ms.max(1));
     let retry_max = Duration::from_millis(cfg.write_retry_max_ms.max(1));
     let mut leadership = shard.leadership();
     let mut retry: Option<Duration> = None;
     let mut next = tokio::time::Instant::now();
+    // The term in which a pass read the shard linearizably (see `reconcile`).
+    let mut caught_up: Option<u64> = None;
     let label = shard.shard_id().to_string();
     let changes = taskmesh_metrics::metrics::counter!(
         taskmesh_metrics::names::RAFT_LEADER_CHANGES, "shard" => label.clone());
@@ -173,15 +150,19 @@ async fn reconcile_loop(host: Host, shard: ShardReplica) {
         let l = leadership.borrow();
         (l.leader, l.is_leader)
     };
+    let mut first = true;
     loop {
-        tokio::select! {
-            changed = leadership.changed() => {
-                if changed.is_err() {
-                    break;
+        if !std::mem::take(&mut first) {
+            tokio::select! {
+                changed = leadership.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    retry = None;
                 }
-                retry = None;
+                _ = nudge.notified() => {}
+                _ = tokio::time::sleep_until(next), if retry.is_some() => {}
             }
-            _ = tokio::time::sleep_until(next) => {}
         }
         let now = leadership.borrow_and_update().clone();
         if let (Some(before), Some(after)) = (known, now.leader) {
@@ -193,34 +174,137 @@ async fn reconcile_loop(host: Host, shard: ShardReplica) {
             won.increment(1);
         }
         (known, leading) = (now.leader.or(known), now.is_leader);
-        let pause = if !now.is_leader {
+        if !now.is_leader {
             stop_shard_actors(&host, shard.shard_id());
-            period
-        } else if reconcile(&host, &shard, now.term).await {
             retry = None;
-            period
+        } else if reconcile(&host, &shard, now.term, &mut caught_up).await {
+            retry = None;
         } else {
             let pause = retry.map_or(retry_min, |p| (p * 2).min(retry_max));
             retry = Some(pause);
-            pause
+            next = tokio::time::Instant::now() + pause;
+        }
+    }
+}
+
+/// Start the host's housekeeping task (see the module doc). It ends once the host is dropped.
+pub(crate) fn spawn_housekeeping(host: &Host) -> tokio::task::JoinHandle<()> {
+    let weak = Arc::downgrade(&host.inner);
+    let cfg = &host.inner.cfg;
+    let reconcile = Duration::from_millis(cfg.reconcile_interval_ms.max(1));
+    let expiry = Duration::from_millis(cfg.expiry_sweep_interval_ms.max(10));
+    tokio::spawn(async move {
+        let mut reconcile = tokio::time::interval(reconcile);
+        reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut expiry = tokio::time::interval(expiry);
+        expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The shards whose expired tasks are being deleted now.
+        let sweeping: Arc<parking_lot::Mutex<HashSet<u32>>> = Arc::default();
+        loop {
+            let sweep = tokio::select! {
+                _ = reconcile.tick() => false,
+                _ = expiry.tick() => true,
+            };
+            let Some(host) = upgrade(&weak) else {
+                return;
+            };
+            if sweep {
+                sweep_expired(&host, &sweeping);
+            } else {
+                nudge_reconcilers(&host);
+            }
+        }
+    })
+}
+
+fn upgrade(weak: &Weak<Inner>) -> Option<Host> {
+    weak.upgrade().map(|inner| Host { inner })
+}
+
+/// Nudge the reconciler of every shard with something to check.
+fn nudge_reconcilers(host: &Host) {
+    let mut actors: HashMap<u32, usize> = HashMap::new();
+    for r in host.inner.actors.lock().values() {
+        *actors.entry(r.shard).or_default() += 1;
+    }
+    for (shard, nudge) in host.nudges() {
+        let running = actors.get(&shard.shard_id()).copied().unwrap_or(0) > 0;
+        let check = if shard.is_leader() {
+            running || shard.read_local(|s| s.live_count()) > 0
+        } else {
+            running
         };
-        next = tokio::time::Instant::now() + pause;
+        if check {
+            nudge.notify_one();
+        }
+    }
+}
+
+/// On every shard this node leads, delete the tasks whose TTL ran out (a batch per shard and
+/// sweep; one deletion per shard at a time).
+fn sweep_expired(host: &Host, sweeping: &Arc<parking_lot::Mutex<HashSet<u32>>>) {
+    let now = now_ms();
+    let batch = host.inner.cfg.expiry_batch;
+    for (shard, _) in host.nudges() {
+        if !shard.is_leader() {
+            continue;
+        }
+        let ids = shard.read_local(|s| s.expired(now, batch));
+        if ids.is_empty() || !sweeping.lock().insert(shard.shard_id()) {
+            continue;
+        }
+        let sweeping = sweeping.clone();
+        tokio::spawn(async move {
+            let id = shard.shard_id();
+            match shard
+                .propose(Command::Expire {
+                    task_ids: ids,
+                    now_ms: now,
+                })
+                .await
+            {
+                Ok(Applied::Expired { task_ids }) => {
+                    taskmesh_metrics::metrics::counter!(taskmesh_metrics::names::TASKS_EXPIRED)
+                        .increment(task_ids.len() as u64);
+                    tracing::info!(shard = id, count = task_ids.len(), "expired tasks deleted");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(shard = id, error = %e, "expiry sweep skipped"),
+            }
+            sweeping.lock().remove(&id);
+        });
     }
 }
 
 /// One reconciler pass as the shard's leader in `term`. Returns false when it could not finish
 /// (the shard could not be read or written as its leader): the next pass comes sooner.
-async fn reconcile(host: &Host, shard: &ShardReplica, term: u64) -> bool {
-    // Through the linearizable read, which waits until everything committed before this
-    // leadership (the previous leader's last creates among it) is applied here.
-    let live: Vec<(String, u64)> = match shard
-        .read(|s| s.live().map(|r| (r.task_id.clone(), r.exec_term)).collect())
-        .await
-    {
-        Ok(live) => live,
-        Err(e) => {
-            tracing::debug!(shard = shard.shard_id(), error = %e, "reconcile skipped: not readable as leader");
-            return false;
+///
+/// The first pass of a term reads through the linearizable read, which waits until everything
+/// committed before this leadership (the previous leader's last creates among it) is applied
+/// here, and records the term in `caught_up`; later passes of that term read the leader's
+/// memory, which holds every later write (the leader applies each before acknowledging it), so
+/// they neither cost a round trip nor wake a quiescent group.
+async fn reconcile(
+    host: &Host,
+    shard: &ShardReplica,
+    term: u64,
+    caught_up: &mut Option<u64>,
+) -> bool {
+    let live_of = |s: &taskmesh_task::ShardState| -> Vec<(String, u64)> {
+        s.live().map(|r| (r.task_id.clone(), r.exec_term)).collect()
+    };
+    let live = if *caught_up == Some(term) {
+        shard.read_local(live_of)
+    } else {
+        match shard.read(live_of).await {
+            Ok(live) => {
+                *caught_up = Some(term);
+                live
+            }
+            Err(e) => {
+                tracing::debug!(shard = shard.shard_id(), error = %e, "reconcile skipped: not readable as leader");
+                return false;
+            }
         }
     };
     for (task_id, exec_term) in live {

@@ -40,6 +40,7 @@ use tokio::sync::{broadcast, oneshot};
 pub use actor::TaskMsg;
 pub use config::HostConfig;
 pub use error::HostError;
+pub use taskmesh_shard::Quiet;
 pub use types::{Attachment, Created, Ended, HostEvent, NewTask, ShardStatus, Stamped};
 
 use shards::Hosted;

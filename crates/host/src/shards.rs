@@ -6,8 +6,10 @@
 //! `GET /status` reads [`Host::shard_status`].
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use taskmesh_shard::ShardReplica;
+use tokio::sync::Notify;
 
 use crate::{events, Host, HostError, ShardStatus};
 
@@ -15,19 +17,39 @@ use crate::{events, Host, HostError, ShardStatus};
 pub(crate) struct Hosted {
     replica: ShardReplica,
     loops: Vec<tokio::task::JoinHandle<()>>,
+    /// Wakes the shard's reconciler (the housekeeping does).
+    nudge: Arc<Notify>,
 }
 
 impl Host {
     /// Start the per-shard loops: leadership (resume tasks when this node becomes leader, stop
     /// actors when it stops being one), event fan-out and expiry.
     pub fn start(&self) {
-        self.inner.started.store(true, Ordering::SeqCst);
+        if self.inner.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        events::spawn_housekeeping(self);
         let mut shards = self.inner.shards.write();
         for hosted in shards.iter_mut().flatten() {
             if hosted.loops.is_empty() {
-                hosted.loops = events::spawn_shard_loops(self.clone(), hosted.replica.clone());
+                hosted.loops = events::spawn_shard_loops(
+                    self.clone(),
+                    hosted.replica.clone(),
+                    hosted.nudge.clone(),
+                );
             }
         }
+    }
+
+    /// Every hosted replica with the nudge of its reconciler.
+    pub(crate) fn nudges(&self) -> Vec<(ShardReplica, Arc<Notify>)> {
+        self.inner
+            .shards
+            .read()
+            .iter()
+            .flatten()
+            .map(|h| (h.replica.clone(), h.nudge.clone()))
+            .collect()
     }
 
     /// Host `replica` (its loops start now if the host is started). Fails when its shard id is
@@ -44,12 +66,17 @@ impl Host {
         if slot.is_some() {
             return Err(HostError::Invalid(format!("shard {id} is hosted already")));
         }
+        let nudge = Arc::new(Notify::new());
         let loops = if self.inner.started.load(Ordering::SeqCst) {
-            events::spawn_shard_loops(self.clone(), replica.clone())
+            events::spawn_shard_loops(self.clone(), replica.clone(), nudge.clone())
         } else {
             Vec::new()
         };
-        *slot = Some(Hosted { replica, loops });
+        *slot = Some(Hosted {
+            replica,
+            loops,
+            nudge,
+        });
         Ok(())
     }
 
@@ -148,6 +175,7 @@ impl Host {
                                 .collect()
                         })
                         .unwrap_or_default(),
+                    quiet: s.quiet(),
                 }
             })
             .collect()

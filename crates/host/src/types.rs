@@ -156,4 +156,6 @@ pub struct ShardStatus {
     /// On the leader: each follower and learner with how many entries it is behind the
     /// leader's last (all of them while not known). Empty elsewhere.
     pub follower_lag: Vec<(u64, u64)>,
+    /// Whether the replica is quiescent (its group idle, its Raft timers stopped), and how.
+    pub quiet: taskmesh_shard::Quiet,
 }

@@ -74,6 +74,11 @@ pub const INPUT_REQUIRED_WAIT: &str = "taskmesh_input_required_wait_seconds";
 pub const INFLIGHT: &str = "taskmesh_inflight_requests";
 /// Elections this node's replica of `shard` started (it became a candidate).
 pub const RAFT_ELECTIONS: &str = "taskmesh_raft_elections_total";
+/// Groups whose replica on this node is quiescent (its Raft timers stopped while the group is
+/// idle), by `role` (`leader` or `follower`).
+pub const RAFT_QUIESCENT: &str = "taskmesh_raft_quiescent_groups";
+/// Node beats this node sent to a peer, by `outcome` (`ok` or `failed`).
+pub const RAFT_BEATS: &str = "taskmesh_raft_beats_total";
 /// Proposals under way on this node's replica of `shard`.
 pub const RAFT_PROPOSALS_IN_FLIGHT: &str = "taskmesh_raft_proposals_in_flight";
 /// Sessions holding an open GET stream on this node (a session keeps no other state on a
@@ -119,6 +124,11 @@ pub(crate) fn describe() {
         "Task records held by this node's replica of each shard"
     );
     describe_gauge!(RAFT_LEADER, "1 when this node leads the shard, else 0");
+    describe_gauge!(
+        RAFT_QUIESCENT,
+        "Groups whose replica on this node is quiescent, by role"
+    );
+    describe_counter!(RAFT_BEATS, "Node beats sent to peers, by outcome");
     describe_gauge!(RAFT_TERM, "Raft term of this node's replica of the shard");
     describe_gauge!(
         RAFT_APPLIED_INDEX,

@@ -388,6 +388,15 @@ pub struct RaftConfig {
     /// Upper bound of the randomised election timeout, in ms. Default 600; must exceed
     /// `election_timeout_min_ms`.
     pub election_timeout_max_ms: u64,
+    /// A group with nothing to do for this long quiesces: it stops its heartbeats and election
+    /// timers, and the node's one beat per peer and heartbeat interval stands in for them until
+    /// a proposal, a read or a failure wakes it. In ms; default 1000; 0 turns quiescence off.
+    /// Otherwise at least twice `heartbeat_interval_ms`.
+    pub quiesce_after_ms: u64,
+    /// How often the node beats to each peer for its quiescent groups (and checks its groups'
+    /// quiescence), in ms. Default 150; at most half of `election_timeout_min_ms`, so that a
+    /// quiescent follower hears at least two beats before it would tick again.
+    pub beat_interval_ms: u64,
     /// A group builds a snapshot after this many entries were applied since the last one
     /// (the log before it is then purged). Default 10000.
     pub snapshot_logs_since_last: u64,
@@ -503,6 +512,8 @@ impl Default for RaftConfig {
             heartbeat_interval_ms: s.heartbeat_interval_ms,
             election_timeout_min_ms: s.election_timeout_min_ms,
             election_timeout_max_ms: s.election_timeout_max_ms,
+            quiesce_after_ms: 1_000,
+            beat_interval_ms: 150,
             snapshot_logs_since_last: s.snapshot_logs_since_last,
             max_in_snapshot_log_to_keep: s.max_in_snapshot_log_to_keep,
             install_snapshot_timeout_ms: s.install_snapshot_timeout_ms,
@@ -750,6 +761,26 @@ impl Config {
             || self.raft.election_timeout_max_ms <= self.raft.election_timeout_min_ms
         {
             bail!("raft timeouts must satisfy heartbeat_interval_ms < election_timeout_min_ms < election_timeout_max_ms");
+        }
+        if self.raft.beat_interval_ms == 0
+            || self.raft.beat_interval_ms.saturating_mul(2) > self.raft.election_timeout_min_ms
+        {
+            bail!(
+                "raft.beat_interval_ms ({}) must be at least 1 and at most half of \
+                 raft.election_timeout_min_ms ({})",
+                self.raft.beat_interval_ms,
+                self.raft.election_timeout_min_ms
+            );
+        }
+        if self.raft.quiesce_after_ms != 0
+            && self.raft.quiesce_after_ms < 2 * self.raft.heartbeat_interval_ms
+        {
+            bail!(
+                "raft.quiesce_after_ms ({}) must be 0 (never quiesce) or at least twice \
+                 raft.heartbeat_interval_ms ({})",
+                self.raft.quiesce_after_ms,
+                self.raft.heartbeat_interval_ms
+            );
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             bail!("log.format must be 'text' or 'json'");

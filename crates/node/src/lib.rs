@@ -140,6 +140,15 @@ struct Running {
     meta: Option<MetaReplica>,
     grpc: Option<GrpcServer>,
     reconciler: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// The node beat, which quiets idle groups (see `taskmesh_transport::beat`).
+    beats: tokio::task::JoinHandle<()>,
+}
+
+fn beat_config(cfg: &Config) -> taskmesh_transport::BeatConfig {
+    taskmesh_transport::BeatConfig {
+        interval: Duration::from_millis(cfg.raft.beat_interval_ms),
+        quiesce_after: Duration::from_millis(cfg.raft.quiesce_after_ms),
+    }
 }
 
 /// The embedded single-node server: one single-voter group per shard, all on this node.
@@ -155,16 +164,26 @@ async fn start_single(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Resul
         host.add_shard(replica)
             .map_err(|e| anyhow::anyhow!("shard {shard_id}: {e}"))?;
     }
+    let registry = taskmesh_transport::ReplicaRegistry::new();
     for s in host.replicas() {
         s.wait_leader(SINGLE_ELECTION_WAIT)
             .await
             .map_err(|e| anyhow::anyhow!("shard {} has no leader: {e}", s.shard_id()))?;
+        registry.insert(s);
     }
+    // Single-voter groups have no peers to beat; they quiesce all the same.
+    let beats = tokio::spawn(taskmesh_transport::beat::run(
+        cfg.node_id,
+        registry,
+        taskmesh_transport::PeerChannels::new(taskmesh_rpc::dial::CONNECT_TIMEOUT),
+        beat_config(cfg),
+    ));
     Ok(Running {
         router: Router::new(host.clone()),
         meta: None,
         grpc: None,
         reconciler: None,
+        beats,
     })
 }
 
@@ -334,6 +353,12 @@ async fn start_cluster(
         let view = view.clone();
         router.set_placement(Arc::new(move |shard| view.read().replicas(shard).to_vec()));
     }
+    let beats = tokio::spawn(taskmesh_transport::beat::run(
+        cfg.node_id,
+        registry.clone(),
+        pool.clone(),
+        beat_config(cfg),
+    ));
     let reconciler = cluster::Reconciler::new(
         cluster::ReconcileConfig {
             node_id: cfg.node_id,
@@ -356,6 +381,7 @@ async fn start_cluster(
         meta: Some(meta),
         grpc: Some((grpc_stop_tx, grpc_server)),
         reconciler: Some(tokio::spawn(reconciler.run())),
+        beats,
     })
 }
 
@@ -596,6 +622,7 @@ pub async fn serve(
     for up in &upstreams {
         up.shutdown().await;
     }
+    running.beats.abort();
     for s in host.replicas() {
         if let Err(e) = s.shutdown().await {
             tracing::warn!(shard = s.shard_id(), error = %e, "shard shutdown");

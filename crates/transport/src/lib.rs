@@ -13,11 +13,15 @@
 //!   [`ReplicaRegistry`] the node fills with its replicas and hands each message to that
 //!   replica's Raft.
 //!
+//! - idle groups: a group with nothing to do quiesces, and the node's [`beat`] (one message per
+//!   node pair and heartbeat interval) stands in for the heartbeats of all its quiescent groups.
+//!
 //! openraft's own request and response structures travel as serde_json bytes; both ends must
 //! run the same openraft version. A call that never reached a live group fails with a gRPC
 //! status, which the sender reports to openraft as an unreachable peer (so it backs off), or as
 //! a timeout when the deadline openraft gave it passed.
 
+pub mod beat;
 pub mod channels;
 pub mod config;
 pub mod error;
@@ -25,6 +29,7 @@ pub mod network;
 pub mod registry;
 pub mod server;
 
+pub use beat::BeatConfig;
 pub use channels::PeerChannels;
 pub use config::TransportConfig;
 pub use error::TransportError;

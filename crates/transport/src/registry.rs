@@ -7,13 +7,15 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
+use openraft::raft::VoteRequest;
 use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use taskmesh_shard::types::{Snapshot, Vote};
-use taskmesh_shard::{GroupState, ShardReplica};
+use taskmesh_shard::{Group, GroupState, Quiet, QuietLead, ShardReplica};
 use tonic::Status;
 
 /// A hosted group as the transport server sees it: each call takes openraft's request as JSON
@@ -33,6 +35,21 @@ pub trait HostedGroup: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<Vec<u8>, Status>>;
     /// Take over leadership as the current leader asks.
     fn transfer_leader(&self, payload: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, Status>>;
+
+    /// Whether this replica is quiescent, and how ([`ShardReplica::quiet`]).
+    fn quiet(&self) -> Quiet;
+    /// The node's round for this replica at `now_ms` ([`ShardReplica::tick_quiet`]): for a
+    /// quiescent leader, what the node's beats list for the group.
+    fn tick_quiet(&self, now_ms: u64, after: Duration) -> Option<QuietLead>;
+    /// Call `f` with every other member of the group and its address.
+    fn for_each_peer(&self, f: &mut dyn FnMut(u64, &str));
+    /// A beat of node `leader` lists the group ([`ShardReplica::follow_quietly`]); `false`:
+    /// the leader should wake it.
+    fn follow_quietly(&self, leader: u64, term: u64, commit: u64, now_ms: u64) -> bool;
+    /// A beat of node `from` says the group woke ([`ShardReplica::unlisted_by`]).
+    fn unlisted_by(&self, from: u64);
+    /// Tick again, heartbeating at once if leading ([`ShardReplica::wake`]).
+    fn wake(&self) -> BoxFuture<'_, ()>;
 }
 
 fn decode<T: DeserializeOwned>(what: &str, payload: &[u8]) -> Result<T, Status> {
@@ -91,13 +108,25 @@ impl<S: GroupState> HostedGroup for ShardReplica<S> {
     fn vote(&self, payload: Vec<u8>, pre_vote: bool) -> BoxFuture<'_, Result<Vec<u8>, Status>> {
         let names = ("VoteRequest", "VoteResponse");
         Box::pin(async move {
-            serve(self.shard_id(), names, &payload, |rpc| async move {
-                if pre_vote {
-                    self.raft().pre_vote(rpc).await
-                } else {
-                    self.raft().vote(rpc).await
-                }
-            })
+            serve(
+                self.shard_id(),
+                names,
+                &payload,
+                |rpc: VoteRequest<Group<S>>| async move {
+                    // A quiescent replica's leader is alive by its node's beats: only a
+                    // transfer it asked for may elect another (see `quiesce.rs`).
+                    if !rpc.leadership_transfer {
+                        if let Some(refused) = self.quiet_vote_refusal() {
+                            return Ok(refused);
+                        }
+                    }
+                    if pre_vote {
+                        self.raft().pre_vote(rpc).await
+                    } else {
+                        self.raft().vote(rpc).await
+                    }
+                },
+            )
             .await
         })
     }
@@ -120,11 +149,43 @@ impl<S: GroupState> HostedGroup for ShardReplica<S> {
     fn transfer_leader(&self, payload: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, Status>> {
         let names = ("TransferLeaderRequest", "TransferLeaderResponse");
         Box::pin(async move {
+            // The new leader must tick to lead.
+            ShardReplica::wake(self).await;
             serve(self.shard_id(), names, &payload, |rpc| {
                 self.raft().handle_transfer_leader(rpc)
             })
             .await
         })
+    }
+
+    fn quiet(&self) -> Quiet {
+        ShardReplica::quiet(self)
+    }
+
+    fn tick_quiet(&self, now_ms: u64, after: Duration) -> Option<QuietLead> {
+        ShardReplica::tick_quiet(self, now_ms, after)
+    }
+
+    fn for_each_peer(&self, f: &mut dyn FnMut(u64, &str)) {
+        let me = self.node_id();
+        let members = self.members_watch();
+        for (id, addr) in members.borrow().iter() {
+            if *id != me {
+                f(*id, addr);
+            }
+        }
+    }
+
+    fn follow_quietly(&self, leader: u64, term: u64, commit: u64, now_ms: u64) -> bool {
+        ShardReplica::follow_quietly(self, leader, term, commit, now_ms)
+    }
+
+    fn unlisted_by(&self, from: u64) {
+        ShardReplica::unlisted_by(self, from)
+    }
+
+    fn wake(&self) -> BoxFuture<'_, ()> {
+        Box::pin(ShardReplica::wake(self))
     }
 }
 
@@ -158,6 +219,11 @@ impl ReplicaRegistry {
     /// The group `id`, if this node hosts it.
     pub fn get(&self, id: u32) -> Option<Arc<dyn HostedGroup>> {
         self.groups.read().get(&id).cloned()
+    }
+
+    /// Every group this node hosts (in no particular order).
+    pub fn groups(&self) -> Vec<Arc<dyn HostedGroup>> {
+        self.groups.read().values().cloned().collect()
     }
 
     /// The groups this node hosts, in ascending order.

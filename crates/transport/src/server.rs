@@ -206,6 +206,14 @@ impl RaftTransport for RaftService {
         Ok(Response::new(pb::InstallSnapshotResponse { payload }))
     }
 
+    async fn beat(
+        &self,
+        request: Request<pb::BeatRequest>,
+    ) -> Result<Response<pb::BeatResponse>, Status> {
+        let req = request.into_inner();
+        crate::beat::receive(self.node_id, &self.registry, &req).map(Response::new)
+    }
+
     async fn transfer_leader(
         &self,
         request: Request<pb::TransferLeaderRequest>,

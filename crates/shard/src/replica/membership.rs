@@ -119,6 +119,7 @@ impl<S: GroupState> ShardReplica<S> {
             pause,
             pause,
         );
+        self.wake().await;
         loop {
             match self
                 .inner
@@ -144,6 +145,7 @@ impl<S: GroupState> ShardReplica<S> {
         if addr.trim().is_empty() {
             return Err(ShardError::Invalid(format!("node {id} has no address")));
         }
+        self.wake().await;
         match self
             .inner
             .raft
@@ -233,6 +235,7 @@ impl<S: GroupState> ShardReplica<S> {
         }
         // Voters give up their lease for the transfer: reads must confirm until it is decided.
         self.inner.lease.hold_for_transfer();
+        self.wake().await;
         self.inner.raft.trigger().transfer_leader(to).await?;
         Ok(())
     }

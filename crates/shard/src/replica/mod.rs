@@ -25,9 +25,22 @@ use crate::storage::{LogStore, StateMachineStore};
 use crate::types::{LogId, ShardRaft, SnapshotData};
 
 mod membership;
+mod quiesce;
 mod read;
 
+pub use quiesce::{Quiet, QuietLead};
+
 use read::{ReadBatch, ReadLease};
+
+/// Milliseconds on a clock shared by every replica of the process (from its first reading),
+/// for the times replicas keep and the node's beat compares: one reading serves a whole round.
+pub fn clock_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
 
 /// How often [`ShardReplica::trigger_snapshot`] asks again while waiting for its snapshot.
 const SNAPSHOT_RETRIGGER: Duration = Duration::from_millis(500);
@@ -44,12 +57,13 @@ struct Inner<S: GroupState> {
     reads: parking_lot::Mutex<ReadBatch>,
     lease: ReadLease,
     metrics: openraft::type_config::alias::WatchReceiverOf<Group<S>, RaftMetrics<Group<S>>>,
-    /// When a leader's AppendEntries (entries or heartbeat) last reached this replica, in ms
-    /// since `opened`; 0: never.
+    /// When a leader's AppendEntries (entries or heartbeat), or a beat of its node, last
+    /// reached this replica, on [`clock_ms`]; 0: never.
     leader_contact_ms: std::sync::atomic::AtomicU64,
-    opened: std::time::Instant,
     /// Proposals under way through `propose`.
     proposing: std::sync::atomic::AtomicUsize,
+    /// Whether the group's timers are stopped while it is idle (see `quiesce.rs`).
+    quiet: quiesce::Quiescence,
 }
 
 impl<S: GroupState> Drop for Inner<S> {
@@ -194,8 +208,8 @@ impl<S: GroupState> ShardReplica<S> {
                 lease,
                 metrics: metrics_rx,
                 leader_contact_ms: std::sync::atomic::AtomicU64::new(0),
-                opened: std::time::Instant::now(),
                 proposing: std::sync::atomic::AtomicUsize::new(0),
+                quiet: quiesce::Quiescence::default(),
             }),
         })
     }
@@ -224,9 +238,11 @@ impl<S: GroupState> ShardReplica<S> {
     /// returned. Not leader: [`ShardError::NotLeader`].
     pub async fn propose(&self, cmd: S::Command) -> Result<S::Applied, ShardError> {
         use std::sync::atomic::Ordering;
-        self.inner.proposing.fetch_add(1, Ordering::Relaxed);
+        // Counted in before the group's quiescence is read: see `ShardReplica::quiet_lead`.
+        self.inner.proposing.fetch_add(1, Ordering::SeqCst);
+        self.wake().await;
         let resp = self.inner.raft.client_write(cmd).await;
-        self.inner.proposing.fetch_sub(1, Ordering::Relaxed);
+        self.inner.proposing.fetch_sub(1, Ordering::SeqCst);
         Ok(resp?.data)
     }
 
@@ -283,25 +299,23 @@ impl<S: GroupState> ShardReplica<S> {
     /// Record that a leader's AppendEntries (entries or a heartbeat) reached this replica now
     /// (the transport calls it for each one it hands to the group).
     pub fn note_leader_contact(&self) {
-        let ms = (self.inner.opened.elapsed().as_millis() as u64).max(1);
-        self.inner
-            .leader_contact_ms
-            .store(ms, std::sync::atomic::Ordering::Relaxed);
+        self.note_leader_contact_at(clock_ms());
     }
 
-    /// How long ago a leader's AppendEntries last reached this replica; `None` when none has
-    /// since it was opened.
+    fn note_leader_contact_at(&self, now_ms: u64) {
+        self.inner
+            .leader_contact_ms
+            .store(now_ms.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long ago a leader's AppendEntries, or a beat of its node that listed the group, last
+    /// reached this replica; `None` when none has since it was opened.
     pub fn since_leader_contact(&self) -> Option<std::time::Duration> {
         let at = self
             .inner
             .leader_contact_ms
             .load(std::sync::atomic::Ordering::Relaxed);
-        (at > 0).then(|| {
-            self.inner
-                .opened
-                .elapsed()
-                .saturating_sub(std::time::Duration::from_millis(at))
-        })
+        (at > 0).then(|| std::time::Duration::from_millis(clock_ms().saturating_sub(at)))
     }
 
     /// The group's Raft handle, for a network server to deliver peer RPCs to, and for

@@ -22,6 +22,11 @@ use crate::group::GroupState;
 /// lease holds: voters refuse to elect anyone within `election_timeout_max` of the last
 /// heartbeat they acknowledged. A leadership transfer overrides (c), so reads take the full
 /// path from the moment one is asked for until the outcome is known.
+///
+/// A quiescent group (see `quiesce.rs`) sends no heartbeats, so its leader's last quorum
+/// acknowledgement ages past `max_ack_age` and its next read takes the full path, which wakes
+/// the group and confirms with a heartbeat round. (c) still holds: it rests on openraft's vote
+/// rules on the voters, which quiescence leaves as they are (it only adds refusals).
 pub(super) struct ReadLease {
     /// The term in which a confirmation last succeeded (0: none yet).
     confirmed_term: AtomicU64,
@@ -48,6 +53,11 @@ impl ReadLease {
 
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Whether a leadership transfer asked for lately may still be under way.
+    pub(super) fn transfer_pending(&self) -> bool {
+        self.now_ms() < self.off_until_ms.load(Ordering::Acquire)
     }
 
     /// Turn the fast path off for a leadership transfer: from now until `transfer_hold` has
@@ -81,6 +91,9 @@ impl<S: GroupState> ShardReplica<S> {
         if self.lease_holds() {
             return Ok(self.read_local(f));
         }
+        // A quiescent leader's lease has lapsed: this read confirms leadership with a heartbeat
+        // round, and the group ticks again so that the reads after it find the lease renewed.
+        self.wake().await;
         let (tx, rx) = oneshot::channel();
         let start = {
             let mut b = self.inner.reads.lock();
@@ -121,6 +134,11 @@ impl<S: GroupState> ShardReplica<S> {
                 let _ = tx.send(r.clone());
             }
         }
+    }
+
+    /// Whether reads wait for (or run) a leadership confirmation.
+    pub(super) fn reads_waiting(&self) -> bool {
+        self.inner.reads.lock().running
     }
 
     /// Whether a read may use the leader's memory without a confirmation (see [`ReadLease`]).

@@ -1,0 +1,390 @@
+//! Quiescence: an idle group stops its Raft timers on every replica, so that it costs no
+//! heartbeats and no timer wake-ups, and wakes on the first thing that needs it.
+//!
+//! Deciding is up to the node (the transport's node beat, which calls the methods here once per
+//! round and group, with one reading of [`super::clock_ms`]): a leader whose group has settled
+//! quiets itself ([`ShardReplica::tick_quiet`]) and is listed in the beats its node sends its
+//! peers; a follower listed by its leader's node quiets itself
+//! ([`ShardReplica::follow_quietly`]); a follower whose leader's node says the group woke
+//! ([`ShardReplica::unlisted_by`]) or falls silent ([`ShardReplica::tick_quiet`]) ticks again
+//! and, if the leader is gone, elects as it would have anyway.
+//!
+//! Why it stays safe and live:
+//! - Quieting only stops openraft's ticker (`RuntimeConfig::tick(false)`): no heartbeats from a
+//!   leader, no election timer on a follower. Log replication, votes and reads do not depend on
+//!   it, and openraft's own vote and lease rules are untouched.
+//! - A quiescent replica refuses votes and Pre-Votes other than a leadership transfer's
+//!   ([`ShardReplica::quiet_vote_refusal`]): its group has a leader whose node is alive and says
+//!   so, which is what openraft's lease expresses for an awake group. Refusing a vote is always
+//!   safe; it only keeps a replica that lost touch (a restarted or partitioned one) from
+//!   deposing a healthy leader, as the lease does.
+//! - Anything that needs the group awake wakes it first ([`ShardReplica::wake`]): a proposal, a
+//!   read that must confirm leadership, a membership change or a transfer. A woken leader sends
+//!   a heartbeat at once, which renews its followers' view of it before the next node beat
+//!   stops listing the group and their election timers run again.
+//! - Reads keep their argument (see `read.rs`): a quiescent leader's last quorum
+//!   acknowledgement ages past the lease's bound, so its first read confirms leadership with a
+//!   heartbeat round before it reads, as an awake leader's read does when its lease lapsed.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+
+use super::ShardReplica;
+use crate::group::GroupState;
+use crate::types::NodeId;
+
+/// The replica ticks as usual.
+const AWAKE: u8 = 0;
+/// A quiescent leader.
+const LEADING: u8 = 1;
+/// A quiescent follower.
+const FOLLOWING: u8 = 2;
+
+/// What a quiescent leader lists in its node's beats: the term it leads in and where its log
+/// ends (committed, applied, and matched by every member).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuietLead {
+    /// The term of the leadership.
+    pub term: u64,
+    /// The last log index, which is also the committed index.
+    pub commit: u64,
+}
+
+/// Whether, and how, a replica is quiescent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quiet {
+    /// Ticking as usual.
+    Awake,
+    /// A quiescent leader.
+    Leading,
+    /// A quiescent follower of node `leader`.
+    Following {
+        /// The node whose beats list the group.
+        leader: NodeId,
+    },
+}
+
+/// A replica's quiescence. Transitions happen under `lock`, so the ticker's state always
+/// matches `mode`; the propose path and the node's rounds read the atomics without it.
+#[derive(Default)]
+pub(super) struct Quiescence {
+    lock: parking_lot::Mutex<Settling>,
+    mode: AtomicU8,
+    /// Following: the leader's node.
+    leader: AtomicU64,
+    /// Following: the term the leader's node listed. Leading: the term it leads in.
+    term: AtomicU64,
+    /// Following: the log end the leader's node listed. Leading: its log end.
+    commit: AtomicU64,
+    /// Leading: when the group was last found settled, on `clock_ms`.
+    verified_ms: AtomicU64,
+    /// Following: when the leader's node last listed the group, on `clock_ms`.
+    listed_ms: AtomicU64,
+    /// Following: how long the leader's node may stay silent before the replica ticks again,
+    /// drawn from the election timeout's range when it quieted.
+    silence_ms: AtomicU64,
+}
+
+/// A leader's progress towards quiescence.
+#[derive(Default)]
+pub(super) struct Settling {
+    /// The last log index seen settled, and since when (on `clock_ms`).
+    since: Option<(u64, u64)>,
+}
+
+/// A draw in `[lo, hi]` from the clock and the replica's identity: followers of one leader quiet
+/// at about the same time, and must not all wake at once when it dies (they would split the
+/// vote).
+fn spread(lo: u64, hi: u64, salt: u64) -> u64 {
+    if hi <= lo {
+        return lo;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    let mut z = nanos ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    lo + z % (hi - lo + 1)
+}
+
+impl<S: GroupState> ShardReplica<S> {
+    fn set_ticking(&self, on: bool) {
+        self.inner.raft.runtime_config().tick(on);
+    }
+
+    /// Whether this replica is quiescent, and how.
+    pub fn quiet(&self) -> Quiet {
+        match self.inner.quiet.mode.load(Ordering::SeqCst) {
+            LEADING => Quiet::Leading,
+            FOLLOWING => Quiet::Following {
+                leader: self.inner.quiet.leader.load(Ordering::Acquire),
+            },
+            _ => Quiet::Awake,
+        }
+    }
+
+    /// Tick again if quiescent. A quiescent leader also sends a heartbeat at once, so that its
+    /// followers hear from it before its node's beats stop listing the group. Cheap when awake.
+    pub async fn wake(&self) {
+        if self.wake_now() == LEADING {
+            // A stopped core has nothing to wake; its callers see the error themselves.
+            let _ = self.inner.raft.trigger().heartbeat().await;
+        }
+    }
+
+    /// Tick again if quiescent (a leader's ticker heartbeats within an interval); returns the
+    /// mode it left.
+    fn wake_now(&self) -> u8 {
+        let q = &self.inner.quiet;
+        if q.mode.load(Ordering::SeqCst) == AWAKE {
+            return AWAKE;
+        }
+        let mut settling = q.lock.lock();
+        settling.since = None;
+        let was = q.mode.swap(AWAKE, Ordering::SeqCst);
+        if was != AWAKE {
+            self.set_ticking(true);
+            tracing::debug!(shard = self.inner.cfg.shard_id, "group woke");
+        }
+        was
+    }
+
+    /// The node's round for this replica at `now_ms` (on `clock_ms`): a quiescent follower whose
+    /// leader's node has not listed the group for its silence bound ticks again; a leader whose
+    /// group has been settled for `after` quiets. Returns, for a quiescent leader, what the
+    /// node's beats list for the group. `after` zero: never quiet.
+    ///
+    /// Settled: this replica leads, nothing is being proposed or read through it, no transfer
+    /// is under way, the membership is committed and not joint, and every member holds the
+    /// whole log, which is committed and applied. A quiescent leader whose group stopped being
+    /// settled wakes.
+    pub fn tick_quiet(&self, now_ms: u64, after: Duration) -> Option<QuietLead> {
+        let q = &self.inner.quiet;
+        if q.mode.load(Ordering::SeqCst) == FOLLOWING {
+            let silent = now_ms.saturating_sub(q.listed_ms.load(Ordering::Acquire))
+                > q.silence_ms.load(Ordering::Acquire);
+            if silent {
+                tracing::debug!(
+                    shard = self.inner.cfg.shard_id,
+                    "the leader's node fell silent; ticking again"
+                );
+                self.wake_now();
+            }
+            return None;
+        }
+        if after.is_zero() {
+            return None;
+        }
+        // A quiescent leader's group changes only through what wakes it (a proposal, a read, a
+        // membership change, a transfer) or a higher term reaching it, which its followers'
+        // answers to the beat report: its settled state is checked again only every so often.
+        if q.mode.load(Ordering::SeqCst) == LEADING
+            && now_ms.saturating_sub(q.verified_ms.load(Ordering::Acquire))
+                < self.inner.cfg.election_timeout_min_ms
+        {
+            return Some(QuietLead {
+                term: q.term.load(Ordering::Acquire),
+                commit: q.commit.load(Ordering::Acquire),
+            });
+        }
+        let settled = self.settled();
+        let mut settling = q.lock.lock();
+        let mode = q.mode.load(Ordering::SeqCst);
+        let Some(lead) = settled else {
+            settling.since = None;
+            if mode == LEADING {
+                q.mode.store(AWAKE, Ordering::SeqCst);
+                self.set_ticking(true);
+            }
+            return None;
+        };
+        match mode {
+            LEADING => {
+                q.term.store(lead.term, Ordering::Release);
+                q.commit.store(lead.commit, Ordering::Release);
+                q.verified_ms.store(now_ms, Ordering::Release);
+                return Some(lead);
+            }
+            FOLLOWING => {
+                // It became leader while quiet (a transfer to it): it must tick to lead.
+                q.mode.store(AWAKE, Ordering::SeqCst);
+                settling.since = None;
+                self.set_ticking(true);
+                return None;
+            }
+            _ => {}
+        }
+        match settling.since {
+            Some((index, since)) if index == lead.commit => {
+                if now_ms.saturating_sub(since) < after.as_millis() as u64 {
+                    return None;
+                }
+            }
+            _ => {
+                settling.since = Some((lead.commit, now_ms));
+                return None;
+            }
+        }
+        // Publish the mode before checking for proposals: a proposal counts itself in before
+        // it reads the mode, so one of the two sees the other.
+        q.mode.store(LEADING, Ordering::SeqCst);
+        if self.inner.proposing.load(Ordering::SeqCst) != 0 {
+            q.mode.store(AWAKE, Ordering::SeqCst);
+            settling.since = None;
+            return None;
+        }
+        q.term.store(lead.term, Ordering::Release);
+        q.commit.store(lead.commit, Ordering::Release);
+        q.verified_ms.store(now_ms, Ordering::Release);
+        self.set_ticking(false);
+        tracing::debug!(
+            shard = self.inner.cfg.shard_id,
+            term = lead.term,
+            commit = lead.commit,
+            "group quiesced (leader)"
+        );
+        Some(lead)
+    }
+
+    /// The settled state of a leader's group, if it is settled now.
+    fn settled(&self) -> Option<QuietLead> {
+        let me = self.inner.cfg.node_id;
+        let m = self.inner.metrics.borrow_watched();
+        if !m.state.is_leader() || m.current_leader != Some(me) || m.running_state.is_err() {
+            return None;
+        }
+        if self.inner.proposing.load(Ordering::SeqCst) != 0
+            || self.reads_waiting()
+            || self.inner.lease.transfer_pending()
+        {
+            return None;
+        }
+        let last = m.last_log_index?;
+        let index = |l: &Option<crate::types::LogId>| l.as_ref().map(|l| l.index);
+        if index(&m.cluster_committed) != Some(last) || index(&m.last_applied) != Some(last) {
+            return None;
+        }
+        let membership = &m.membership_config;
+        if membership.log_id().as_ref().map(|l| l.index) > Some(last)
+            || membership.membership().get_joint_config().len() != 1
+        {
+            return None;
+        }
+        let replication = m.replication.as_ref()?;
+        for id in membership.membership().nodes().map(|(id, _)| id) {
+            if *id != me && replication.get(id).and_then(index) != Some(last) {
+                return None;
+            }
+        }
+        Some(QuietLead {
+            term: m.current_term,
+            commit: last,
+        })
+    }
+
+    /// On a follower, at `now_ms`, for a beat of node `leader` that lists the group as led
+    /// quiescently in `term` with its log ending at `commit`: quiet this replica if it follows
+    /// that leader in that term and holds, has committed and has applied exactly that log.
+    /// Otherwise it ticks (it is behind, or sees another leader or term) and `false` asks the
+    /// leader to wake.
+    pub fn follow_quietly(&self, leader: NodeId, term: u64, commit: u64, now_ms: u64) -> bool {
+        let q = &self.inner.quiet;
+        if q.mode.load(Ordering::SeqCst) == FOLLOWING
+            && q.leader.load(Ordering::Acquire) == leader
+            && q.term.load(Ordering::Acquire) == term
+            && q.commit.load(Ordering::Acquire) == commit
+        {
+            // Already following that leadership quietly: nothing reached the replica since, as
+            // a quiescent leader sends nothing.
+            q.listed_ms.store(now_ms, Ordering::Release);
+            self.note_leader_contact_at(now_ms);
+            return true;
+        }
+        let ok = {
+            let m = self.inner.metrics.borrow_watched();
+            let index = |l: &Option<crate::types::LogId>| l.as_ref().map_or(0, |l| l.index);
+            m.running_state.is_ok()
+                && !m.state.is_leader()
+                && m.current_leader == Some(leader)
+                && m.current_term == term
+                && m.last_log_index.unwrap_or(0) == commit
+                && index(&m.cluster_committed) == commit
+                && index(&m.last_applied) == commit
+        };
+        if !ok {
+            self.wake_now();
+            return false;
+        }
+        let cfg = &self.inner.cfg;
+        let _settling = q.lock.lock();
+        q.listed_ms.store(now_ms, Ordering::Release);
+        q.leader.store(leader, Ordering::Release);
+        q.term.store(term, Ordering::Release);
+        q.commit.store(commit, Ordering::Release);
+        q.silence_ms.store(
+            spread(
+                cfg.election_timeout_min_ms,
+                cfg.election_timeout_max_ms,
+                (u64::from(cfg.shard_id) << 32) ^ cfg.node_id,
+            ),
+            Ordering::Release,
+        );
+        if q.mode.swap(FOLLOWING, Ordering::SeqCst) != FOLLOWING {
+            self.set_ticking(false);
+            tracing::debug!(
+                shard = cfg.shard_id,
+                leader,
+                term,
+                "group quiesced (follower)"
+            );
+        }
+        self.note_leader_contact_at(now_ms);
+        true
+    }
+
+    /// Node `from` says the group woke (or it no longer leads it quietly): if this replica
+    /// followed it quietly under that node, it ticks again.
+    pub fn unlisted_by(&self, from: NodeId) {
+        let q = &self.inner.quiet;
+        if q.mode.load(Ordering::SeqCst) == FOLLOWING && q.leader.load(Ordering::Acquire) == from {
+            self.wake_now();
+        }
+    }
+
+    /// How a quiescent replica answers a vote or Pre-Vote that is not a leadership transfer's:
+    /// refused, with its own vote and last log id (see the module docs). `None`: the replica is
+    /// awake and openraft decides.
+    pub fn quiet_vote_refusal(&self) -> Option<openraft::raft::VoteResponse<crate::Group<S>>> {
+        if self.inner.quiet.mode.load(Ordering::SeqCst) == AWAKE {
+            return None;
+        }
+        let m = self.inner.metrics.borrow_watched();
+        // The answer names the voter's last log id; a quiescent replica's is its last applied
+        // one. A replica with entries beyond it (its leader woke and is replicating) lets
+        // openraft answer instead.
+        let last = m.last_applied.clone();
+        if last.as_ref().map(|l| l.index) != m.last_log_index {
+            return None;
+        }
+        Some(openraft::raft::VoteResponse::new(&m.vote, last, false))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spread;
+
+    #[test]
+    fn spread_stays_in_its_range() {
+        for salt in 0..1000u64 {
+            let v = spread(300, 600, salt);
+            assert!((300..=600).contains(&v), "{v}");
+        }
+        assert_eq!(spread(5, 5, 1), 5);
+        assert_eq!(spread(7, 3, 1), 7);
+    }
+}
