@@ -366,7 +366,7 @@ impl<S: GroupState> ShardReplica<S> {
         // The answer names the voter's last log id; a quiescent replica's is its last applied
         // one. A replica with entries beyond it (its leader woke and is replicating) lets
         // openraft answer instead.
-        let last = m.last_applied.clone();
+        let last = m.last_applied;
         if last.as_ref().map(|l| l.index) != m.last_log_index {
             return None;
         }
