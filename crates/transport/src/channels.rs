@@ -40,10 +40,12 @@ impl Peer {
     }
 }
 
-struct Inner {
+pub(crate) struct Inner {
     connect_timeout: Duration,
     dialer: Dialer,
     peers: RwLock<HashMap<u64, Peer>>,
+    /// The queues of coalesced heartbeats (see `heartbeats.rs`).
+    heartbeats: crate::heartbeats::Queues,
 }
 
 /// The pool of channels to peer nodes. Cheap to clone: clones share the pool.
@@ -67,6 +69,7 @@ impl PeerChannels {
                 connect_timeout,
                 dialer,
                 peers: RwLock::new(HashMap::new()),
+                heartbeats: crate::heartbeats::Queues::default(),
             }),
         }
     }
@@ -103,6 +106,20 @@ impl PeerChannels {
             tracing::debug!(node = node_id, addr = %old, "forgetting an old peer address");
         }
         Ok(channel)
+    }
+
+    pub(crate) fn heartbeat_queues(&self) -> &crate::heartbeats::Queues {
+        &self.inner.heartbeats
+    }
+
+    /// A handle that does not keep the pool alive (for the tasks the pool itself starts).
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<Inner> {
+        Arc::downgrade(&self.inner)
+    }
+
+    /// The pool of a handle from [`PeerChannels::downgrade`], while it exists.
+    pub(crate) fn upgrade(weak: &std::sync::Weak<Inner>) -> Option<Self> {
+        weak.upgrade().map(|inner| Self { inner })
     }
 
     /// Forget the channels to `node_id` (a node that left the cluster); `true` if there were.

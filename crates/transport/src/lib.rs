@@ -25,6 +25,7 @@ pub mod beat;
 pub mod channels;
 pub mod config;
 pub mod error;
+mod heartbeats;
 pub mod network;
 pub mod registry;
 pub mod server;

@@ -151,15 +151,19 @@ fn encode<S: GroupState, T: Serialize>(value: &T) -> Result<Vec<u8>, NetworkErro
 }
 
 impl<S: GroupState> GrpcPeer<S> {
-    /// A client over the pooled channel to the member's current address.
-    fn client(&self) -> Result<RaftTransportClient<Channel>, Unreachable<Group<S>>> {
-        let current = self
-            .members
+    /// The member's current address.
+    fn addr(&self) -> String {
+        self.members
             .read()
             .as_ref()
-            .and_then(|m| m.borrow().get(&self.target).cloned());
-        let addr = current.as_deref().unwrap_or(&self.addr);
-        match self.pool.channel(self.target, addr) {
+            .and_then(|m| m.borrow().get(&self.target).cloned())
+            .unwrap_or_else(|| self.addr.clone())
+    }
+
+    /// A client over the pooled channel to the member's current address.
+    fn client(&self) -> Result<RaftTransportClient<Channel>, Unreachable<Group<S>>> {
+        let addr = self.addr();
+        match self.pool.channel(self.target, &addr) {
             Ok(channel) => Ok(RaftTransportClient::new(channel)),
             Err(e) => Err(Unreachable::from_string(format!(
                 "node {} of shard {}: {e}",
@@ -261,11 +265,21 @@ impl<S: GroupState> RaftNetworkV2<Group<S>> for GrpcPeer<S> {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<Group<S>>, RPCError<Group<S>>> {
         let ttl = option.soft_ttl();
+        let heartbeat = rpc.entries.is_empty();
         let message = pb::AppendEntriesRequest {
             shard: self.shard,
             target: self.target,
             payload: encode::<S, _>(&rpc)?,
         };
+        if heartbeat {
+            // Coalesced with the other groups' heartbeats to this node (`heartbeats.rs`).
+            let answer = self
+                .pool
+                .heartbeat(self.target, &self.addr(), message, ttl)
+                .await
+                .map_err(|status| self.status_error(RPCTypes::AppendEntries, ttl, &status))?;
+            return Ok(self.decode(RPCTypes::AppendEntries, &answer)?);
+        }
         let mut client = self.client()?;
         let request = self.request(message, ttl);
         let answer = self

@@ -206,6 +206,29 @@ impl RaftTransport for RaftService {
         Ok(Response::new(pb::InstallSnapshotResponse { payload }))
     }
 
+    async fn append_entries_batch(
+        &self,
+        request: Request<pb::AppendEntriesBatchRequest>,
+    ) -> Result<Response<pb::AppendEntriesBatchResponse>, Status> {
+        let req = request.into_inner();
+        if req.target != self.node_id {
+            return Err(Status::failed_precondition(format!(
+                "this is node {}, not node {}",
+                self.node_id, req.target
+            )));
+        }
+        let answers = req.requests.into_iter().map(|r| async move {
+            let group = self.replica(r.shard, r.target)?;
+            group.append_entries(r.payload).await
+        });
+        let answers = futures::future::join_all(answers)
+            .await
+            .into_iter()
+            .map(crate::heartbeats::answer)
+            .collect();
+        Ok(Response::new(pb::AppendEntriesBatchResponse { answers }))
+    }
+
     async fn beat(
         &self,
         request: Request<pb::BeatRequest>,

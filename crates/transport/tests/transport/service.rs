@@ -8,7 +8,7 @@ use std::time::Duration;
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{RPCError, ReplicationClosed, StreamingError};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
-use openraft::raft::{VoteRequest, VoteResponse};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
 use openraft::BasicNode;
 use taskmesh_rpc::v1 as pb;
 use taskmesh_rpc::v1::raft_transport_client::RaftTransportClient;
@@ -60,6 +60,71 @@ async fn calls_that_reach_no_group_fail_with_their_status() {
     assert_eq!(garbage.code(), Code::InvalidArgument);
     let ok = c.vote(vote(SHARD, 1, vote_request(1, 2))).await;
     assert!(ok.is_ok(), "{ok:?}");
+
+    n.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_heartbeats_answers_each_in_its_own_slot() {
+    let dir = TempDir::new().unwrap();
+    let n = TestNode::start(1, &dir.path().join("n1"), &base_config()).await;
+    let mut c = client(&n.addr).await;
+    let heartbeat = serde_json::to_vec(&AppendEntriesRequest::<TypeConfig> {
+        vote: Vote::new_committed(1, 2),
+        prev_log_id: None,
+        entries: vec![],
+        leader_commit: None,
+    })
+    .unwrap();
+    let one = |shard, target, payload: &[u8]| pb::AppendEntriesRequest {
+        shard,
+        target,
+        payload: payload.to_vec(),
+    };
+
+    // A batch for another node is refused whole.
+    let wrong = c
+        .append_entries_batch(pb::AppendEntriesBatchRequest {
+            target: 9,
+            requests: vec![one(SHARD, 9, &heartbeat)],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.code(), Code::FailedPrecondition);
+
+    // Otherwise each request gets the answer a single call would have had, in its own slot.
+    let answers = c
+        .append_entries_batch(pb::AppendEntriesBatchRequest {
+            target: 1,
+            requests: vec![
+                one(SHARD + 1, 1, &heartbeat),
+                one(SHARD, 1, &heartbeat),
+                one(SHARD, 1, b"{not json"),
+                one(SHARD, 9, &heartbeat),
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .answers;
+    let codes: Vec<Code> = answers.iter().map(|a| Code::from(a.code as i32)).collect();
+    assert_eq!(
+        codes,
+        [
+            Code::NotFound,
+            Code::Ok,
+            Code::InvalidArgument,
+            Code::FailedPrecondition
+        ]
+    );
+    let answered: AppendEntriesResponse<TypeConfig> =
+        serde_json::from_slice(&answers[1].payload).unwrap();
+    // The replica took the heartbeat as one from leader 2 in term 1.
+    assert!(
+        matches!(answered, AppendEntriesResponse::Success),
+        "{answered:?}"
+    );
+    assert_eq!(n.term(), 1);
 
     n.stop().await;
 }

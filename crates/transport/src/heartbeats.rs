@@ -1,0 +1,171 @@
+//! Coalesced heartbeats: the AppendEntries calls without entries that the groups of a node send
+//! to one peer travel together.
+//!
+//! Every awake group's leader sends each follower a heartbeat every heartbeat interval, and a
+//! read that must confirm leadership sends a round of them; with hundreds of groups that is
+//! hundreds of calls per interval to each peer. Instead, each (peer, address) has one queue and
+//! one task: the task sends what has queued as one `AppendEntriesBatch` call, and whatever
+//! queues while that call is under way goes in the next one. So a lone heartbeat leaves at once,
+//! and under load one call carries the heartbeats of many groups. Each heartbeat keeps its own
+//! deadline (the caller's), its own answer and its own failure, exactly as a single call would.
+//!
+//! Calls with entries are not batched: they are larger, and one group's entries must not wait
+//! for another's.
+
+use std::collections::HashMap;
+use std::sync::Weak;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use taskmesh_rpc::v1 as pb;
+use taskmesh_rpc::v1::raft_transport_client::RaftTransportClient;
+use tokio::sync::{mpsc, oneshot};
+use tonic::Status;
+
+use crate::channels::PeerChannels;
+
+/// Heartbeats one call carries at most.
+pub const MAX_BATCH: usize = 1024;
+/// Heartbeats that may wait for one peer; past it a heartbeat fails at once (as unreachable).
+const QUEUE: usize = 16 * MAX_BATCH;
+
+/// One heartbeat waiting to be sent.
+struct Item {
+    request: pb::AppendEntriesRequest,
+    ttl: Duration,
+    reply: oneshot::Sender<Result<Vec<u8>, Status>>,
+}
+
+/// The queues of a node's heartbeats, one per peer and address.
+#[derive(Default)]
+pub(crate) struct Queues {
+    queues: Mutex<HashMap<(u64, String), mpsc::Sender<Item>>>,
+}
+
+impl PeerChannels {
+    /// Send `request` (an AppendEntries without entries) to node `target` at `addr` with the
+    /// other heartbeats queued for it, within `ttl`: openraft's answer as JSON, or the status a
+    /// single call would have failed with.
+    pub(crate) async fn heartbeat(
+        &self,
+        target: u64,
+        addr: &str,
+        request: pb::AppendEntriesRequest,
+        ttl: Duration,
+    ) -> Result<Vec<u8>, Status> {
+        let (reply, answer) = oneshot::channel();
+        let item = Item {
+            request,
+            ttl,
+            reply,
+        };
+        let sender = {
+            let mut queues = self.heartbeat_queues().queues.lock();
+            queues
+                .entry((target, addr.to_string()))
+                .or_insert_with(|| {
+                    let (tx, rx) = mpsc::channel(QUEUE);
+                    tokio::spawn(run(self.downgrade(), target, addr.to_string(), rx));
+                    tx
+                })
+                .clone()
+        };
+        if sender.try_send(item).is_err() {
+            return Err(Status::unavailable(format!(
+                "too many heartbeats wait for node {target}"
+            )));
+        }
+        match tokio::time::timeout(ttl, answer).await {
+            Err(_) => Err(Status::deadline_exceeded(
+                "the heartbeat was not answered in time",
+            )),
+            Ok(Err(_)) => Err(Status::unavailable("the heartbeat queue stopped")),
+            Ok(Ok(answer)) => answer,
+        }
+    }
+}
+
+/// Send the heartbeats queued for `target` at `addr`, a batch at a time, until the pool is gone.
+async fn run(
+    pool: Weak<crate::channels::Inner>,
+    target: u64,
+    addr: String,
+    mut queue: mpsc::Receiver<Item>,
+) {
+    let mut items: Vec<Item> = Vec::with_capacity(MAX_BATCH);
+    while queue.recv_many(&mut items, MAX_BATCH).await > 0 {
+        let Some(pool) = PeerChannels::upgrade(&pool) else {
+            return;
+        };
+        let batch = std::mem::take(&mut items);
+        send(&pool, target, &addr, batch).await;
+    }
+}
+
+/// One `AppendEntriesBatch` call, and each of its answers to its heartbeat.
+async fn send(pool: &PeerChannels, target: u64, addr: &str, batch: Vec<Item>) {
+    let ttl = batch.iter().map(|i| i.ttl).max().unwrap_or_default();
+    let mut replies = Vec::with_capacity(batch.len());
+    let mut requests = Vec::with_capacity(batch.len());
+    for item in batch {
+        requests.push(item.request);
+        replies.push(item.reply);
+    }
+    let fail_all = |replies: Vec<oneshot::Sender<Result<Vec<u8>, Status>>>, status: Status| {
+        for reply in replies {
+            let _ = reply.send(Err(status.clone()));
+        }
+    };
+    let channel = match pool.channel(target, addr) {
+        Ok(channel) => channel,
+        Err(e) => return fail_all(replies, Status::unavailable(e.to_string())),
+    };
+    let mut client = RaftTransportClient::new(channel);
+    let mut request = tonic::Request::new(pb::AppendEntriesBatchRequest { target, requests });
+    request.set_timeout(ttl);
+    let answers = match tokio::time::timeout(ttl, client.append_entries_batch(request)).await {
+        Err(_) => {
+            return fail_all(
+                replies,
+                Status::deadline_exceeded("heartbeat batch timed out"),
+            )
+        }
+        Ok(Err(status)) => return fail_all(replies, status),
+        Ok(Ok(answer)) => answer.into_inner().answers,
+    };
+    if answers.len() != replies.len() {
+        let status = Status::internal(format!(
+            "{} answers to a batch of {} heartbeats",
+            answers.len(),
+            replies.len()
+        ));
+        return fail_all(replies, status);
+    }
+    for (reply, answer) in replies.into_iter().zip(answers) {
+        let result = if answer.code == 0 {
+            Ok(answer.payload)
+        } else {
+            Err(Status::new(
+                tonic::Code::from(answer.code as i32),
+                answer.message,
+            ))
+        };
+        let _ = reply.send(result);
+    }
+}
+
+/// The answer slot of one request of a batch, from what a single call would have answered.
+pub(crate) fn answer(result: Result<Vec<u8>, Status>) -> pb::BatchedAnswer {
+    match result {
+        Ok(payload) => pb::BatchedAnswer {
+            code: 0,
+            message: String::new(),
+            payload,
+        },
+        Err(status) => pb::BatchedAnswer {
+            code: status.code() as u32,
+            message: status.message().to_string(),
+            payload: Vec::new(),
+        },
+    }
+}
