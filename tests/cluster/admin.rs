@@ -26,7 +26,7 @@ fn cli(port: u16, args: &[&str]) -> Output {
 
 /// Per shard, the leader every node's /status agrees on.
 async fn leaders_by_status(nodes: &[&Server]) -> Vec<u64> {
-    let mut leaders = vec![0u64; 8];
+    let mut leaders = vec![0u64; crate::shards() as usize];
     for n in nodes {
         for s in status_of(n, TOKEN).await["shards"].as_array().unwrap() {
             if s["isLeader"] == true {
@@ -47,7 +47,7 @@ async fn leaders_transfer_leader_and_snapshot_through_the_cli() {
     let n3 = Server::start_node(TASKMESH, &node_config_with(3, &grpc, extra), false);
     let n1 = Server::start_node(TASKMESH, &node_config_with(1, &grpc, extra), true);
     let nodes = [&n1, &n2, &n3];
-    wait_cluster_ready(&nodes, TOKEN, 8).await;
+    wait_cluster_ready(&nodes, TOKEN, crate::shards()).await;
     let c = connect(&n1).await;
     for i in 0..20 {
         let id = c
@@ -63,7 +63,7 @@ async fn leaders_transfer_leader_and_snapshot_through_the_cli() {
     let table = json_of(&cli(grpc[1], &["leaders", "--json"]));
     let by_status = leaders_by_status(&nodes).await;
     let rows = table["shards"].as_array().unwrap();
-    assert_eq!(rows.len(), 8);
+    assert_eq!(rows.len(), crate::shards() as usize);
     for r in rows {
         let shard = r["shard"].as_u64().unwrap() as usize;
         assert_eq!(r["leader"].as_u64(), Some(by_status[shard]), "{r}");
@@ -147,9 +147,11 @@ async fn leaders_transfer_leader_and_snapshot_through_the_cli() {
         assert!(value("taskmesh_storage_fsync_seconds_count") > 0.0);
     }
     // A shard that does not exist: a clear error.
-    let bad = cli(grpc[0], &["snapshot", "--shard", "99"]);
+    let missing = (crate::shards() + 91).to_string();
+    let bad = cli(grpc[0], &["snapshot", "--shard", &missing]);
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("the cluster has 8 shards"));
+    assert!(String::from_utf8_lossy(&bad.stderr)
+        .contains(&format!("the cluster has {} shards", crate::shards())));
     // Tasks made before all of it still answer.
     let again = c.ok("tasks/list", json!({})).await;
     assert_eq!(again["tasks"].as_array().unwrap().len(), 20);

@@ -33,7 +33,7 @@ async fn a_backup_under_load_restores_every_acknowledged_task_into_a_new_node() 
     let n2 = Server::start_node(TASKMESH, &node_config_with(2, &grpc, ""), false);
     let n3 = Server::start_node(TASKMESH, &node_config_with(3, &grpc, ""), false);
     let n1 = Server::start_node(TASKMESH, &node_config_with(1, &grpc, ""), true);
-    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, 8).await;
+    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, crate::shards()).await;
     let c1 = connect(&n1).await;
 
     // Tasks that run for an hour: live in the backup, taken over by the restored node.
@@ -103,7 +103,7 @@ async fn a_backup_under_load_restores_every_acknowledged_task_into_a_new_node() 
         before.len()
     );
     assert_eq!(manifest["format"], "taskmesh-backup/1");
-    assert_eq!(manifest["shards"], 8);
+    assert_eq!(manifest["shards"], crate::shards());
     assert!(manifest["records"].as_u64().unwrap() >= (before.len() + long.len()) as u64);
     assert!(backup_dir.join("manifest.json").exists());
 
@@ -119,7 +119,7 @@ async fn a_backup_under_load_restores_every_acknowledged_task_into_a_new_node() 
     // A new node, with nothing, as the only member of a new cluster.
     let fresh_grpc = free_ports(1);
     let fresh = Server::start_node(TASKMESH, &node_config_with(1, &fresh_grpc, ""), true);
-    wait_cluster_ready(&[&fresh], TOKEN, 8).await;
+    wait_cluster_ready(&[&fresh], TOKEN, crate::shards()).await;
     // A directory that is no finished backup is refused.
     let out = cli("restore", dir.path(), fresh_grpc[0]).await;
     assert!(!out.status.success());

@@ -31,7 +31,16 @@ fn node_config(id: u64, grpc: &[u16]) -> String {
 }
 
 fn node_config_with(id: u64, grpc: &[u16], extra: &str) -> String {
-    taskmesh_testkit::node_config(id, grpc, 8, TOKEN, extra)
+    taskmesh_testkit::node_config(id, grpc, shards(), TOKEN, extra)
+}
+
+/// The shard count of the suite's clusters: 8, or `TEST_CLUSTER_SHARDS` (the suite also runs
+/// with 256, to show that nothing depends on few shards).
+fn shards() -> u32 {
+    std::env::var("TEST_CLUSTER_SHARDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8)
 }
 
 fn start_cluster() -> Vec<Server> {

@@ -104,7 +104,7 @@ async fn wait_placement_applied(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_join_and_leave_under_load_with_replicas_and_leaders_spread() {
     let mut history = History::default();
-    // Four nodes create the cluster (8 shards, 3 replicas each); a fifth joins later through
+    // Four nodes create the cluster (8 shards unless the suite says otherwise, 3 replicas each); a fifth joins later through
     // the seeds, then the bootstrapping node is removed.
     let grpc = free_ports(5);
     let extra = "[cluster]\nleader_settle_ms = 500\n";
@@ -113,22 +113,26 @@ async fn nodes_join_and_leave_under_load_with_replicas_and_leaders_spread() {
     let n3 = Server::start_node(TASKMESH, &extra(3), false);
     let n4 = Server::start_node(TASKMESH, &extra(4), false);
     let n1 = Server::start_node(TASKMESH, &extra(1), true);
-    wait_cluster_ready(&[&n1, &n2, &n3, &n4], TOKEN, 8).await;
+    wait_cluster_ready(&[&n1, &n2, &n3, &n4], TOKEN, crate::shards()).await;
 
     let meta = cluster_cli(grpc[1], &["status"]);
-    assert_eq!(meta["shards"], 8);
+    assert_eq!(meta["shards"], crate::shards());
     let placement = placement_of(&meta);
     for id in 1..=4u64 {
         let replicas = placement.iter().filter(|l| l.contains(&id)).count();
-        assert_eq!(replicas, 6, "node {id} in {placement:?}");
+        assert_eq!(
+            replicas as u32,
+            crate::shards() * 3 / 4,
+            "node {id} in {placement:?}"
+        );
     }
     assert!(placement.iter().all(|l| l.len() == 3));
     let four = [(1, &n1), (2, &n2), (3, &n3), (4, &n4)];
     let leads = wait_placement_applied(&four, grpc[0]).await;
-    // Leadership follows the preferred leaders: two shards per node.
+    // Leadership follows the preferred leaders: a quarter of the shards per node.
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut leads = leads;
-    while leads.values().any(|l| *l != 2) {
+    while leads.values().any(|l| *l as u32 != crate::shards() / 4) {
         assert!(
             Instant::now() < deadline,
             "leadership never balanced: {leads:?}"
@@ -191,7 +195,11 @@ async fn nodes_join_and_leave_under_load_with_replicas_and_leaders_spread() {
     let placement = placement_of(&cluster_cli(grpc[0], &["status"]));
     for id in 1..=5u64 {
         let replicas = placement.iter().filter(|l| l.contains(&id)).count();
-        assert!((4..=5).contains(&replicas), "node {id} in {placement:?}");
+        let share = crate::shards() as usize * 3 / 5;
+        assert!(
+            (share..=share + 1).contains(&replicas),
+            "node {id} in {placement:?}"
+        );
     }
     println!("5 nodes: placement {placement:?}, leaders per node {leads:?}");
     let c5 = connect(&n5).await;

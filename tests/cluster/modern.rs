@@ -12,7 +12,12 @@ use super::{start_cluster, TOKEN};
 #[tokio::test]
 async fn stateless_requests_and_task_input_work_through_any_node() {
     let nodes = start_cluster();
-    taskmesh_testkit::wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
+    taskmesh_testkit::wait_cluster_ready(
+        &[&nodes[0], &nodes[1], &nodes[2]],
+        TOKEN,
+        crate::shards(),
+    )
+    .await;
     let through: Vec<Modern> = nodes
         .iter()
         .map(|n| {

@@ -67,7 +67,7 @@ async fn the_internal_port_admits_members_and_the_operator_and_takes_a_new_certi
     let n3 = Server::start_node(TASKMESH, &node_config_with(3, &grpc, ""), false);
     let n1 = Server::start_node(TASKMESH, &node_config_with(1, &grpc, &tls1), true);
     // Every shard elected a leader the three nodes agree on: Raft runs over mutual TLS.
-    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, 8).await;
+    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, crate::shards()).await;
     let c = connect(&n2).await;
     let before = c
         .start_task("slow_compute", json!({"seconds": 0.1, "label": "before"}))

@@ -131,7 +131,7 @@ async fn prometheus_scrapes_every_node_and_sees_the_work_and_a_failover() {
     let n2 = Server::start_node(TASKMESH, &config(2), false);
     let n3 = Server::start_node(TASKMESH, &config(3), false);
     let n1 = Server::start_node(TASKMESH, &config(1), true);
-    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, 8).await;
+    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, crate::shards()).await;
     let prometheus = Prometheus::start(&metrics).await;
     prometheus
         .until(r#"sum(up{job="taskmesh"})"#, |v| v == 3.0)
@@ -143,7 +143,9 @@ async fn prometheus_scrapes_every_node_and_sees_the_work_and_a_failover() {
         .until("count(taskmesh_raft_is_leader)", |v| v == 24.0)
         .await;
     prometheus
-        .until("sum(taskmesh_raft_is_leader)", |v| v == 8.0)
+        .until("sum(taskmesh_raft_is_leader)", |v| {
+            v == f64::from(crate::shards())
+        })
         .await;
     assert_eq!(
         prometheus
@@ -285,7 +287,7 @@ async fn prometheus_scrapes_every_node_and_sees_the_work_and_a_failover() {
     prometheus
         .until(
             &format!(r#"sum(taskmesh_raft_is_leader{{instance!="127.0.0.1:{victim_port}"}})"#),
-            |v| v == 8.0,
+            |v| v == f64::from(crate::shards()),
         )
         .await;
     println!("leader changes seen: {changes_before} before the kill, {changes_after} after");

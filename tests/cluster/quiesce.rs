@@ -64,7 +64,7 @@ async fn until_all_quiet(nodes: &[&Server]) {
 async fn a_quiescent_group_wakes_and_commits_its_first_proposal_without_an_election() {
     let nodes = start_cluster();
     let all = [&nodes[0], &nodes[1], &nodes[2]];
-    wait_cluster_ready(&all, TOKEN, 8).await;
+    wait_cluster_ready(&all, TOKEN, crate::shards()).await;
     until_all_quiet(&all).await;
     let before = rows(&all).await;
 
@@ -112,7 +112,7 @@ async fn a_quiescent_group_whose_leader_node_dies_elects_a_new_leader() {
     let mut nodes = start_cluster();
     {
         let all = [&nodes[0], &nodes[1], &nodes[2]];
-        wait_cluster_ready(&all, TOKEN, 8).await;
+        wait_cluster_ready(&all, TOKEN, crate::shards()).await;
     }
     // A task created before the failure, readable after it.
     let c = connect(&nodes[0]).await;

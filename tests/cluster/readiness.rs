@@ -46,7 +46,7 @@ async fn a_node_cut_from_its_leaders_is_not_ready_until_its_peers_return() {
     let mut n2 = Server::start_node(TASKMESH, &node_config_with(2, &grpc, ""), false);
     let n3 = Server::start_node(TASKMESH, &node_config_with(3, &grpc, ""), false);
     let mut n1 = Server::start_node(TASKMESH, &node_config_with(1, &grpc, ""), true);
-    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, 8).await;
+    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, crate::shards()).await;
     for n in [&n1, &n2, &n3] {
         assert_eq!(until_readyz(&n.url, 200).await, "ready\n");
     }
@@ -82,8 +82,11 @@ async fn polls_sent_only_to_ready_nodes_see_no_error_through_a_rolling_restart()
         node_config_with(id, &grpc, "")
             .replace("[cluster]\n", extra)
             .replacen(
-                "shards = 8\n",
-                "shards = 8\nshutdown_unready_wait_ms = 1000\n",
+                &format!("shards = {}\n", crate::shards()),
+                &format!(
+                    "shards = {}\nshutdown_unready_wait_ms = 1000\n",
+                    crate::shards()
+                ),
                 1,
             )
     };
@@ -91,7 +94,7 @@ async fn polls_sent_only_to_ready_nodes_see_no_error_through_a_rolling_restart()
     let n2 = Server::start_node_at(TASKMESH, &at(2), &config(2), false);
     let n3 = Server::start_node_at(TASKMESH, &at(3), &config(3), false);
     let n1 = Server::start_node_at(TASKMESH, &at(1), &config(1), true);
-    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, 8).await;
+    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, crate::shards()).await;
     let urls: Vec<String> = [&n1, &n2, &n3].iter().map(|n| n.url.clone()).collect();
     let c = Client::connect(&urls[0], Some(TOKEN), V, json!({})).await;
     let mut ids = Vec::new();

@@ -14,7 +14,7 @@ use crate::{connect, node_config_with, start_cluster, TASKMESH, TOKEN};
 async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
     let mut history = History::default();
     let mut nodes = start_cluster();
-    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
+    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, crate::shards()).await;
     let c1 = connect(&nodes[0]).await;
     let c2 = connect(&nodes[1]).await;
     let c3 = connect(&nodes[2]).await;
@@ -185,7 +185,7 @@ async fn any_node_serves_any_request_and_a_killed_node_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_under_load_shows_no_errors_and_a_full_restart_loses_nothing() {
     let mut nodes = start_cluster();
-    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
+    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, crate::shards()).await;
     let mut clients = vec![];
     for n in &nodes {
         clients.push(connect(n).await);
@@ -323,7 +323,7 @@ async fn rolling_restart_under_load_shows_no_errors_and_a_full_restart_loses_not
 async fn result_streams_held_open_survive_a_node_kill() {
     let mut history = History::default();
     let mut nodes = start_cluster();
-    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
+    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, crate::shards()).await;
     let c2 = connect(&nodes[1]).await;
     let c3 = connect(&nodes[2]).await;
     // Long enough to be running when a node dies; spread over the shards.
@@ -386,7 +386,7 @@ async fn wait_caught_up(follower: &Server, others: &[&Server]) {
             }
         }
         let mine = status_of(follower, TOKEN).await;
-        let caught_up = target.len() == 8
+        let caught_up = target.len() == crate::shards() as usize
             && mine["shards"].as_array().unwrap().iter().all(|s| {
                 let (applied, tasks) = &target[&s["shard"].as_u64().unwrap()];
                 s["lastAppliedIndex"].as_u64().unwrap_or(0) >= *applied && s["tasks"] == *tasks
@@ -408,7 +408,7 @@ async fn a_restarted_node_catches_up_from_the_log_and_through_a_snapshot() {
     let n3 = Server::start_node(TASKMESH, &node_config_with(3, &grpc, extra), false);
     let n1 = Server::start_node(TASKMESH, &node_config_with(1, &grpc, extra), true);
     let mut nodes = [n1, n2, n3];
-    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
+    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, crate::shards()).await;
     let c2 = connect(&nodes[1]).await;
     let mut ids = vec![];
     ids.push(c2.start_task("slow_compute", json!({"seconds": 0})).await);

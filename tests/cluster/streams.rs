@@ -9,7 +9,7 @@ use crate::{connect, start_cluster, TOKEN};
 
 /// A ready three-node cluster's one session, as a client of each node.
 async fn one_session_on_each_node(nodes: &[Server]) -> [Client; 3] {
-    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, 8).await;
+    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, crate::shards()).await;
     let c1 = connect(&nodes[0]).await;
     let mut via_node2 = c1.clone();
     via_node2.url = nodes[1].url.clone();

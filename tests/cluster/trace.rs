@@ -31,7 +31,7 @@ async fn a_forwarded_poll_is_followed_across_nodes_by_its_trace_id() {
     let n2 = Server::start_node(TASKMESH, &node_config_with(2, &grpc, traced), false);
     let n3 = Server::start_node(TASKMESH, &node_config_with(3, &grpc, traced), false);
     let n1 = Server::start_node(TASKMESH, &node_config_with(1, &grpc, traced), true);
-    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, 8).await;
+    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, crate::shards()).await;
     let c1 = connect(&n1).await;
 
     // Polls through node 1 until one was forwarded (8 shards on 3 nodes: node 1 leads only
@@ -107,7 +107,7 @@ async fn a_sampled_request_is_traced_across_nodes_into_its_task() {
     let n2 = Server::start_node(TASKMESH, &node_config_with(2, &grpc, &traced), false);
     let n3 = Server::start_node(TASKMESH, &node_config_with(3, &grpc, &traced), false);
     let n1 = Server::start_node(TASKMESH, &node_config_with(1, &grpc, &traced), true);
-    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, 8).await;
+    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, crate::shards()).await;
     let c1 = connect(&n1).await;
     let task_call = |label: String| json!({"name": "slow_compute", "arguments": {"seconds": 0.1, "label": label}, "task": {}});
 
