@@ -397,6 +397,10 @@ pub struct RaftConfig {
     /// quiescence), in ms. Default 150; at most half of `election_timeout_min_ms`, so that a
     /// quiescent follower hears at least two beats before it would tick again.
     pub beat_interval_ms: u64,
+    /// The most heartbeats (AppendEntries without entries, of any group) one call to a peer
+    /// carries; while a call is under way the next ones queue, up to 16 calls' worth, and a
+    /// heartbeat past that fails at once like an unreachable peer's. Default 1024; at least 1.
+    pub heartbeat_batch_max: usize,
     /// A group builds a snapshot after this many entries were applied since the last one
     /// (the log before it is then purged). Default 10000.
     pub snapshot_logs_since_last: u64,
@@ -514,6 +518,7 @@ impl Default for RaftConfig {
             election_timeout_max_ms: s.election_timeout_max_ms,
             quiesce_after_ms: 1_000,
             beat_interval_ms: 150,
+            heartbeat_batch_max: 1024,
             snapshot_logs_since_last: s.snapshot_logs_since_last,
             max_in_snapshot_log_to_keep: s.max_in_snapshot_log_to_keep,
             install_snapshot_timeout_ms: s.install_snapshot_timeout_ms,
@@ -762,6 +767,9 @@ impl Config {
         {
             bail!("raft timeouts must satisfy heartbeat_interval_ms < election_timeout_min_ms < election_timeout_max_ms");
         }
+        if self.raft.heartbeat_batch_max == 0 {
+            bail!("raft.heartbeat_batch_max must be at least 1");
+        }
         if self.raft.beat_interval_ms == 0
             || self.raft.beat_interval_ms.saturating_mul(2) > self.raft.election_timeout_min_ms
         {
@@ -896,6 +904,12 @@ mod tests {
         assert!(err(vec![("TASKMESH_HTTP__SSE_BUFFER_EVENTS", "0")]).contains("sse_buffer_events"));
         assert!(
             err(vec![("TASKMESH_HTTP__SSE_MAX_STREAM_MS", "999")]).contains("sse_max_stream_ms")
+        );
+        assert!(err(vec![("TASKMESH_RAFT__QUIESCE_AFTER_MS", "150")]).contains("quiesce_after_ms"));
+        assert!(err(vec![("TASKMESH_RAFT__BEAT_INTERVAL_MS", "151")]).contains("beat_interval_ms"));
+        assert!(err(vec![("TASKMESH_RAFT__BEAT_INTERVAL_MS", "0")]).contains("beat_interval_ms"));
+        assert!(
+            err(vec![("TASKMESH_RAFT__HEARTBEAT_BATCH_MAX", "0")]).contains("heartbeat_batch_max")
         );
     }
 

@@ -207,7 +207,8 @@ async fn start_cluster(
     let pool = taskmesh_transport::PeerChannels::with_dialer(
         taskmesh_rpc::dial::CONNECT_TIMEOUT,
         dialer.clone(),
-    );
+    )
+    .with_heartbeat_batch(cfg.raft.heartbeat_batch_max);
     let transport = transport_config(cfg);
     transport
         .validate()

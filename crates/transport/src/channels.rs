@@ -46,6 +46,8 @@ pub(crate) struct Inner {
     peers: RwLock<HashMap<u64, Peer>>,
     /// The queues of coalesced heartbeats (see `heartbeats.rs`).
     heartbeats: crate::heartbeats::Queues,
+    /// Heartbeats one coalesced call carries at most.
+    heartbeat_batch: usize,
 }
 
 /// The pool of channels to peer nodes. Cheap to clone: clones share the pool.
@@ -70,6 +72,7 @@ impl PeerChannels {
                 dialer,
                 peers: RwLock::new(HashMap::new()),
                 heartbeats: crate::heartbeats::Queues::default(),
+                heartbeat_batch: crate::heartbeats::DEFAULT_BATCH,
             }),
         }
     }
@@ -106,6 +109,20 @@ impl PeerChannels {
             tracing::debug!(node = node_id, addr = %old, "forgetting an old peer address");
         }
         Ok(channel)
+    }
+
+    /// Carry at most `max` heartbeats (at least 1) in one coalesced call; up to 16 times as
+    /// many may wait for one peer. Call before the pool is shared.
+    pub fn with_heartbeat_batch(mut self, max: usize) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.heartbeat_batch = max.max(1);
+        }
+        self
+    }
+
+    /// Heartbeats one coalesced call carries at most.
+    pub(crate) fn heartbeat_batch(&self) -> usize {
+        self.inner.heartbeat_batch
     }
 
     pub(crate) fn heartbeat_queues(&self) -> &crate::heartbeats::Queues {

@@ -24,10 +24,12 @@ use tonic::Status;
 
 use crate::channels::PeerChannels;
 
-/// Heartbeats one call carries at most.
-pub const MAX_BATCH: usize = 1024;
-/// Heartbeats that may wait for one peer; past it a heartbeat fails at once (as unreachable).
-const QUEUE: usize = 16 * MAX_BATCH;
+/// Heartbeats one call carries at most, unless the pool says otherwise
+/// ([`PeerChannels::with_heartbeat_batch`]).
+pub const DEFAULT_BATCH: usize = 1024;
+/// How many batches' worth of heartbeats may wait for one peer; past it a heartbeat fails at
+/// once (as unreachable).
+const QUEUED_BATCHES: usize = 16;
 
 /// One heartbeat waiting to be sent.
 struct Item {
@@ -64,8 +66,9 @@ impl PeerChannels {
             queues
                 .entry((target, addr.to_string()))
                 .or_insert_with(|| {
-                    let (tx, rx) = mpsc::channel(QUEUE);
-                    tokio::spawn(run(self.downgrade(), target, addr.to_string(), rx));
+                    let batch = self.heartbeat_batch();
+                    let (tx, rx) = mpsc::channel(batch * QUEUED_BATCHES);
+                    tokio::spawn(run(self.downgrade(), target, addr.to_string(), rx, batch));
                     tx
                 })
                 .clone()
@@ -91,9 +94,10 @@ async fn run(
     target: u64,
     addr: String,
     mut queue: mpsc::Receiver<Item>,
+    max: usize,
 ) {
-    let mut items: Vec<Item> = Vec::with_capacity(MAX_BATCH);
-    while queue.recv_many(&mut items, MAX_BATCH).await > 0 {
+    let mut items: Vec<Item> = Vec::with_capacity(max);
+    while queue.recv_many(&mut items, max).await > 0 {
         let Some(pool) = PeerChannels::upgrade(&pool) else {
             return;
         };
