@@ -15,6 +15,9 @@
 //!   follow quietly, which the sender then wakes. Its work is proportional to what the beat
 //!   lists, not to the groups it hosts.
 //!
+//! A peer of an earlier version, which does not know the beat, has the groups listed for it
+//! woken: they heartbeat it as before.
+//!
 //! A beat to a peer that has not answered the previous one is skipped, so a dead peer costs one
 //! pending call, not a queue of them.
 
@@ -162,12 +165,22 @@ async fn send(
             return;
         }
     };
+    let listed = beat.groups.clone();
     let mut request = tonic::Request::new(beat);
     request.set_timeout(timeout);
     let mut client = RaftTransportClient::new(channel);
     let call = client.beat(request);
     let answer = match tokio::time::timeout(timeout, call).await {
-        Ok(Ok(answer)) => answer.into_inner(),
+        Ok(Ok(answer)) => {
+            outcome(true);
+            answer.into_inner()
+        }
+        Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+            // A peer of an earlier version (during a rolling upgrade) cannot follow quietly:
+            // the groups it is a member of keep heartbeating it.
+            outcome(false);
+            pb::BeatResponse { wake: listed }
+        }
         Ok(Err(status)) => {
             tracing::debug!(peer, status = %status, "beat failed");
             outcome(false);
@@ -179,7 +192,6 @@ async fn send(
             return;
         }
     };
-    outcome(true);
     for id in answer.wake {
         if let Some(group) = registry.get(id) {
             tracing::debug!(peer, group = id, "peer cannot follow quietly; waking");

@@ -9,6 +9,9 @@
 //! and under load one call carries the heartbeats of many groups. Each heartbeat keeps its own
 //! deadline (the caller's), its own answer and its own failure, exactly as a single call would.
 //!
+//! A peer of an earlier version, which does not know the batch call, gets the same heartbeats
+//! one call each.
+//!
 //! Calls with entries are not batched: they are larger, and one group's entries must not wait
 //! for another's.
 
@@ -125,7 +128,10 @@ async fn send(pool: &PeerChannels, target: u64, addr: &str, batch: Vec<Item>) {
         Err(e) => return fail_all(replies, Status::unavailable(e.to_string())),
     };
     let mut client = RaftTransportClient::new(channel);
-    let mut request = tonic::Request::new(pb::AppendEntriesBatchRequest { target, requests });
+    let mut request = tonic::Request::new(pb::AppendEntriesBatchRequest {
+        target,
+        requests: requests.clone(),
+    });
     request.set_timeout(ttl);
     let answers = match tokio::time::timeout(ttl, client.append_entries_batch(request)).await {
         Err(_) => {
@@ -133,6 +139,10 @@ async fn send(pool: &PeerChannels, target: u64, addr: &str, batch: Vec<Item>) {
                 replies,
                 Status::deadline_exceeded("heartbeat batch timed out"),
             )
+        }
+        Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+            // A peer of an earlier version (during a rolling upgrade): one call each.
+            return one_by_one(client, requests, replies, ttl).await;
         }
         Ok(Err(status)) => return fail_all(replies, status),
         Ok(Ok(answer)) => answer.into_inner().answers,
@@ -156,6 +166,30 @@ async fn send(pool: &PeerChannels, target: u64, addr: &str, batch: Vec<Item>) {
         };
         let _ = reply.send(result);
     }
+}
+
+/// Send each heartbeat as its own `AppendEntries` call (all at once), for a peer that does not
+/// know `AppendEntriesBatch`.
+async fn one_by_one(
+    client: RaftTransportClient<tonic::transport::Channel>,
+    requests: Vec<pb::AppendEntriesRequest>,
+    replies: Vec<oneshot::Sender<Result<Vec<u8>, Status>>>,
+    ttl: Duration,
+) {
+    let calls = requests.into_iter().zip(replies).map(|(one, reply)| {
+        let mut client = client.clone();
+        async move {
+            let mut request = tonic::Request::new(one);
+            request.set_timeout(ttl);
+            let answer = match tokio::time::timeout(ttl, client.append_entries(request)).await {
+                Err(_) => Err(Status::deadline_exceeded("the heartbeat timed out")),
+                Ok(Err(status)) => Err(status),
+                Ok(Ok(answer)) => Ok(answer.into_inner().payload),
+            };
+            let _ = reply.send(answer);
+        }
+    });
+    futures::future::join_all(calls).await;
 }
 
 /// The answer slot of one request of a batch, from what a single call would have answered.
