@@ -93,6 +93,9 @@ pub struct ClusterConfig {
     pub replication: u32,
     /// How often a node compares itself with the cluster metadata and moves towards it, in ms.
     pub reconcile_interval_ms: u64,
+    /// How many shards a reconciler pass works on at once (opening, creating, changing members,
+    /// handing over). Default 16; at least 1.
+    pub reconcile_shards_in_flight: usize,
     /// A new replica becomes a voter once it is at most this many log entries behind.
     pub catch_up_entries: u64,
     /// A leader hands a shard to its preferred leader only after leading it this long, in ms.
@@ -179,6 +182,7 @@ impl Default for ClusterConfig {
             bootstrap: false,
             replication: 3,
             reconcile_interval_ms: 500,
+            reconcile_shards_in_flight: 16,
             catch_up_entries: 100,
             leader_settle_ms: 3_000,
             request_retry_ms: taskmesh_router::DEFAULT_RETRY_BUDGET.as_millis() as u64,
@@ -398,8 +402,9 @@ pub struct RaftConfig {
     /// quiescent follower hears at least two beats before it would tick again.
     pub beat_interval_ms: u64,
     /// The most heartbeats (AppendEntries without entries, of any group) one call to a peer
-    /// carries; while a call is under way the next ones queue, up to 16 calls' worth, and a
-    /// heartbeat past that fails at once like an unreachable peer's. Default 1024; at least 1.
+    /// carries; while 4 calls are under way the next ones queue, up to 16 calls' worth, and a
+    /// heartbeat past that fails at once like an unreachable peer's. 1: every heartbeat is its
+    /// own call. Default 1024; at least 1.
     pub heartbeat_batch_max: usize,
     /// A group builds a snapshot after this many entries were applied since the last one
     /// (the log before it is then purged). Default 10000.
@@ -820,6 +825,9 @@ impl Config {
             }
             if self.cluster.reconcile_interval_ms == 0 {
                 bail!("cluster.reconcile_interval_ms must be at least 1");
+            }
+            if self.cluster.reconcile_shards_in_flight == 0 {
+                bail!("cluster.reconcile_shards_in_flight must be at least 1");
             }
             if self.raft.snapshot_chunk_bytes == 0 || self.raft.install_snapshot_timeout_ms == 0 {
                 bail!("raft.snapshot_chunk_bytes and raft.install_snapshot_timeout_ms must be at least 1");

@@ -368,6 +368,7 @@ async fn start_cluster(
             shards: cfg.shards,
             interval: Duration::from_millis(cfg.cluster.reconcile_interval_ms),
             catch_up_entries: cfg.cluster.catch_up_entries,
+            shards_in_flight: cfg.cluster.reconcile_shards_in_flight,
             leader_settle: Duration::from_millis(cfg.cluster.leader_settle_ms),
         },
         membership,

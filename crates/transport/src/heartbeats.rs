@@ -4,8 +4,9 @@
 //! Every awake group's leader sends each follower a heartbeat every heartbeat interval, and a
 //! read that must confirm leadership sends a round of them; with hundreds of groups that is
 //! hundreds of calls per interval to each peer. Instead, each (peer, address) has one queue and
-//! one task: the task sends what has queued as one `AppendEntriesBatch` call, and whatever
-//! queues while that call is under way goes in the next one. So a lone heartbeat leaves at once,
+//! one task: the task sends what has queued as one `AppendEntriesBatch` call, with up to
+//! [`BATCHES_IN_FLIGHT`] such calls under way, and whatever queues while they are goes in the
+//! next one. So a lone heartbeat leaves at once,
 //! and under load one call carries the heartbeats of many groups. Each heartbeat keeps its own
 //! deadline (the caller's), its own answer and its own failure, exactly as a single call would.
 //!
@@ -33,6 +34,9 @@ pub const DEFAULT_BATCH: usize = 1024;
 /// How many batches' worth of heartbeats may wait for one peer; past it a heartbeat fails at
 /// once (as unreachable).
 const QUEUED_BATCHES: usize = 16;
+/// How many batch calls to one peer may be under way at once: a batch is answered when its
+/// slowest heartbeat is, and must not hold back the heartbeats queued behind it for long.
+pub const BATCHES_IN_FLIGHT: usize = 4;
 
 /// One heartbeat waiting to be sent.
 struct Item {
@@ -99,13 +103,25 @@ async fn run(
     mut queue: mpsc::Receiver<Item>,
     max: usize,
 ) {
+    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT));
     let mut items: Vec<Item> = Vec::with_capacity(max);
-    while queue.recv_many(&mut items, max).await > 0 {
+    loop {
+        // A free slot first, so that what queues meanwhile joins this batch.
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        if queue.recv_many(&mut items, max).await == 0 {
+            return;
+        }
         let Some(pool) = PeerChannels::upgrade(&pool) else {
             return;
         };
         let batch = std::mem::take(&mut items);
-        send(&pool, target, &addr, batch).await;
+        let addr = addr.clone();
+        tokio::spawn(async move {
+            send(&pool, target, &addr, batch).await;
+            drop(permit);
+        });
     }
 }
 

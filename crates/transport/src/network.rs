@@ -271,7 +271,7 @@ impl<S: GroupState> RaftNetworkV2<Group<S>> for GrpcPeer<S> {
             target: self.target,
             payload: encode::<S, _>(&rpc)?,
         };
-        if heartbeat {
+        if heartbeat && self.pool.heartbeat_batch() > 1 {
             // Coalesced with the other groups' heartbeats to this node (`heartbeats.rs`).
             let answer = self
                 .pool

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use parking_lot::RwLock;
 use taskmesh_host::Host;
 use taskmesh_meta::{ClusterMeta, MetaCommand};
@@ -43,6 +44,8 @@ pub struct ReconcileConfig {
     pub catch_up_entries: u64,
     /// A leader hands a shard to its preferred leader only after leading it this long.
     pub leader_settle: Duration,
+    /// How many shards a pass works on at once (`cluster.reconcile_shards_in_flight`).
+    pub shards_in_flight: usize,
 }
 
 /// The loop that moves this node towards the cluster metadata (see the module docs).
@@ -56,7 +59,7 @@ pub struct Reconciler {
     /// The metadata the router's placement reads.
     view: Arc<RwLock<ClusterMeta>>,
     /// Per shard: since when this node leads it.
-    leading_since: HashMap<u32, tokio::time::Instant>,
+    leading_since: parking_lot::Mutex<HashMap<u32, tokio::time::Instant>>,
     ticks: u64,
 }
 
@@ -82,7 +85,7 @@ impl Reconciler {
             registry,
             open,
             view,
-            leading_since: HashMap::new(),
+            leading_since: parking_lot::Mutex::new(HashMap::new()),
             ticks: 0,
         }
     }
@@ -157,11 +160,15 @@ impl Reconciler {
                 tracing::debug!(error = %e, "metadata group membership");
             }
         }
-        for shard in 0..meta.shards {
-            if let Err(e) = self.shard_step(&meta, shard).await {
-                tracing::debug!(shard, error = %e, "placement step");
-            }
-        }
+        let this = &*self;
+        let meta = &meta;
+        futures::stream::iter(0..meta.shards)
+            .for_each_concurrent(self.cfg.shards_in_flight.max(1), |shard| async move {
+                if let Err(e) = this.shard_step(meta, shard).await {
+                    tracing::debug!(shard, error = %e, "placement step");
+                }
+            })
+            .await;
         Ok(())
     }
 
@@ -204,7 +211,7 @@ impl Reconciler {
         }
     }
 
-    async fn shard_step(&mut self, meta: &ClusterMeta, shard: u32) -> anyhow::Result<()> {
+    async fn shard_step(&self, meta: &ClusterMeta, shard: u32) -> anyhow::Result<()> {
         let me = self.cfg.node_id;
         let placed = meta.replicas(shard).to_vec();
         let here = placed.contains(&me);
@@ -236,6 +243,7 @@ impl Reconciler {
         if replica.is_leader() {
             let since = *self
                 .leading_since
+                .lock()
                 .entry(shard)
                 .or_insert_with(tokio::time::Instant::now);
             if !meta.created.contains(&shard) {
@@ -258,7 +266,7 @@ impl Reconciler {
             }
             return Ok(());
         }
-        self.leading_since.remove(&shard);
+        self.leading_since.lock().remove(&shard);
         if !here && meta.is_complete() && self.ticks.is_multiple_of(4) {
             // Placed elsewhere: delete this replica once the group no longer lists this node.
             let asked = tokio::time::timeout(MEMBERS_CALL_TIMEOUT, self.router.members(shard));
