@@ -208,12 +208,7 @@ pub fn receive(
     registry: &ReplicaRegistry,
     req: &pb::BeatRequest,
 ) -> Result<pb::BeatResponse, Status> {
-    if req.target != node_id {
-        return Err(Status::failed_precondition(format!(
-            "this is node {node_id}, not node {}",
-            req.target
-        )));
-    }
+    crate::server::addressed_here(node_id, req.target)?;
     if req.terms.len() != req.groups.len() || req.commits.len() != req.groups.len() {
         return Err(Status::invalid_argument(format!(
             "a beat lists {} groups, {} terms and {} commits",

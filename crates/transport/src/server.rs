@@ -32,6 +32,16 @@ const SNAPSHOT_PREALLOC_BYTES: u64 = 64 * 1024 * 1024;
 /// How often the server pings an idle peer connection, and how long it waits for the answer.
 const KEEPALIVE: Duration = Duration::from_secs(2);
 
+/// A call meant for node `target` that reached node `node_id`: refused unless they are one.
+pub(crate) fn addressed_here(node_id: u64, target: u64) -> Result<(), Status> {
+    if target == node_id {
+        return Ok(());
+    }
+    Err(Status::failed_precondition(format!(
+        "this is node {node_id}, not node {target}"
+    )))
+}
+
 /// The Raft transport service of node `node_id`, delivering to the replicas of a registry.
 #[derive(Clone)]
 pub struct RaftService {
@@ -75,12 +85,7 @@ impl RaftService {
 
     /// The replica a call for (`shard`, `target`) goes to.
     fn replica(&self, shard: u32, target: u64) -> Result<Arc<dyn HostedGroup>, Status> {
-        if target != self.node_id {
-            return Err(Status::failed_precondition(format!(
-                "this is node {}, not node {target}",
-                self.node_id
-            )));
-        }
+        addressed_here(self.node_id, target)?;
         self.registry.get(shard).ok_or_else(|| {
             Status::not_found(format!(
                 "node {} hosts no replica of shard {shard}",
@@ -211,12 +216,7 @@ impl RaftTransport for RaftService {
         request: Request<pb::AppendEntriesBatchRequest>,
     ) -> Result<Response<pb::AppendEntriesBatchResponse>, Status> {
         let req = request.into_inner();
-        if req.target != self.node_id {
-            return Err(Status::failed_precondition(format!(
-                "this is node {}, not node {}",
-                self.node_id, req.target
-            )));
-        }
+        addressed_here(self.node_id, req.target)?;
         let answers = req.requests.into_iter().map(|r| async move {
             let group = self.replica(r.shard, r.target)?;
             group.append_entries(r.payload).await
