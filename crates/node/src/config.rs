@@ -48,6 +48,10 @@ pub struct Config {
     pub shutdown_unready_wait_ms: u64,
     /// Threads of the node's async runtime; 0: one per CPU core.
     pub worker_threads: usize,
+    /// Whether the kernel may back the node's memory with transparent huge pages (2 MiB).
+    /// Off by default: a huge page becomes resident whole at its first touch, so the sparse
+    /// buffers of each idle shard replica cost ~3.3 MiB of RSS instead of ~0.4 MiB.
+    pub transparent_huge_pages: bool,
     /// `[http]`: request body size, allowed origins and SSE streams of the MCP endpoint.
     pub http: HttpConfig,
     /// `[auth]`: static bearer tokens, trusted OAuth issuers and the scopes each operation needs.
@@ -440,6 +444,7 @@ impl Default for Config {
             shutdown_drain_ms: 5_000,
             shutdown_unready_wait_ms: 0,
             worker_threads: 0,
+            transparent_huge_pages: false,
             http: HttpConfig::default(),
             auth: taskmesh_gateway::auth::AuthConfig::default(),
             session: SessionConfig::default(),
@@ -883,6 +888,7 @@ mod tests {
         );
         assert_eq!(cfg.data_dir, PathBuf::from("/var/lib/x"));
         assert_eq!(cfg.worker_threads, 0, "one thread per core unless set");
+        assert!(!cfg.transparent_huge_pages, "huge pages stay off unless set");
     }
 
     #[test]
