@@ -25,7 +25,8 @@ pub struct ShardConfig {
     pub snapshot_logs_since_last: u64,
     /// How many log entries already covered by a snapshot are kept for lagging followers.
     pub max_in_snapshot_log_to_keep: u64,
-    /// Capacity of the [`crate::ShardEvent`] broadcast channel.
+    /// How many [`crate::ShardEvent`]s may wait for one subscriber before newer ones are dropped
+    /// for it (it then receives `Lagged`).
     pub event_buffer: usize,
     /// How long a read waits for the state machine to catch up with its read point, and how
     /// long [`crate::ShardReplica::trigger_snapshot`] waits for the snapshot.

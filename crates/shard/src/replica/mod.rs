@@ -13,7 +13,7 @@ use openraft::metrics::{RaftMetrics, WaitError};
 use openraft::network::{NetSnapshot, RaftNetworkFactory};
 use openraft::Raft;
 use taskmesh_task::ShardState;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::ShardConfig;
@@ -271,7 +271,7 @@ impl<S: GroupState> ShardReplica<S> {
 
     /// Receive an event for every change applied from now on (a task shard's:
     /// [`crate::ShardEvent`]).
-    pub fn subscribe(&self) -> broadcast::Receiver<S::Event> {
+    pub fn subscribe(&self) -> crate::events::EventReceiver<S::Event> {
         self.inner.sm.subscribe()
     }
 

@@ -10,9 +10,10 @@ use openraft::storage::{ApplyResponder, EntryResponder, RaftSnapshotBuilder, Raf
 use openraft::OptionalSend;
 use parking_lot::{Mutex, RwLock};
 use taskmesh_task::ShardState;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
 use super::{decode, encode, read_json, tree_name};
+use crate::events::{EventFanout, EventReceiver};
 use crate::group::{Group, GroupState};
 use crate::types::{
     Entry, EntryPayload, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
@@ -46,7 +47,7 @@ struct Shared<S: GroupState> {
     db: sled::Db,
     tree: sled::Tree,
     data: RwLock<SmData<S>>,
-    events: broadcast::Sender<S::Event>,
+    events: EventFanout<S::Event>,
     /// The last log id of the latest snapshot installed from a leader (`None`: none yet).
     installed: watch::Sender<Option<LogId>>,
     /// Serialises writes and reads of the current snapshot (meta and data are two keys).
@@ -135,7 +136,7 @@ impl<S: GroupState> StateMachineStore<S> {
         let membership: StoredMembership = read_json(&tree, KEY_MEMBERSHIP)?.unwrap_or_default();
         let state = S::load(&tree)?;
         state.verify(applied).map_err(corrupt)?;
-        let (events, _) = broadcast::channel(event_buffer.max(1));
+        let events = EventFanout::new(event_buffer);
         let (installed, _) = watch::channel(None);
         Ok(Self {
             shared: Arc::new(Shared {
@@ -166,7 +167,7 @@ impl<S: GroupState> StateMachineStore<S> {
     }
 
     /// Receive an event for every change applied from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<S::Event> {
+    pub fn subscribe(&self) -> EventReceiver<S::Event> {
         self.shared.events.subscribe()
     }
 
@@ -234,8 +235,7 @@ impl<S: GroupState> StateMachineStore<S> {
             responder.send(response);
         }
         for event in p.events {
-            // No subscriber is not an error.
-            let _ = self.shared.events.send(event);
+            self.shared.events.send(event);
         }
         Ok(())
     }
