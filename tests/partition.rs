@@ -16,7 +16,10 @@ use taskmesh_testkit::{status_of, wait_cluster_ready, Client, History, Server, V
 const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
 
 const TOKEN: &str = "alice-token-1";
-const SHARDS: u32 = 8;
+/// The shard count: 8, or `TEST_CLUSTER_SHARDS`.
+fn shards() -> u32 {
+    taskmesh_testkit::cluster_shards(8)
+}
 
 fn netns_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../cluster/netns.sh")
@@ -67,7 +70,7 @@ impl Drop for Hosts {
 fn config(id: u64) -> String {
     format!(
         r#"node_id = {id}
-shards = 8
+shards = {shards}
 [session]
 secret = "a-shared-cluster-secret-for-tests"
 [auth]
@@ -83,7 +86,8 @@ request_retry_ms = 3000
 # when the cut-off node returns) from deliberate hand-overs to preferred leaders.
 leader_settle_ms = 3600000
 peers = [{{ id = 1, grpc = "10.231.0.1:7100" }}, {{ id = 2, grpc = "10.231.0.2:7100" }}, {{ id = 3, grpc = "10.231.0.3:7100" }}]
-"#
+"#,
+        shards = shards()
     )
 }
 
@@ -125,7 +129,7 @@ async fn partition_majority_serves_minority_serves_nothing_stale_then_all_agree(
     let n2 = start(2);
     let n3 = start(3);
     let n1 = start(1);
-    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, SHARDS).await;
+    wait_cluster_ready(&[&n1, &n2, &n3], TOKEN, shards()).await;
     let (c1, c2, c3) = (connect(&n1).await, connect(&n2).await, connect(&n3).await);
     phase("cluster up");
 

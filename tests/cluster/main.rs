@@ -34,13 +34,9 @@ fn node_config_with(id: u64, grpc: &[u16], extra: &str) -> String {
     taskmesh_testkit::node_config(id, grpc, shards(), TOKEN, extra)
 }
 
-/// The shard count of the suite's clusters: 8, or `TEST_CLUSTER_SHARDS` (the suite also runs
-/// with 256, to show that nothing depends on few shards).
+/// The shard count of the suite's clusters: 8, or `TEST_CLUSTER_SHARDS`.
 fn shards() -> u32 {
-    std::env::var("TEST_CLUSTER_SHARDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8)
+    taskmesh_testkit::cluster_shards(8)
 }
 
 fn start_cluster() -> Vec<Server> {

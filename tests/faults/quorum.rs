@@ -94,9 +94,9 @@ async fn an_outcome_refused_while_the_shard_has_no_quorum_is_recorded_when_the_r
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_five_nodes_shards_that_keep_a_majority_serve_while_two_nodes_are_down() {
     let _serial = SERIAL.lock().await;
-    const SHARDS: u32 = 16;
+    let shards = taskmesh_testkit::cluster_shards(16);
     // A short retry budget: a request to a shard without a quorum fails sooner.
-    let mut nodes = start_cluster(5, SHARDS, "request_retry_ms = 1500").await;
+    let mut nodes = start_cluster(5, shards, "request_retry_ms = 1500").await;
     let c = connect(&nodes[0]).await;
     let mut tasks: Vec<(String, Value)> = vec![];
     for i in 0..48 {
@@ -112,7 +112,7 @@ async fn on_five_nodes_shards_that_keep_a_majority_serve_while_two_nodes_are_dow
         *seen = wait_terminal(&c, id, Duration::from_secs(30)).await;
         assert_eq!(seen["status"], "completed", "{seen}");
     }
-    let voters: Vec<Vec<u64>> = shard_views(&nodes, SHARDS)
+    let voters: Vec<Vec<u64>> = shard_views(&nodes, shards)
         .await
         .into_iter()
         .map(|v| v.voters)
@@ -140,7 +140,7 @@ async fn on_five_nodes_shards_that_keep_a_majority_serve_while_two_nodes_are_dow
     let c2 = connect(&nodes[1]).await;
     let mut asked = std::collections::HashSet::new();
     for (id, before) in &tasks {
-        let shard = taskmesh_task::shard_of(id, SHARDS) as usize;
+        let shard = taskmesh_task::shard_of(id, shards) as usize;
         if kept[shard] {
             assert_eq!(&get_eventually(&c2, id).await, before, "shard {shard}");
         } else if asked.insert(shard) {
@@ -174,7 +174,7 @@ async fn on_five_nodes_shards_that_keep_a_majority_serve_while_two_nodes_are_dow
             .await;
         match r["result"]["task"]["taskId"].as_str() {
             Some(id) => {
-                let shard = taskmesh_task::shard_of(id, SHARDS) as usize;
+                let shard = taskmesh_task::shard_of(id, shards) as usize;
                 assert!(
                     kept[shard],
                     "created on shard {shard} without a quorum: {r}"
@@ -200,7 +200,7 @@ async fn on_five_nodes_shards_that_keep_a_majority_serve_while_two_nodes_are_dow
     let listening = returned.elapsed();
     let mut back_after = Duration::ZERO;
     for (id, before) in &tasks {
-        let shard = taskmesh_task::shard_of(id, SHARDS) as usize;
+        let shard = taskmesh_task::shard_of(id, shards) as usize;
         let got = get_eventually(&c2, id).await;
         if !kept[shard] {
             back_after = back_after.max(returned.elapsed());
@@ -208,7 +208,7 @@ async fn on_five_nodes_shards_that_keep_a_majority_serve_while_two_nodes_are_dow
         assert_eq!(&got, before, "task {id} of shard {shard} changed");
     }
     println!(
-        "two of five nodes down: {} of {SHARDS} shards kept a majority; {created_meanwhile} \
+        "two of five nodes down: {} of {shards} shards kept a majority; {created_meanwhile} \
          creates succeeded and {refused} were refused meanwhile; the nodes listened again \
          {listening:?} after their start and every shard served again {back_after:?} after it; \
          voters {voters:?}",

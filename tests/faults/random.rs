@@ -10,7 +10,7 @@ use taskmesh_testkit::{get_eventually, status_of, wait_cluster_ready, Client, Se
 use crate::{connect, shard_views, start_cluster, SERIAL, TOKEN};
 
 /// A small deterministic generator (xorshift64*), seeded per run so that a failing run can be
-/// repeated with `TASKMESH_FAULT_SEED`.
+/// repeated with `TEST_FAULT_SEED`.
 struct Rng(u64);
 
 impl Rng {
@@ -182,7 +182,7 @@ async fn busiest_leader(nodes: &[Server]) -> usize {
         .map_or(1, |(n, _)| n as usize)
 }
 
-/// Five nodes, sixteen shards, eight clients creating, polling and cancelling for about a
+/// Five nodes, sixteen shards (or `TEST_CLUSTER_SHARDS`), eight clients creating, polling and cancelling for about a
 /// minute and a half while the nodes are killed (one, then two at once), the busiest leader
 /// is stopped (SIGSTOP) for a few seconds and every node is restarted in turn (SIGTERM).
 /// Afterwards the recorded history must hold: no acknowledged create lost, no terminal status
@@ -197,9 +197,9 @@ async fn five_nodes_under_random_faults_lose_nothing_and_leave_no_task_behind() 
     const LIVENESS_BOUND: Duration = Duration::from_secs(20);
     const FAULT_TIME: Duration = Duration::from_secs(75);
     const CLIENTS: u64 = 8;
-    const SHARDS: u32 = 16;
+    let shards = taskmesh_testkit::cluster_shards(16);
     let _serial = SERIAL.lock().await;
-    let seed = std::env::var("TASKMESH_FAULT_SEED")
+    let seed = std::env::var("TEST_FAULT_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {
@@ -207,13 +207,13 @@ async fn five_nodes_under_random_faults_lose_nothing_and_leave_no_task_behind() 
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(7, |d| d.as_nanos() as u64)
         });
-    println!("fault seed {seed} (TASKMESH_FAULT_SEED={seed} repeats this run's choices)");
+    println!("fault seed {seed} (TEST_FAULT_SEED={seed} repeats this run's choices)");
     let mut rng = Rng(seed | 1);
 
     // Leaderships stay where elections put them: a leader whose followers return is not
     // replaced by a hand-over to a preferred leader (whose new term would start a new
     // execution of every live task and so hide one that nothing runs).
-    let mut nodes = start_cluster(5, SHARDS, "leader_settle_ms = 3600000").await;
+    let mut nodes = start_cluster(5, shards, "leader_settle_ms = 3600000").await;
     let session = connect(&nodes[0]).await;
     let shared = std::sync::Arc::new(Mutex::new(Shared {
         urls: nodes.iter().map(|n| Some(n.url.clone())).collect(),
@@ -252,13 +252,13 @@ async fn five_nodes_under_random_faults_lose_nothing_and_leave_no_task_behind() 
             .unwrap_or_else(|| [Fault::KillOne, Fault::KillTwo, Fault::StopLeader][rng.below(3)]);
         k += 1;
         let refs: Vec<&Server> = nodes.iter().collect();
-        wait_cluster_ready(&refs, TOKEN, SHARDS).await;
+        wait_cluster_ready(&refs, TOKEN, shards).await;
         tokio::time::sleep(Duration::from_millis(500 + rng.below(1500) as u64)).await;
         match fault {
             Fault::KillOne | Fault::KillTwo => {
                 let victims = match fault {
                     Fault::KillOne => vec![rng.below(5)],
-                    _ => followers_of_a_shard(&nodes, SHARDS, &mut rng).await,
+                    _ => followers_of_a_shard(&nodes, shards, &mut rng).await,
                 };
                 for &v in &victims {
                     set_url(v, None);
@@ -291,7 +291,7 @@ async fn five_nodes_under_random_faults_lose_nothing_and_leave_no_task_behind() 
                     tokio::task::block_in_place(|| nodes[v].start_again());
                     set_url(v, Some(nodes[v].url.clone()));
                     let refs: Vec<&Server> = nodes.iter().collect();
-                    wait_cluster_ready(&refs, TOKEN, SHARDS).await;
+                    wait_cluster_ready(&refs, TOKEN, shards).await;
                 }
                 done.push(format!("{fault:?}"));
             }
@@ -299,7 +299,7 @@ async fn five_nodes_under_random_faults_lose_nothing_and_leave_no_task_behind() 
     }
     // Healed: every node up and every shard led. The clients stop.
     let refs: Vec<&Server> = nodes.iter().collect();
-    wait_cluster_ready(&refs, TOKEN, SHARDS).await;
+    wait_cluster_ready(&refs, TOKEN, shards).await;
     let healed = Instant::now();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for w in workers {

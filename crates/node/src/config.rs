@@ -888,7 +888,10 @@ mod tests {
         );
         assert_eq!(cfg.data_dir, PathBuf::from("/var/lib/x"));
         assert_eq!(cfg.worker_threads, 0, "one thread per core unless set");
-        assert!(!cfg.transparent_huge_pages, "huge pages stay off unless set");
+        assert!(
+            !cfg.transparent_huge_pages,
+            "huge pages stay off unless set"
+        );
     }
 
     #[test]

@@ -158,7 +158,11 @@ mod tests {
         assert_eq!(fresh.recv().await, Ok(6));
         drop(fresh);
         fanout.send(7);
-        assert_eq!(fanout.subscribers.lock().len(), 1, "a dropped receiver is let go");
+        assert_eq!(
+            fanout.subscribers.lock().len(),
+            1,
+            "a dropped receiver is let go"
+        );
         drop(fanout);
         assert_eq!(slow.recv().await, Ok(7));
         assert_eq!(slow.recv().await, Err(RecvError::Closed));

@@ -8,6 +8,16 @@ use serde_json::{json, Value};
 
 use crate::{http, Client, Server};
 
+/// The shard count of a test's clusters: `default` (the count the test was written with), or
+/// `TEST_CLUSTER_SHARDS` when set. CI runs the cluster, fault and partition suites once more
+/// with 256, to show that nothing depends on few shards.
+pub fn cluster_shards(default: u32) -> u32 {
+    std::env::var("TEST_CLUSTER_SHARDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The configuration of node `id` of a test cluster whose nodes' gRPC ports are `grpc` (node
 /// `i` at index `i - 1`), with `shards` shards, the test token (principal `alice`, who may
 /// read `GET /status`), and `extra` appended.

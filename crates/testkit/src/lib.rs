@@ -35,8 +35,8 @@ mod sse;
 
 pub use client::{http, Client, Raw};
 pub use cluster::{
-    free_ports, get_eventually, node_config, open_node_config, status_of, wait_cluster_ready,
-    wait_upstreams_serving,
+    cluster_shards, free_ports, get_eventually, node_config, open_node_config, status_of,
+    wait_cluster_ready, wait_upstreams_serving,
 };
 pub use history::{is_terminal, History};
 pub use process::{run_bounded, Finished};

@@ -75,8 +75,7 @@ pub(crate) async fn flush(db: &sled::Db) -> io::Result<()> {
                     batch.extend(rx.try_iter());
                     // Each database's flush result, by database (a handful at most: one per
                     // node, more only in tests that open several).
-                    let mut flushed: Vec<(usize, Result<(), (io::ErrorKind, String)>)> =
-                        Vec::new();
+                    let mut flushed: Vec<(usize, FlushResult)> = Vec::new();
                     for (db, reply) in batch {
                         let id = db_identity(&db);
                         let result = match flushed.iter().find(|(d, _)| *d == id) {
@@ -108,6 +107,9 @@ pub(crate) async fn flush(db: &sled::Db) -> io::Result<()> {
     done.await
         .map_err(|_| io::Error::other("the flusher thread stopped"))?
 }
+
+/// A flush's outcome, shared by every request it served (`io::Error` is not `Clone`).
+type FlushResult = Result<(), (io::ErrorKind, String)>;
 
 /// Which database `db` is: the address of its default tree's shared state, the same for
 /// every clone of one opened database (and distinct between open ones).
