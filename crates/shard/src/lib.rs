@@ -25,7 +25,7 @@ pub use error::ShardError;
 pub use events::{Leadership, ShardEvent};
 pub use group::{Group, GroupState};
 pub use network::UnreachableNetwork;
-pub use replica::{clock_ms, Quiet, QuietLead, ShardReplica};
+pub use replica::{clock_ms, leadership_changes, Quiet, QuietLead, ShardReplica};
 pub use retry::Retry;
 pub use storage::stored_groups;
 pub use types::{ShardRaft, TypeConfig};

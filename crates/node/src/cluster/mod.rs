@@ -124,6 +124,11 @@ impl Membership {
         self.meta.read_local(|m| m.clone())
     }
 
+    /// The version of the metadata as this node has applied it (every change bumps it).
+    pub fn version(&self) -> u64 {
+        self.meta.read_local(|m| m.version)
+    }
+
     /// The metadata group's replica on this node.
     pub fn replica(&self) -> &MetaReplica {
         &self.meta

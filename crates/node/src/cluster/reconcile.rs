@@ -1,5 +1,12 @@
 //! The reconciler: the loop that moves this node towards the cluster metadata (see the
 //! parent module's docs for what one pass does).
+//!
+//! A pass visits every shard only when something it acts on may have changed: the metadata
+//! (its version), or the leadership of any group on this node
+//! ([`taskmesh_shard::leadership_changes`]), and in any case every [`FULL_PASS_TICKS`]-th
+//! pass. Otherwise it visits only the shards whose last step left work (a replica just opened,
+//! a membership change or hand-over under way, a replica to delete, an error): an idle
+//! cluster's pass costs nothing per shard.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -17,6 +24,10 @@ use super::{Membership, MetaError};
 /// How long the reconciler waits for a shard's member list before it deletes a replica that
 /// was placed elsewhere (no answer: it asks again on a later pass).
 const MEMBERS_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Every this many passes, every shard is visited whatever changed (a safety net: 10 s at the
+/// default `cluster.reconcile_interval_ms`).
+const FULL_PASS_TICKS: u64 = 20;
 
 /// Opens this node's replica of a shard group (over the node's Raft transport) and registers
 /// it where peers' Raft messages find it.
@@ -61,6 +72,13 @@ pub struct Reconciler {
     /// Per shard: since when this node leads it.
     leading_since: parking_lot::Mutex<HashMap<u32, tokio::time::Instant>>,
     ticks: u64,
+    /// The metadata as last read, reused while its version is the same.
+    meta: Option<Arc<ClusterMeta>>,
+    /// The metadata version and the node's leadership changes when every shard was last
+    /// visited.
+    visited: Option<(u64, u64)>,
+    /// The shards whose last step left something to do; visited on every pass.
+    unsettled: parking_lot::Mutex<BTreeSet<u32>>,
 }
 
 impl Reconciler {
@@ -87,6 +105,9 @@ impl Reconciler {
             view,
             leading_since: parking_lot::Mutex::new(HashMap::new()),
             ticks: 0,
+            meta: None,
+            visited: None,
+            unsettled: parking_lot::Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -102,13 +123,26 @@ impl Reconciler {
         }
     }
 
+    /// The metadata as this node has applied it; read again only when its version moved.
+    fn current_meta(&mut self) -> Arc<ClusterMeta> {
+        let version = self.membership.version();
+        match &self.meta {
+            Some(m) if m.version == version && m.is_created() => m.clone(),
+            _ => {
+                let m = Arc::new(self.membership.current());
+                self.meta = Some(m.clone());
+                m
+            }
+        }
+    }
+
     async fn step(&mut self) -> anyhow::Result<()> {
         let me = self.cfg.node_id;
-        let mut meta = self.membership.current();
+        let mut meta = self.current_meta();
         if !meta.is_created() {
             if let Some(create) = self.cfg.create.clone() {
                 match self.membership.propose(create).await {
-                    Ok((m, _)) => meta = m,
+                    Ok((m, _)) => meta = Arc::new(m),
                     Err(MetaError::Refused(m)) => anyhow::bail!("creating the cluster: {m}"),
                     Err(e) => {
                         tracing::info!(error = %e, "cluster not created yet");
@@ -160,12 +194,31 @@ impl Reconciler {
                 tracing::debug!(error = %e, "metadata group membership");
             }
         }
+        // Read before the pass: a change during it makes the next pass a full one.
+        let seen = (meta.version, taskmesh_shard::leadership_changes());
+        let full = self.visited != Some(seen) || self.ticks.is_multiple_of(FULL_PASS_TICKS);
+        let shards: Vec<u32> = if full {
+            self.visited = Some(seen);
+            (0..meta.shards).collect()
+        } else {
+            self.unsettled.lock().iter().copied().collect()
+        };
         let this = &*self;
-        let meta = &meta;
-        futures::stream::iter(0..meta.shards)
+        let meta = &*meta;
+        futures::stream::iter(shards)
             .for_each_concurrent(self.cfg.shards_in_flight.max(1), |shard| async move {
-                if let Err(e) = this.shard_step(meta, shard).await {
-                    tracing::debug!(shard, error = %e, "placement step");
+                let settled = match this.shard_step(meta, shard).await {
+                    Ok(settled) => settled,
+                    Err(e) => {
+                        tracing::debug!(shard, error = %e, "placement step");
+                        false
+                    }
+                };
+                let mut unsettled = this.unsettled.lock();
+                if settled {
+                    unsettled.remove(&shard);
+                } else {
+                    unsettled.insert(shard);
                 }
             })
             .await;
@@ -195,10 +248,13 @@ impl Reconciler {
 
     /// Hand the metadata to the router (peers and placement).
     fn publish(&self, meta: &ClusterMeta) {
-        let old = std::mem::replace(&mut *self.view.write(), meta.clone());
-        if old.version == meta.version && old.is_created() {
-            return;
+        {
+            let view = self.view.read();
+            if view.version == meta.version && view.is_created() {
+                return;
+            }
         }
+        let old = std::mem::replace(&mut *self.view.write(), meta.clone());
         for (id, addr) in &meta.nodes {
             if *id != self.cfg.node_id {
                 if let Err(e) = self.router.add_peer(*id, addr.clone()) {
@@ -211,7 +267,9 @@ impl Reconciler {
         }
     }
 
-    async fn shard_step(&self, meta: &ClusterMeta, shard: u32) -> anyhow::Result<()> {
+    /// One shard's step; true when it left nothing to do (nothing will until the metadata or
+    /// the group's leadership changes).
+    async fn shard_step(&self, meta: &ClusterMeta, shard: u32) -> anyhow::Result<bool> {
         let me = self.cfg.node_id;
         let placed = meta.replicas(shard).to_vec();
         let here = placed.contains(&me);
@@ -226,7 +284,7 @@ impl Reconciler {
                 tracing::info!(shard, "replica opened");
                 (replica, true)
             }
-            None => return Ok(()),
+            None => return Ok(true),
         };
         if !meta.created.contains(&shard) && placed.first() == Some(&me) {
             // The first placed node initialises a new group (idempotent on later passes).
@@ -238,7 +296,7 @@ impl Reconciler {
         }
         if opened {
             // The rest waits for the next pass, once the new replica has seen its group.
-            return Ok(());
+            return Ok(false);
         }
         if replica.is_leader() {
             let since = *self
@@ -250,11 +308,11 @@ impl Reconciler {
                 self.membership
                     .propose(MetaCommand::ShardCreated { shard })
                     .await?;
-                return Ok(());
+                return Ok(false);
             }
             let target: BTreeSet<u64> = placed.iter().copied().collect();
             if self.converge(&replica, meta, &target, &target).await? {
-                return Ok(());
+                return Ok(false);
             }
             // Membership matches the placement: lead where preferred.
             let preferred = placed.first().copied();
@@ -263,8 +321,9 @@ impl Reconciler {
                     tracing::info!(shard, to = p, "handing leadership to the preferred leader");
                     replica.transfer_leader(p).await?;
                 }
+                return Ok(false);
             }
-            return Ok(());
+            return Ok(true);
         }
         self.leading_since.lock().remove(&shard);
         if !here && meta.is_complete() && self.ticks.is_multiple_of(4) {
@@ -279,7 +338,7 @@ impl Reconciler {
                 }
             }
         }
-        Ok(())
+        Ok(here)
     }
 
     /// The shard count is fixed when the cluster is created: a node configured with another

@@ -5,6 +5,7 @@
 //! leadership hand-over in `membership.rs`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,15 @@ pub fn clock_ms() -> u64 {
         .elapsed()
         .as_millis() as u64
 }
+
+/// Leadership changes seen by every replica of the process so far: whoever acts on the
+/// leaderships of all the node's groups can tell from this one number that none changed since
+/// it last looked (a change of any group's leader, term or own role bumps it).
+pub fn leadership_changes() -> u64 {
+    LEADERSHIP_CHANGES.load(Ordering::Acquire)
+}
+
+static LEADERSHIP_CHANGES: AtomicU64 = AtomicU64::new(0);
 
 /// How often [`ShardReplica::trigger_snapshot`] asks again while waiting for its snapshot.
 const SNAPSHOT_RETRIGGER: Duration = Duration::from_millis(500);
@@ -179,6 +189,7 @@ impl<S: GroupState> ShardReplica<S> {
                         false
                     } else {
                         *current = now;
+                        LEADERSHIP_CHANGES.fetch_add(1, Ordering::AcqRel);
                         true
                     }
                 });
