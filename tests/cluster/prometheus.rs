@@ -140,7 +140,9 @@ async fn prometheus_scrapes_every_node_and_sees_the_work_and_a_failover() {
 
     // Every node reports every shard it hosts, and each shard has one leader.
     prometheus
-        .until("count(taskmesh_raft_is_leader)", |v| v == 24.0)
+        .until("count(taskmesh_raft_is_leader)", |v| {
+            v == f64::from(crate::shards() * 3)
+        })
         .await;
     prometheus
         .until("sum(taskmesh_raft_is_leader)", |v| {

@@ -377,11 +377,12 @@ async fn wait_caught_up(follower: &Server, others: &[&Server]) {
         let mut target = std::collections::HashMap::new();
         for n in others.iter().copied().chain([follower]) {
             for s in status_of(n, TOKEN).await["shards"].as_array().unwrap() {
-                if s["isLeader"] == true {
-                    target.insert(
-                        s["shard"].as_u64().unwrap(),
-                        (s["lastAppliedIndex"].as_u64().unwrap(), s["tasks"].clone()),
-                    );
+                // A leader that reports nothing applied yet (just elected after a restart) is
+                // asked again on the next round.
+                if let (true, Some(applied)) =
+                    (s["isLeader"] == true, s["lastAppliedIndex"].as_u64())
+                {
+                    target.insert(s["shard"].as_u64().unwrap(), (applied, s["tasks"].clone()));
                 }
             }
         }
@@ -397,6 +398,27 @@ async fn wait_caught_up(follower: &Server, others: &[&Server]) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("node never caught up: {}", status_of(follower, TOKEN).await);
+}
+
+/// How many shards the `leaders` lead whose log starts past what the stopped node had applied
+/// (`before`: its `GET /status` then): it can catch up on those only through a snapshot.
+async fn compacted_past_node(leaders: &[&Server], before: &serde_json::Value) -> usize {
+    let mut compacted = 0;
+    for l in leaders {
+        for s in status_of(l, TOKEN).await["shards"].as_array().unwrap() {
+            if s["isLeader"] != true {
+                continue;
+            }
+            let shard = s["shard"].as_u64().unwrap() as usize;
+            let had = before["shards"][shard]["lastAppliedIndex"]
+                .as_u64()
+                .unwrap_or(0);
+            if s["firstLogIndex"].as_u64().unwrap_or(0) > had + 1 {
+                compacted += 1;
+            }
+        }
+    }
+    compacted
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -424,27 +446,21 @@ async fn a_restarted_node_catches_up_from_the_log_and_through_a_snapshot() {
     // Through a snapshot: node 3 misses enough writes that the leaders compact past it.
     let before = status_of(&nodes[2], TOKEN).await;
     nodes[2].kill9();
-    for _ in 0..160 {
-        ids.push(c2.start_task("slow_compute", json!({"seconds": 0})).await);
-    }
+    // At least 160 tasks (20 entries a shard at 8 shards), and with many shards as many more as
+    // it takes for some shard to get enough of them (bounded).
+    let (least, most) = (160, 20 * crate::shards() as usize);
     let mut compacted_past = 0;
-    for l in [&nodes[0], &nodes[1]] {
-        for s in status_of(l, TOKEN).await["shards"].as_array().unwrap() {
-            if s["isLeader"] != true {
-                continue;
-            }
-            let shard = s["shard"].as_u64().unwrap() as usize;
-            let had = before["shards"][shard]["lastAppliedIndex"]
-                .as_u64()
-                .unwrap_or(0);
-            if s["firstLogIndex"].as_u64().unwrap_or(0) > had + 1 {
-                compacted_past += 1;
-            }
+    let mut made = 0;
+    while made < least || (compacted_past == 0 && made < most) {
+        for _ in 0..40 {
+            ids.push(c2.start_task("slow_compute", json!({"seconds": 0})).await);
+            made += 1;
         }
+        compacted_past = compacted_past_node(&[&nodes[0], &nodes[1]], &before).await;
     }
     assert!(
         compacted_past > 0,
-        "no leader compacted its log past node 3"
+        "no leader compacted its log past node 3 after {made} tasks"
     );
     tokio::task::block_in_place(|| nodes[2].kill9_and_restart());
     wait_caught_up(&nodes[2], &[&nodes[0], &nodes[1]]).await;
