@@ -422,6 +422,9 @@ pub struct RaftConfig {
     pub snapshot_chunk_bytes: usize,
     /// The largest snapshot a node accepts from a leader (held in memory while it arrives).
     pub max_snapshot_bytes: u64,
+    /// The size at which a segment of the node's write-ahead log (every group's Raft log) is
+    /// closed and the next one begun; dead segments are deleted whole. Default 64 MiB.
+    pub log_segment_bytes: u64,
 }
 
 /// `[log]`: what the node logs and in which format.
@@ -534,6 +537,7 @@ impl Default for RaftConfig {
             install_snapshot_timeout_ms: s.install_snapshot_timeout_ms,
             snapshot_chunk_bytes: t.snapshot_chunk_bytes,
             max_snapshot_bytes: t.max_snapshot_bytes,
+            log_segment_bytes: taskmesh_wal::DEFAULT_SEGMENT_BYTES,
         }
     }
 }
@@ -650,6 +654,15 @@ impl Config {
         }
         if self.limits.max_inflight_per_session == 0 {
             bail!("limits.max_inflight_per_session must be at least 1");
+        }
+        let segments = taskmesh_wal::MIN_SEGMENT_BYTES..=taskmesh_wal::MAX_SEGMENT_BYTES;
+        if !segments.contains(&self.raft.log_segment_bytes) {
+            bail!(
+                "raft.log_segment_bytes must be between {} and {} (got {})",
+                segments.start(),
+                segments.end(),
+                self.raft.log_segment_bytes
+            );
         }
         if self.http.max_streams_per_session == 0 {
             bail!("http.max_streams_per_session must be at least 1");
@@ -892,6 +905,7 @@ mod tests {
             !cfg.transparent_huge_pages,
             "huge pages stay off unless set"
         );
+        assert_eq!(cfg.raft.log_segment_bytes, 64 << 20);
     }
 
     #[test]
@@ -928,6 +942,10 @@ mod tests {
         assert!(
             err(vec![("TASKMESH_RAFT__HEARTBEAT_BATCH_MAX", "0")]).contains("heartbeat_batch_max")
         );
+        for bytes in ["4095", "1073741825"] {
+            assert!(err(vec![("TASKMESH_RAFT__LOG_SEGMENT_BYTES", bytes)])
+                .contains("log_segment_bytes"));
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ use taskmesh_host::{Host, HostConfig};
 use taskmesh_meta::MetaCommand;
 use taskmesh_router::Router;
 use taskmesh_rpc::METADATA_GROUP;
-use taskmesh_shard::{MetaReplica, ShardConfig, ShardReplica};
+use taskmesh_shard::{MetaReplica, ShardConfig, ShardReplica, Store};
 use taskmesh_tools::ToolRegistry;
 use tokio_util::sync::CancellationToken;
 
@@ -152,9 +152,9 @@ fn beat_config(cfg: &Config) -> taskmesh_transport::BeatConfig {
 }
 
 /// The embedded single-node server: one single-voter group per shard, all on this node.
-async fn start_single(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Result<Running> {
+async fn start_single(cfg: &Config, store: &Store, host: &Host) -> anyhow::Result<Running> {
     for shard_id in 0..cfg.shards {
-        let replica = <ShardReplica>::open(db.clone(), shard_config(cfg, shard_id))
+        let replica = <ShardReplica>::open(store.clone(), shard_config(cfg, shard_id))
             .await
             .map_err(|e| anyhow::anyhow!("opening shard {shard_id}: {e}"))?;
         replica
@@ -191,7 +191,7 @@ async fn start_single(cfg: &Config, db: &sled::Db, host: &Host) -> anyhow::Resul
 /// and the reconciler that creates or joins the cluster and follows its placement.
 async fn start_cluster(
     cfg: &Config,
-    db: &sled::Db,
+    store: &Store,
     host: &Host,
     hub: &Arc<taskmesh_gateway::resume::Hub>,
 ) -> anyhow::Result<Running> {
@@ -214,21 +214,22 @@ async fn start_cluster(
         .validate()
         .map_err(|e| anyhow::anyhow!("raft settings: {e}"))?;
     let open: cluster::OpenGroup = {
-        let (db, cfg, pool, transport) = (db.clone(), cfg.clone(), pool.clone(), transport.clone());
+        let (store, cfg, pool, transport) =
+            (store.clone(), cfg.clone(), pool.clone(), transport.clone());
         Arc::new(move |shard_id| {
-            let (db, scfg, pool, transport) = (
-                db.clone(),
+            let (store, scfg, pool, transport) = (
+                store.clone(),
                 shard_config(&cfg, shard_id),
                 pool.clone(),
                 transport.clone(),
             );
-            Box::pin(
-                async move { taskmesh_transport::open_replica(db, scfg, &pool, &transport).await },
-            )
+            Box::pin(async move {
+                taskmesh_transport::open_replica(store, scfg, &pool, &transport).await
+            })
         })
     };
     let meta: MetaReplica = taskmesh_transport::open_replica(
-        db.clone(),
+        store.clone(),
         shard_config(cfg, METADATA_GROUP),
         &pool,
         &transport,
@@ -236,7 +237,7 @@ async fn start_cluster(
     .await
     .map_err(|e| anyhow::anyhow!("opening the metadata group: {e}"))?;
     registry.insert(meta.clone());
-    for shard_id in taskmesh_shard::stored_groups(db) {
+    for shard_id in taskmesh_shard::stored_groups(store) {
         if shard_id >= cfg.shards {
             continue;
         }
@@ -489,6 +490,14 @@ pub async fn serve(
         .open()
         .with_context(|| format!("opening the database in {}", data_dir.display()))?;
     check_identity(&db, cfg.shards)?;
+    let wal = taskmesh_shard::storage::Wal::open(
+        &data_dir.join("wal"),
+        taskmesh_shard::storage::WalConfig {
+            segment_bytes: cfg.raft.log_segment_bytes,
+        },
+    )
+    .with_context(|| format!("opening the write-ahead log in {}", data_dir.display()))?;
+    let store = Store::new(db.clone(), wal);
     let clustered = !cfg.cluster.peers.is_empty();
 
     let tools = Arc::new(ToolRegistry::new());
@@ -512,9 +521,9 @@ pub async fn serve(
     let hub =
         taskmesh_gateway::resume::Hub::new(cfg.node_id, cfg.gateway_config().stream_settings());
     let mut running = if clustered {
-        start_cluster(&cfg, &db, &host, &hub).await?
+        start_cluster(&cfg, &store, &host, &hub).await?
     } else {
-        start_single(&cfg, &db, &host).await?
+        start_single(&cfg, &store, &host).await?
     };
     host.start();
 
@@ -639,11 +648,10 @@ pub async fn serve(
         let _ = stop.send(());
         let _ = tokio::time::timeout(GRPC_STOP_WAIT, server).await;
     }
-    let flushing = db.clone();
-    tokio::task::spawn_blocking(move || flushing.flush())
+    store
+        .flush()
         .await
-        .context("flushing the database")?
-        .context("flushing the database")?;
+        .context("flushing the database and the log")?;
     if let Some(traces) = traces {
         // The spans of the last requests, sent before the process ends.
         let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;

@@ -31,6 +31,13 @@ fn record(i: usize) -> TaskRecord {
     }
 }
 
+/// The storage of a node under `dir`, as the node lays it out.
+fn open_store(dir: &std::path::Path) -> Result<taskmesh_shard::Store, Box<dyn std::error::Error>> {
+    let db = sled::Config::new().path(dir.join("db")).open()?;
+    let wal = taskmesh_shard::storage::Wal::open(&dir.join("wal"), Default::default())?;
+    Ok(taskmesh_shard::Store::new(db, wal))
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: usize = std::env::args()
@@ -39,7 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .transpose()?
         .unwrap_or(100_000);
     let dir = tempfile::tempdir()?;
-    let db = sled::Config::new().path(dir.path().join("db")).open()?;
+    let db = open_store(dir.path())?;
     let cfg = ShardConfig {
         snapshot_logs_since_last: u64::MAX / 2,
         wait_timeout_ms: 600_000,
@@ -91,7 +98,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     replica.shutdown().await?;
 
     let other = tempfile::tempdir()?;
-    let other_db = sled::Config::new().path(other.path().join("db")).open()?;
+    let other_db = open_store(other.path())?;
     let mut sm = <StateMachineStore>::open(&other_db, 0, 16)?;
     let t = Instant::now();
     sm.install_snapshot(&snapshot.meta, snapshot.snapshot)

@@ -1,8 +1,10 @@
-//! Test support for crates that run replicas over real sled databases (cargo feature
-//! `fixtures`; never part of a node).
+//! Test support for crates that run replicas over real storage (cargo feature `fixtures`;
+//! never part of a node).
 
 use std::path::Path;
 use std::time::Duration;
+
+use crate::storage::{Store, Wal, WalConfig};
 
 /// How long [`open_db`] keeps trying to open a database that is still locked: the file lock of
 /// a dropped handle (a stopped node, a restarted replica) may stay held for a moment after the
@@ -27,4 +29,22 @@ pub async fn open_db(path: &Path, configure: impl Fn(sled::Config) -> sled::Conf
             Err(e) => panic!("cannot open the database at {}: {e}", path.display()),
         }
     }
+}
+
+/// Open a node's storage under `dir`: the sled database in `dir/db` (with the settings
+/// `configure` adds, waiting as [`open_db`] does) and the write-ahead log in `dir/wal`
+/// (waiting the same way while a dropped log's thread still holds its lock).
+pub async fn open_store(dir: &Path, configure: impl Fn(sled::Config) -> sled::Config) -> Store {
+    let db = open_db(&dir.join("db"), configure).await;
+    let deadline = tokio::time::Instant::now() + OPEN_DB_WAIT;
+    let wal = loop {
+        match Wal::open(&dir.join("wal"), WalConfig::default()) {
+            Ok(wal) => break wal,
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(OPEN_DB_PAUSE).await;
+            }
+            Err(e) => panic!("cannot open the log in {}: {e}", dir.display()),
+        }
+    };
+    Store::new(db, wal)
 }

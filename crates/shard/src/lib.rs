@@ -1,7 +1,8 @@
 //! One Raft group per logical shard, and the metadata group.
 //!
 //! A [`ShardReplica`] is this node's member of one group: an openraft `Raft` whose state is a
-//! [`GroupState`], held in memory for reads and kept durable in the node's sled database. A
+//! [`GroupState`], held in memory for reads and kept durable in the node's [`Store`] (its write-ahead log and
+//! sled database). A
 //! task shard's log carries [`taskmesh_task::Command`]s and its state is a
 //! [`taskmesh_task::ShardState`] (the default); the metadata group's log carries
 //! [`taskmesh_meta::MetaCommand`]s and its state is a [`taskmesh_meta::ClusterMeta`]
@@ -27,7 +28,7 @@ pub use group::{Group, GroupState};
 pub use network::UnreachableNetwork;
 pub use replica::{clock_ms, leadership_changes, Quiet, QuietLead, ShardReplica};
 pub use retry::Retry;
-pub use storage::stored_groups;
+pub use storage::{stored_groups, Store};
 pub use types::{ShardRaft, TypeConfig};
 
 /// This node's replica of the metadata group.

@@ -22,11 +22,8 @@ fn config() -> ShardConfig {
 }
 
 async fn open(dir: &TempDir) -> ShardReplica {
-    let db = sled::Config::new()
-        .path(dir.path().join("db"))
-        .open()
-        .unwrap();
-    <ShardReplica>::open(db, config()).await.unwrap()
+    let store = taskmesh_shard::fixtures::open_store(dir.path(), |c| c).await;
+    <ShardReplica>::open(store, config()).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use openraft::storage::RaftStateMachine;
 use taskmesh_shard::storage::StateMachineStore;
-use taskmesh_shard::{ShardConfig, ShardError, ShardEvent, ShardReplica};
+use taskmesh_shard::{ShardConfig, ShardError, ShardEvent, ShardReplica, Store};
 use taskmesh_task::{Applied, Command, Outcome, TaskRecord, TaskStatus};
+use taskmesh_wal::MetaKey;
 use tempfile::TempDir;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -59,15 +60,15 @@ fn config() -> ShardConfig {
     }
 }
 
-/// Open the sled database at `path`, waiting while a previous instance still holds its lock.
+/// Open the node storage under `path`, waiting while a previous instance still holds its lock.
 ///
 /// sled's periodic background flush is off, so that only the flushes the replica makes put
 /// data into the files: a copy of the files then shows what a crash would leave.
-async fn open_db(path: &Path) -> sled::Db {
-    taskmesh_shard::fixtures::open_db(path, |c| c.flush_every_ms(None)).await
+async fn open_db(path: &Path) -> Store {
+    taskmesh_shard::fixtures::open_store(path, |c| c.flush_every_ms(None)).await
 }
 
-async fn start(path: &Path, cfg: ShardConfig) -> (sled::Db, ShardReplica) {
+async fn start(path: &Path, cfg: ShardConfig) -> (Store, ShardReplica) {
     let db = open_db(path).await;
     let replica = <ShardReplica>::open(db.clone(), cfg).await.expect("open");
     replica.bootstrap_single().await.expect("bootstrap");
@@ -506,4 +507,66 @@ async fn concurrent_reads_never_miss_an_acknowledged_write() {
         total += r.await.expect("reader");
     }
     assert!(total >= 8);
+}
+
+/// A data directory of an earlier version kept each group's log in two sled trees
+/// (`shard/{id}/log`, entries by big-endian index; `shard/{id}/raft`, the vote and the
+/// committed id). Opening the group moves them into the write-ahead log, and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_kept_in_database_trees_moves_into_the_write_ahead_log() {
+    let dir = TempDir::new().expect("tempdir");
+    let before = {
+        let (store, replica) = start(dir.path(), config()).await;
+        for i in 0..3 {
+            replica
+                .propose(create(&format!("t{i}")))
+                .await
+                .expect("create");
+        }
+        let records = all_records(&replica);
+        replica.shutdown().await.expect("shutdown");
+        drop(replica);
+
+        // Lay the log out as the earlier version did, and keep no state: the state must be
+        // rebuilt from the moved log alone.
+        let (db, wal) = (store.db(), store.wal());
+        let log = db.open_tree("shard/3/log").expect("tree");
+        for (index, bytes) in wal.read(3, 0, u64::MAX).expect("read") {
+            log.insert(index.to_be_bytes(), bytes).expect("insert");
+        }
+        let raft = db.open_tree("shard/3/raft").expect("tree");
+        let vote = wal.meta(3, MetaKey::Vote).expect("a vote");
+        raft.insert("vote", vote).expect("insert");
+        let committed = wal.meta(3, MetaKey::Committed).expect("a committed id");
+        raft.insert("committed", committed).expect("insert");
+        db.drop_tree("shard/3/sm").expect("drop");
+        wal.drop_group(3).expect("drop");
+        store.flush().await.expect("flush");
+        records
+    };
+    assert_eq!(before.len(), 3);
+
+    let store = open_db(dir.path()).await;
+    assert_eq!(taskmesh_shard::stored_groups(&store), vec![3]);
+    assert!(!store.wal().contains(3));
+    let replica = <ShardReplica>::open(store.clone(), config())
+        .await
+        .expect("open");
+    assert_eq!(all_records(&replica), before);
+    let names = store.db().tree_names();
+    assert!(!names
+        .iter()
+        .any(|n| n.as_ref() == b"shard/3/log" || n.as_ref() == b"shard/3/raft"));
+    assert!(store.wal().contains(3));
+    replica.wait_leader(WAIT).await.expect("leader");
+    replica.propose(create("t9")).await.expect("create after");
+    replica.shutdown().await.expect("shutdown");
+    drop(replica);
+    drop(store);
+
+    let store = open_db(dir.path()).await;
+    assert_eq!(taskmesh_shard::stored_groups(&store), vec![3]);
+    let replica = <ShardReplica>::open(store, config()).await.expect("reopen");
+    assert_eq!(all_records(&replica).len(), 4);
+    replica.shutdown().await.expect("shutdown");
 }

@@ -1,4 +1,4 @@
-//! Runs openraft's own storage conformance suite against the sled log store and state machine.
+//! Runs openraft's own storage conformance suite against the log store (over the write-ahead log) and the state machine (over sled).
 
 // A test binary: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
@@ -6,7 +6,7 @@
 use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::type_config::TypeConfigExt;
 use openraft::StorageError;
-use taskmesh_shard::storage::{LogStore, StateMachineStore};
+use taskmesh_shard::storage::{LogStore, StateMachineStore, Store, Wal, WalConfig};
 use taskmesh_shard::TypeConfig;
 use tempfile::TempDir;
 
@@ -18,9 +18,11 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledBuil
     ) -> Result<(TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
         let fail = |e: std::io::Error| StorageError::write(TypeConfig::err_from_error(&e));
         let dir = TempDir::new().map_err(fail)?;
-        let db = sled::open(dir.path()).map_err(|e| fail(e.into()))?;
-        let log = <LogStore>::open(&db, 7).map_err(fail)?;
-        let sm = <StateMachineStore>::open(&db, 7, 16).map_err(fail)?;
+        let db = sled::open(dir.path().join("db")).map_err(|e| fail(e.into()))?;
+        let wal = Wal::open(&dir.path().join("wal"), WalConfig::default()).map_err(fail)?;
+        let store = Store::new(db, wal);
+        let (log, _) = <LogStore>::open(&store, 7).await.map_err(fail)?;
+        let sm = <StateMachineStore>::open(&store, 7, 16).map_err(fail)?;
         Ok((dir, log, sm))
     }
 }

@@ -93,17 +93,17 @@ impl GrpcNetwork {
     }
 }
 
-/// Open the replica of `cfg.shard_id` on `db` with a [`GrpcNetwork`] over `pool` that follows
+/// Open the replica of `cfg.shard_id` on `store` with a [`GrpcNetwork`] over `pool` that follows
 /// the replica's membership. The caller registers it in its
 /// [`ReplicaRegistry`](crate::ReplicaRegistry) to receive its peers' messages.
 pub async fn open_replica<S: GroupState>(
-    db: sled::Db,
+    store: taskmesh_shard::Store,
     cfg: ShardConfig,
     pool: &PeerChannels,
     transport: &TransportConfig,
 ) -> Result<ShardReplica<S>, ShardError> {
     let network = GrpcNetwork::new(cfg.node_id, pool.clone(), cfg.shard_id).with_config(transport);
-    let replica = ShardReplica::<S>::open_with_network(db, cfg, network.clone()).await?;
+    let replica = ShardReplica::<S>::open_with_network(store, cfg, network.clone()).await?;
     network.follow(replica.members_watch());
     Ok(replica)
 }

@@ -20,7 +20,7 @@ pub async fn host(dir: &std::path::Path) -> Host {
 
 /// [`host`] with the given settings.
 pub async fn host_with(dir: &std::path::Path, cfg: HostConfig) -> Host {
-    let db = sled::Config::new().path(dir).open().unwrap();
+    let db = taskmesh_shard::fixtures::open_store(dir, |c| c).await;
     let host = Host::new(cfg, Arc::new(ToolRegistry::with_builtins()), 1);
     let cfg = ShardConfig {
         shard_id: 0,

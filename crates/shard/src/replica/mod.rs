@@ -22,7 +22,7 @@ use crate::error::ShardError;
 use crate::events::Leadership;
 use crate::group::{Group, GroupState};
 use crate::network::UnreachableNetwork;
-use crate::storage::{LogStore, StateMachineStore};
+use crate::storage::{LogStore, StateMachineStore, Store};
 use crate::types::{LogId, ShardRaft, SnapshotData};
 
 mod membership;
@@ -60,7 +60,7 @@ struct Inner<S: GroupState> {
     raft: ShardRaft<S>,
     sm: StateMachineStore<S>,
     log: LogStore<S>,
-    db: sled::Db,
+    store: Store,
     leadership: watch::Receiver<Leadership>,
     members: watch::Receiver<BTreeMap<u64, String>>,
     watcher: JoinHandle<()>,
@@ -125,15 +125,15 @@ fn wait_error(e: WaitError) -> ShardError {
     }
 }
 impl<S: GroupState> ShardReplica<S> {
-    /// Open (or create) the replica's storage in trees of `db` named after the shard id, and
-    /// start its Raft, without a network to peers.
-    pub async fn open(db: sled::Db, cfg: ShardConfig) -> Result<Self, ShardError> {
-        Self::open_with_network(db, cfg, UnreachableNetwork).await
+    /// Open (or create) the replica's storage in `store`, under the shard id, and start its
+    /// Raft, without a network to peers.
+    pub async fn open(store: Store, cfg: ShardConfig) -> Result<Self, ShardError> {
+        Self::open_with_network(store, cfg, UnreachableNetwork).await
     }
 
     /// [`ShardReplica::open`] with the network the group's Raft talks to its peers through.
     pub async fn open_with_network<N>(
-        db: sled::Db,
+        store: Store,
         cfg: ShardConfig,
         network: N,
     ) -> Result<Self, ShardError>
@@ -142,8 +142,16 @@ impl<S: GroupState> ShardReplica<S> {
         N::Network: NetSnapshot<Group<S>, SnapshotData = SnapshotData>,
     {
         let raft_config = Arc::new(cfg.raft_config()?);
-        let log = LogStore::open(&db, cfg.shard_id)?;
-        let sm = StateMachineStore::open(&db, cfg.shard_id, cfg.event_buffer)?;
+        let (log, created) = LogStore::open(&store, cfg.shard_id).await?;
+        if created {
+            // A state left behind by a replica of this group that was destroyed halfway (its
+            // log went first) is not the new replica's.
+            store
+                .db()
+                .drop_tree(crate::storage::tree_name(cfg.shard_id, "sm"))
+                .map_err(ShardError::storage)?;
+        }
+        let sm = StateMachineStore::open(&store, cfg.shard_id, cfg.event_buffer)?;
         let raft = Raft::new(cfg.node_id, raft_config, network, log.clone(), sm.clone()).await?;
 
         let metrics_rx = raft.metrics();
@@ -211,7 +219,7 @@ impl<S: GroupState> ShardReplica<S> {
                 raft,
                 sm,
                 log,
-                db,
+                store,
                 leadership,
                 members,
                 watcher,
@@ -345,7 +353,7 @@ impl<S: GroupState> ShardReplica<S> {
         self.inner.sm.snapshot_installs()
     }
 
-    /// Stop the group's Raft and flush the database. Other calls fail afterwards.
+    /// Stop the group's Raft and flush the database and the log. Other calls fail afterwards.
     pub async fn shutdown(&self) -> Result<(), ShardError> {
         self.inner
             .raft
@@ -353,7 +361,7 @@ impl<S: GroupState> ShardReplica<S> {
             .await
             .map_err(|e| ShardError::Fatal(format!("the raft core failed while stopping: {e}")))?;
         self.inner.watcher.abort();
-        crate::storage::flush(&self.inner.db).await?;
+        self.inner.store.flush().await?;
         Ok(())
     }
 
@@ -362,13 +370,16 @@ impl<S: GroupState> ShardReplica<S> {
     pub async fn destroy(&self) -> Result<(), ShardError> {
         self.shutdown().await?;
         let shard = self.inner.cfg.shard_id;
+        let store = &self.inner.store;
+        store.wal().drop_group(shard)?;
+        // "log" and "raft" are where earlier versions kept the log.
         for kind in ["log", "raft", "sm"] {
-            self.inner
-                .db
+            store
+                .db()
                 .drop_tree(crate::storage::tree_name(shard, kind))
                 .map_err(ShardError::storage)?;
         }
-        crate::storage::flush(&self.inner.db).await?;
+        store.flush().await?;
         Ok(())
     }
 

@@ -1,111 +1,152 @@
-//! The Raft log and vote of one shard: openraft's `RaftLogStorage` over two sled trees.
+//! The Raft log and vote of one group: openraft's `RaftLogStorage` over the group's part of
+//! the node's write-ahead log.
 
 use std::fmt::Debug;
 use std::io;
+use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
-
-use super::{decode, encode, read_json, tree_name};
-use std::marker::PhantomData;
-
 use taskmesh_task::ShardState;
+use taskmesh_wal::{MetaKey, Wal};
 
+use super::{decode, encode, read_json, tree_name, Store};
 use crate::group::{Group, GroupState};
-use crate::types::{Entry, LogId, Vote};
+use crate::types::{Entry, EntryPayload, LogId, Vote};
 
-const KEY_VOTE: &[u8] = b"vote";
-const KEY_COMMITTED: &[u8] = b"committed";
-const KEY_LAST_PURGED: &[u8] = b"last_purged";
+/// How many entries of a group's old log are moved into the write-ahead log per write.
+const MIGRATE_BATCH: usize = 1024;
 
-fn index_key(index: u64) -> [u8; 8] {
-    index.to_be_bytes()
-}
-
-fn key_index(key: &[u8]) -> io::Result<u64> {
-    let bytes: [u8; 8] = key.try_into().map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("log key of {} bytes, expected 8", key.len()),
-        )
-    })?;
-    Ok(u64::from_be_bytes(bytes))
-}
-
-/// The log store of one shard. Cheap to clone: the clones share the same trees, and a clone is
-/// also the log reader handed to replication.
+/// The log store of one group. Cheap to clone: the clones share the log, and a clone is also
+/// the log reader handed to replication.
 pub struct LogStore<S: GroupState = ShardState> {
-    db: sled::Db,
-    log: sled::Tree,
-    raft: sled::Tree,
+    wal: Wal,
+    group: u32,
     state: PhantomData<fn() -> S>,
 }
 
 impl<S: GroupState> Clone for LogStore<S> {
     fn clone(&self) -> Self {
         Self {
-            db: self.db.clone(),
-            log: self.log.clone(),
-            raft: self.raft.clone(),
+            wal: self.wal.clone(),
+            group: self.group,
             state: PhantomData,
         }
     }
 }
 
 impl<S: GroupState> LogStore<S> {
-    /// Open (or create) the log trees of `shard_id` in `db`.
-    pub fn open(db: &sled::Db, shard_id: u32) -> io::Result<Self> {
-        let store = Self {
-            db: db.clone(),
-            log: db.open_tree(tree_name(shard_id, "log"))?,
-            raft: db.open_tree(tree_name(shard_id, "raft"))?,
+    /// Open (or create) the log of group `shard_id` in `store`'s write-ahead log, first moving
+    /// it there from the database trees where earlier versions kept it, if it is still there.
+    /// Also says whether the log was created now (the group is new to this node).
+    pub async fn open(store: &Store, shard_id: u32) -> io::Result<(Self, bool)> {
+        migrate_from_trees(store, shard_id).await?;
+        let created = !store.wal().contains(shard_id);
+        store.wal().register(shard_id)?;
+        let log = Self {
+            wal: store.wal().clone(),
+            group: shard_id,
             state: PhantomData,
         };
-        store.drop_purged_leftovers()?;
-        Ok(store)
-    }
-
-    /// A purge records the purged id first and then deletes the entries; if a crash came in
-    /// between, finish the deletion so the log starts right after the purged id.
-    fn drop_purged_leftovers(&self) -> io::Result<()> {
-        let Some(purged) = read_json::<LogId>(&self.raft, KEY_LAST_PURGED)? else {
-            return Ok(());
-        };
-        self.remove_up_to(purged.index)
-    }
-
-    fn remove_up_to(&self, index: u64) -> io::Result<()> {
-        let mut batch = sled::Batch::default();
-        for key in self.log.range(..=index_key(index)).keys() {
-            batch.remove(key?);
-        }
-        self.log.apply_batch(batch)?;
-        Ok(())
+        Ok((log, created))
     }
 
     /// The first and last index present in the log (`None` when it is empty).
     pub fn index_range(&self) -> io::Result<(Option<u64>, Option<u64>)> {
-        let first = match self.log.first()? {
-            Some((k, _)) => Some(key_index(&k)?),
-            None => None,
-        };
-        let last = match self.log.last()? {
-            Some((k, _)) => Some(key_index(&k)?),
-            None => None,
-        };
-        Ok((first, last))
+        Ok(match self.wal.bounds(self.group) {
+            Some((first, last)) => (Some(first), Some(last)),
+            None => (None, None),
+        })
     }
 
-    fn write_json<T: serde::Serialize>(&self, key: &[u8], value: &T) -> io::Result<()> {
-        self.raft.insert(key, encode(value)?)?;
-        Ok(())
+    fn entries(&self, start: u64, end: u64) -> io::Result<Vec<Entry<S::Command>>> {
+        let mut entries: Vec<Entry<S::Command>> = Vec::new();
+        for (index, bytes) in self.wal.read(self.group, start, end)? {
+            let entry: Entry<S::Command> = decode(&bytes)?;
+            if entry.log_id.index != index {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "group {}: log index {index} holds entry {}",
+                        self.group, entry.log_id
+                    ),
+                ));
+            }
+            entries.push(entry);
+        }
+        Ok(entries)
     }
 
-    async fn flush(&self) -> io::Result<()> {
-        super::flush(&self.db).await?;
-        Ok(())
+    fn read_meta<T: serde::de::DeserializeOwned>(&self, key: MetaKey) -> io::Result<Option<T>> {
+        match self.wal.meta(self.group, key) {
+            Some(bytes) => decode(&bytes),
+            None => Ok(None),
+        }
     }
+}
+
+/// Move group `id`'s log from the database trees of earlier versions (`shard/{id}/log`,
+/// `shard/{id}/raft`) into the write-ahead log, then delete the trees. Whatever the log held
+/// of the group before is replaced: the trees are deleted only after the move is durable, so
+/// trees that are still there mean any earlier move did not finish.
+async fn migrate_from_trees(store: &Store, id: u32) -> io::Result<()> {
+    const KEY_VOTE: &[u8] = b"vote";
+    const KEY_COMMITTED: &[u8] = b"committed";
+    const KEY_LAST_PURGED: &[u8] = b"last_purged";
+    let (db, wal) = (store.db(), store.wal());
+    let (log_name, raft_name) = (tree_name(id, "log"), tree_name(id, "raft"));
+    let names = db.tree_names();
+    if !names
+        .iter()
+        .any(|n| n == log_name.as_bytes() || n == raft_name.as_bytes())
+    {
+        return Ok(());
+    }
+    let log = db.open_tree(&log_name)?;
+    let raft = db.open_tree(&raft_name)?;
+    wal.drop_group(id)?;
+    wal.register(id)?;
+    if let Some(vote) = raft.get(KEY_VOTE)? {
+        wal.set_meta(id, MetaKey::Vote, &vote)?;
+    }
+    if let Some(committed) = read_json::<LogId>(&raft, KEY_COMMITTED)? {
+        wal.set_meta(id, MetaKey::Committed, &encode(&Some(committed))?)?;
+    }
+    let purged: Option<LogId> = read_json(&raft, KEY_LAST_PURGED)?;
+    if let Some(p) = &purged {
+        wal.purge(id, p.index, &encode(p)?)?;
+    }
+    let mut batch: Vec<(u64, sled::IVec)> = Vec::with_capacity(MIGRATE_BATCH);
+    let mut moved = 0usize;
+    for item in log.iter() {
+        let (key, value) = item?;
+        let index = u64::from_be_bytes(key.as_ref().try_into().map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("group {id}: a log key of {} bytes, expected 8", key.len()),
+            )
+        })?);
+        if purged.is_some_and(|p| index <= p.index) {
+            continue;
+        }
+        batch.push((index, value));
+        moved += 1;
+        if batch.len() >= MIGRATE_BATCH {
+            wal.append(id, batch.drain(..))?;
+        }
+    }
+    wal.append(id, batch)?;
+    wal.sync(wal.position()).await?;
+    db.drop_tree(log_name)?;
+    db.drop_tree(raft_name)?;
+    super::flush(db).await?;
+    tracing::info!(
+        shard = id,
+        entries = moved,
+        "moved the group's Raft log from the database into the write-ahead log"
+    );
+    Ok(())
 }
 
 impl<S: GroupState> RaftLogReader<Group<S>> for LogStore<S> {
@@ -122,41 +163,15 @@ impl<S: GroupState> RaftLogReader<Group<S>> for LogStore<S> {
             Bound::Unbounded => 0,
         };
         let end = match range.end_bound() {
-            Bound::Included(e) => e.checked_add(1),
-            Bound::Excluded(e) => Some(*e),
-            Bound::Unbounded => None,
+            Bound::Included(e) => e.saturating_add(1),
+            Bound::Excluded(e) => *e,
+            Bound::Unbounded => u64::MAX,
         };
-        let iter = match end {
-            Some(end) if end <= start => return Ok(Vec::new()),
-            Some(end) => self.log.range(index_key(start)..index_key(end)),
-            None => self.log.range(index_key(start)..),
-        };
-        let mut entries: Vec<Entry<S::Command>> = Vec::new();
-        for item in iter {
-            let (key, value) = item?;
-            let entry: Entry<S::Command> = decode(&value)?;
-            let index = key_index(&key)?;
-            if entry.log_id.index != index {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("log key {index} holds entry {}", entry.log_id),
-                ));
-            }
-            if let Some(prev) = entries.last() {
-                if prev.log_id.index + 1 != index {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("hole in the log between {} and {index}", prev.log_id.index),
-                    ));
-                }
-            }
-            entries.push(entry);
-        }
-        Ok(entries)
+        self.entries(start, end)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
-        read_json(&self.raft, KEY_VOTE)
+        self.read_meta(MetaKey::Vote)
     }
 }
 
@@ -164,9 +179,12 @@ impl<S: GroupState> RaftLogStorage<Group<S>> for LogStore<S> {
     type LogReader = LogStore<S>;
 
     async fn get_log_state(&mut self) -> Result<LogState<Group<S>>, io::Error> {
-        let last_purged: Option<LogId> = read_json(&self.raft, KEY_LAST_PURGED)?;
-        let last = match self.log.last()? {
-            Some((_, value)) => Some(decode::<Entry<S::Command>>(&value)?.log_id),
+        let last_purged: Option<LogId> = match self.wal.purged(self.group) {
+            Some((_, id)) => Some(decode(&id)?),
+            None => None,
+        };
+        let last = match self.wal.bounds(self.group) {
+            Some((_, last)) => self.entries(last, last + 1)?.pop().map(|e| e.log_id),
             None => None,
         };
         let last_log_id = match (last, &last_purged) {
@@ -185,25 +203,25 @@ impl<S: GroupState> RaftLogStorage<Group<S>> for LogStore<S> {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
-        self.write_json(KEY_VOTE, vote)?;
-        self.flush().await
+        let at = self
+            .wal
+            .set_meta(self.group, MetaKey::Vote, &encode(vote)?)?;
+        self.wal.sync(at).await
     }
 
-    /// Written without a flush of its own: the state machine flushes after every apply, and
-    /// every append flushes too, so the committed id becomes durable with them. If it is lost,
-    /// openraft re-learns it (a single voter commits its whole durable log again).
+    /// Written without a sync of its own: it becomes durable with the next sync of the log,
+    /// and every apply waits for one before it answers (see the module documentation of
+    /// [`super`]).
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
-        match committed {
-            Some(c) => self.write_json(KEY_COMMITTED, &c),
-            None => {
-                self.raft.remove(KEY_COMMITTED)?;
-                Ok(())
-            }
-        }
+        self.wal
+            .set_meta(self.group, MetaKey::Committed, &encode(&committed)?)?;
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
-        read_json(&self.raft, KEY_COMMITTED)
+        Ok(self
+            .read_meta::<Option<LogId>>(MetaKey::Committed)?
+            .flatten())
     }
 
     async fn append<I>(
@@ -220,38 +238,54 @@ impl<S: GroupState> RaftLogStorage<Group<S>> for LogStore<S> {
                 taskmesh_metrics::metrics::histogram!(taskmesh_metrics::names::RAFT_LOG_APPEND)
             });
         let started = std::time::Instant::now();
-        let mut batch = sled::Batch::default();
-        for entry in entries {
-            batch.insert(&index_key(entry.log_id.index)[..], encode(&entry)?);
-        }
-        self.log.apply_batch(batch)?;
-        // The entries are readable now; they are reported persisted only once on disk.
-        match self.flush().await {
-            Ok(()) => {
+        let mut membership = false;
+        let encoded = entries
+            .into_iter()
+            .map(|entry| {
+                membership |= matches!(entry.payload, EntryPayload::Membership(_));
+                Ok((entry.log_id.index, encode(&entry)?))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let at = self.wal.append(self.group, encoded)?;
+        if membership {
+            // A membership entry (a group's first entry, or a change of its members) is
+            // reported durable before the next IO starts, in order with a vote that may follow
+            // at once (a new group's first election): openraft disregards, with a warning, the
+            // report of an append made under a vote it no longer holds. They are rare.
+            let result = self.wal.sync(at).await;
+            if result.is_ok() {
                 APPEND.record(started.elapsed().as_secs_f64());
-                callback.io_completed(Ok(()))
             }
-            Err(e) => callback.io_completed(Err(e)),
+            callback.io_completed(result);
+            return Ok(());
         }
+        // The entries are readable now; they are reported persisted only once on disk.
+        self.wal.when_durable(at, move |result| {
+            if result.is_ok() {
+                APPEND.record(started.elapsed().as_secs_f64());
+            }
+            callback.io_completed(result);
+        });
         Ok(())
     }
 
+    /// Durable with the next sync, which every later write that depends on it waits for: the
+    /// log on disk is always a prefix of what was written.
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
         let from = match last_log_id {
             Some(l) => l.index + 1,
             None => 0,
         };
-        let mut batch = sled::Batch::default();
-        for key in self.log.range(index_key(from)..).keys() {
-            batch.remove(key?);
-        }
-        self.log.apply_batch(batch)?;
-        self.flush().await
+        self.wal.truncate(self.group, from)?;
+        Ok(())
     }
 
+    /// Durable with the next sync, like [`Self::truncate_after`]. The state the purged entries
+    /// built is durable already: the database was flushed when the snapshot covering them was
+    /// kept.
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
-        self.write_json(KEY_LAST_PURGED, &log_id)?;
-        self.remove_up_to(log_id.index)?;
-        self.flush().await
+        self.wal
+            .purge(self.group, log_id.index, &encode(&log_id)?)?;
+        Ok(())
     }
 }

@@ -1,18 +1,28 @@
-//! Durable storage of a group replica (a task shard or the metadata group) in the node's sled
-//! database.
+//! Durable storage of a group replica (a task shard or the metadata group): the node's
+//! write-ahead log and its sled database, together a [`Store`].
 //!
-//! Each group uses three trees of the one per-node `sled::Db`:
-//!
-//! - `shard/{id}/log`: the Raft log, keyed by the entry index as 8 big-endian bytes, each value
-//!   an entry as JSON;
-//! - `shard/{id}/raft`: the vote, the last committed log id and the last purged log id;
-//! - `shard/{id}/sm`: the state machine: the state's keys (a task shard: one per task record,
-//!   `rec/{task id}`, see [`tasks`]; the metadata group: `meta/cluster`, see [`meta`]), the last
-//!   applied log id and the last membership (`meta/applied`, `meta/membership`), and the
-//!   current snapshot (`snap/meta`, `snap/data`).
+//! - The Raft log of every group, its vote, its last committed id and its last purged id are
+//!   records of the node's one write-ahead log ([`taskmesh_wal`]), keyed by the group's id:
+//!   the appends of all groups share one `fdatasync`. Each entry is stored as its JSON.
+//! - The state machine of each group is one tree of the sled database, `shard/{id}/sm`: the
+//!   state's keys (a task shard: one per task record, `rec/{task id}`, see [`tasks`]; the
+//!   metadata group: `meta/cluster`, see [`meta`]), the last applied log id and the last
+//!   membership (`meta/applied`, `meta/membership`), and the current snapshot (`snap/meta`,
+//!   `snap/data`).
 //!
 //! A snapshot's bytes are the JSON of the state's snapshot: the log position and the state
 //! side by side ([`tasks::TaskSnapshot`]: `records`; [`meta::MetaSnapshot`]: `cluster`).
+//!
+//! Durability: an append is reported durable once the log has synced it; a vote is synced
+//! before it is acted on. An apply writes its state changes to the database without
+//! flushing it, and answers the proposers only once the log holds the committed id durably
+//! (saved before the apply began): after a crash, openraft re-applies the committed entries
+//! past the state's last durable applied id. The database is flushed before a snapshot is
+//! kept and before the log is purged up to it, so the log always holds what the state's
+//! durable part lacks.
+//!
+//! Earlier versions kept each group's log in two sled trees (`shard/{id}/log`,
+//! `shard/{id}/raft`); opening such a group moves them into the log ([`LogStore::open`]).
 
 mod log_store;
 pub mod meta;
@@ -22,9 +32,41 @@ pub mod tasks;
 use std::io;
 
 use serde::{de::DeserializeOwned, Serialize};
+pub use taskmesh_wal::{Wal, WalConfig};
 
 pub use log_store::LogStore;
 pub use state_machine::{ShardSnapshotBuilder, StateMachineStore};
+
+/// Where a node keeps its groups: the write-ahead log (every group's Raft log) and the sled
+/// database (state machines and snapshots). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    db: sled::Db,
+    wal: Wal,
+}
+
+impl Store {
+    /// The store over an opened database and log.
+    pub fn new(db: sled::Db, wal: Wal) -> Self {
+        Self { db, wal }
+    }
+
+    /// The sled database.
+    pub fn db(&self) -> &sled::Db {
+        &self.db
+    }
+
+    /// The write-ahead log.
+    pub fn wal(&self) -> &Wal {
+        &self.wal
+    }
+
+    /// Make everything written to the database and the log so far durable.
+    pub async fn flush(&self) -> io::Result<()> {
+        flush(&self.db).await?;
+        self.wal.sync(self.wal.position()).await
+    }
+}
 
 /// The name of one of a shard's trees.
 pub(crate) fn tree_name(shard_id: u32, kind: &str) -> String {
@@ -118,9 +160,18 @@ fn db_identity(db: &sled::Db) -> usize {
     std::ptr::from_ref(&**tree).cast::<()>() as usize
 }
 
-/// The groups that have a log in `db` (whose replica was opened here before and not
+/// The groups that have a log in `store` (whose replica was opened here before and not
 /// destroyed), in ascending order.
-pub fn stored_groups(db: &sled::Db) -> Vec<u32> {
+pub fn stored_groups(store: &Store) -> Vec<u32> {
+    let mut ids = store.wal.groups();
+    ids.extend(legacy_groups(&store.db));
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// The groups whose log is still in trees of `db`, where earlier versions kept it.
+fn legacy_groups(db: &sled::Db) -> Vec<u32> {
     let mut ids: Vec<u32> = db
         .tree_names()
         .iter()

@@ -1,6 +1,7 @@
 //! The state machine of one group: its in-memory [`GroupState`] shared with readers, kept
 //! durable in a sled tree (laid out by the state, see [`super::tasks`] and [`super::meta`]),
-//! and its snapshots.
+//! and its snapshots. Applies write the tree without flushing it; see [`super`] for why that
+//! is durable enough.
 
 use std::io;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use parking_lot::{Mutex, RwLock};
 use taskmesh_task::ShardState;
 use tokio::sync::watch;
 
-use super::{decode, encode, read_json, tree_name};
+use super::{decode, encode, read_json, tree_name, Store};
 use crate::events::{EventFanout, EventReceiver};
 use crate::group::{Group, GroupState};
 use crate::types::{
@@ -45,6 +46,7 @@ struct SmData<S> {
 
 struct Shared<S: GroupState> {
     db: sled::Db,
+    wal: taskmesh_wal::Wal,
     tree: sled::Tree,
     data: RwLock<SmData<S>>,
     events: EventFanout<S::Event>,
@@ -128,9 +130,10 @@ impl<S: GroupState> Clone for StateMachineStore<S> {
 }
 
 impl<S: GroupState> StateMachineStore<S> {
-    /// Open (or create) the state machine tree of `shard_id` in `db` and rebuild the in-memory
-    /// state from it. `event_buffer` is the capacity of the event channel.
-    pub fn open(db: &sled::Db, shard_id: u32, event_buffer: usize) -> io::Result<Self> {
+    /// Open (or create) the state machine tree of `shard_id` in `store`'s database and rebuild
+    /// the in-memory state from it. `event_buffer` is the capacity of the event channel.
+    pub fn open(store: &Store, shard_id: u32, event_buffer: usize) -> io::Result<Self> {
+        let db = store.db();
         let tree = db.open_tree(tree_name(shard_id, "sm"))?;
         let applied: Option<LogId> = read_json(&tree, KEY_APPLIED)?;
         let membership: StoredMembership = read_json(&tree, KEY_MEMBERSHIP)?.unwrap_or_default();
@@ -141,6 +144,7 @@ impl<S: GroupState> StateMachineStore<S> {
         Ok(Self {
             shared: Arc::new(Shared {
                 db: db.clone(),
+                wal: store.wal().clone(),
                 tree,
                 data: RwLock::new(SmData {
                     state,
@@ -215,8 +219,10 @@ impl<S: GroupState> StateMachineStore<S> {
         Ok(())
     }
 
-    /// Write what is pending in one atomic batch with its applied id, flush, then answer the
-    /// proposers and emit the events.
+    /// Write what is pending in one atomic batch with its applied id, wait until the log holds
+    /// the committed id durably (openraft saved it before this apply began), then answer the
+    /// proposers and emit the events. The batch itself reaches the disk with a later flush of
+    /// the database; until then the log holds the entries it was built from.
     async fn commit(&self, pending: &mut Pending<S>) -> io::Result<()> {
         let p = std::mem::take(pending);
         if p.entries == 0 {
@@ -230,7 +236,8 @@ impl<S: GroupState> StateMachineStore<S> {
             batch.insert(KEY_MEMBERSHIP, encode(membership)?);
         }
         self.shared.tree.apply_batch(batch)?;
-        super::flush(&self.shared.db).await?;
+        let wal = &self.shared.wal;
+        wal.sync(wal.position()).await?;
         for (responder, response) in p.responses {
             responder.send(response);
         }

@@ -53,18 +53,18 @@ pub struct TestNode {
     pub replica: ShardReplica,
     path: PathBuf,
     cfg: ShardConfig,
-    db: sled::Db,
+    db: taskmesh_shard::Store,
     registry: ReplicaRegistry,
     stop: oneshot::Sender<()>,
     server: JoinHandle<Result<(), TransportError>>,
 }
 
 impl TestNode {
-    /// Start node `id` on its database at `path` (created if new) and a fresh loopback port.
+    /// Start node `id` on its storage under `path` (created if new) and a fresh loopback port.
     pub async fn start(id: u64, path: &Path, base: &ShardConfig) -> TestNode {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let db = taskmesh_shard::fixtures::open_db(path, |c| c).await;
+        let db = taskmesh_shard::fixtures::open_store(path, |c| c).await;
         let cfg = ShardConfig {
             node_id: id,
             node_addr: addr.clone(),
