@@ -99,7 +99,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let other = tempfile::tempdir()?;
     let other_db = open_store(other.path())?;
-    let mut sm = <StateMachineStore>::open(&other_db, 0, 16)?;
+    let mut sm = <StateMachineStore>::open(&other_db, 0, 16).await?;
     let t = Instant::now();
     sm.install_snapshot(&snapshot.meta, snapshot.snapshot)
         .await?;

@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::types::{LogId, StoredMembership};
 
 /// The replicated state of one kind of group: its commands, what applying one answers, the
-/// events it emits, and its durable and snapshot forms.
+/// events it emits, and its snapshot form (which is also its durable form).
 pub trait GroupState: Default + Send + Sync + 'static {
     /// What the group's log carries (printed in openraft's logs through `Display`).
     type Command: fmt::Debug
@@ -50,8 +50,9 @@ pub trait GroupState: Default + Send + Sync + 'static {
     /// How many items the state holds (for log lines).
     fn size(&self) -> usize;
 
-    /// Rebuild the state from the group's state machine tree.
-    fn load(tree: &sled::Tree) -> io::Result<Self>;
+    /// Rebuild the state from a state machine tree of an earlier version, which kept the
+    /// state's own keys (it is then kept as a snapshot instead).
+    fn load_legacy(tree: &sled::Tree) -> io::Result<Self>;
 
     /// Check the invariants that tie the state to the log position it reflects (after a load
     /// and after a snapshot install); a violation means the stored state is corrupt.
@@ -59,14 +60,9 @@ pub trait GroupState: Default + Send + Sync + 'static {
         Ok(())
     }
 
-    /// Queue the durable effect of one applied command (`index` its log index) in `batch`, and
-    /// the event it emits once that batch is durable.
-    fn persist(
-        applied: &Self::Applied,
-        index: u64,
-        batch: &mut sled::Batch,
-        events: &mut Vec<Self::Event>,
-    ) -> io::Result<()>;
+    /// Queue the events one applied command (`index` its log index) emits once its proposers
+    /// are answered.
+    fn events(applied: &Self::Applied, index: u64, events: &mut Vec<Self::Event>);
 
     /// A copy of the state for a snapshot, with the log position it reflects (kept in the
     /// snapshot's bytes too, beside the state), taken under the state machine's read lock.
@@ -76,13 +72,8 @@ pub trait GroupState: Default + Send + Sync + 'static {
     /// Put a captured copy in its canonical form before it is encoded (on a blocking thread).
     fn seal(_snapshot: &mut Self::Snapshot) {}
 
-    /// Replace the state with a snapshot's: queue in `batch` the writes that replace what
-    /// `tree` holds, and return the new in-memory state.
-    fn restore(
-        snapshot: Self::Snapshot,
-        tree: &sled::Tree,
-        batch: &mut sled::Batch,
-    ) -> io::Result<Self>;
+    /// The state a snapshot holds.
+    fn restore(snapshot: Self::Snapshot) -> Self;
 }
 
 /// The openraft type configuration of a group whose state is `S`.

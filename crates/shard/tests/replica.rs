@@ -317,7 +317,9 @@ async fn snapshot_purges_the_log_and_state_survives() {
     // The snapshot alone rebuilds the same state in an empty state machine.
     let other_dir = TempDir::new().expect("tempdir");
     let other_db = open_db(other_dir.path()).await;
-    let mut sm = <StateMachineStore>::open(&other_db, 3, 16).expect("open sm");
+    let mut sm = <StateMachineStore>::open(&other_db, 3, 16)
+        .await
+        .expect("open sm");
     sm.install_snapshot(&snapshot.meta, snapshot.snapshot.clone())
         .await
         .expect("install");
@@ -339,7 +341,9 @@ async fn snapshot_purges_the_log_and_state_survives() {
         .collect();
     assert_eq!(installed, by_snapshot);
     drop(sm);
-    let reopened = <StateMachineStore>::open(&other_db, 3, 16).expect("reopen sm");
+    let reopened = <StateMachineStore>::open(&other_db, 3, 16)
+        .await
+        .expect("reopen sm");
     assert_eq!(reopened.read(|s| s.len()), 50);
     assert_eq!(reopened.last_applied(), snapshot.meta.last_log_id);
 }
@@ -569,4 +573,75 @@ async fn a_log_kept_in_database_trees_moves_into_the_write_ahead_log() {
     let replica = <ShardReplica>::open(store, config()).await.expect("reopen");
     assert_eq!(all_records(&replica).len(), 4);
     replica.shutdown().await.expect("shutdown");
+}
+
+/// A state machine tree of an earlier version kept the state itself: a key per record
+/// (`rec/{task id}`), the applied id (`meta/applied`) and the membership (`meta/membership`).
+/// Opening it keeps that state as a snapshot instead, and the old keys go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_kept_key_by_key_becomes_a_snapshot() {
+    use openraft::async_runtime::WatchReceiver;
+    let dir = TempDir::new().expect("tempdir");
+    let (records, applied, membership) = {
+        let (_store, replica) = start(dir.path(), config()).await;
+        for i in 0..4 {
+            replica
+                .propose(create(&format!("t{i}")))
+                .await
+                .expect("create");
+        }
+        let records = all_records(&replica);
+        let m = replica.raft().metrics().borrow_watched().clone();
+        replica.shutdown().await.expect("shutdown");
+        (records, m.last_applied, (*m.membership_config).clone())
+    };
+    assert!(applied.is_some());
+
+    let other = TempDir::new().expect("tempdir");
+    let store = open_db(other.path()).await;
+    {
+        let tree = store.db().open_tree("shard/3/sm").expect("tree");
+        for r in &records {
+            let key = format!("rec/{}", r.task_id);
+            tree.insert(key, serde_json::to_vec(r).expect("json"))
+                .expect("insert");
+        }
+        tree.insert("meta/applied", serde_json::to_vec(&applied).expect("json"))
+            .expect("insert");
+        tree.insert(
+            "meta/membership",
+            serde_json::to_vec(&membership).expect("json"),
+        )
+        .expect("insert");
+    }
+    let mut sm = <StateMachineStore>::open(&store, 3, 16)
+        .await
+        .expect("open sm");
+    let state = |sm: &StateMachineStore| {
+        let mut v: Vec<TaskRecord> = sm.read(|s| s.records().cloned().collect());
+        v.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+        v
+    };
+    assert_eq!(state(&sm), records);
+    assert_eq!(sm.last_applied(), applied);
+    let snapshot = sm
+        .get_current_snapshot()
+        .await
+        .expect("snapshot")
+        .expect("a snapshot was kept");
+    assert_eq!(snapshot.meta.last_log_id, applied);
+    assert_eq!(snapshot.meta.last_membership, membership);
+    let tree = store.db().open_tree("shard/3/sm").expect("tree");
+    let keys: Vec<String> = tree
+        .iter()
+        .keys()
+        .map(|k| String::from_utf8_lossy(&k.expect("key")).into_owned())
+        .collect();
+    assert_eq!(keys, vec!["snap/data", "snap/meta"]);
+    drop(sm);
+    let reopened = <StateMachineStore>::open(&store, 3, 16)
+        .await
+        .expect("reopen sm");
+    assert_eq!(state(&reopened), records);
+    assert_eq!(reopened.last_applied(), applied);
 }

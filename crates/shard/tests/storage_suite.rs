@@ -22,7 +22,9 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledBuil
         let wal = Wal::open(&dir.path().join("wal"), WalConfig::default()).map_err(fail)?;
         let store = Store::new(db, wal);
         let (log, _) = <LogStore>::open(&store, 7).await.map_err(fail)?;
-        let sm = <StateMachineStore>::open(&store, 7, 16).map_err(fail)?;
+        let sm = <StateMachineStore>::open(&store, 7, 16)
+            .await
+            .map_err(fail)?;
         Ok((dir, log, sm))
     }
 }

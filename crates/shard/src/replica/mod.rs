@@ -151,7 +151,7 @@ impl<S: GroupState> ShardReplica<S> {
                 .drop_tree(crate::storage::tree_name(cfg.shard_id, "sm"))
                 .map_err(ShardError::storage)?;
         }
-        let sm = StateMachineStore::open(&store, cfg.shard_id, cfg.event_buffer)?;
+        let sm = StateMachineStore::open(&store, cfg.shard_id, cfg.event_buffer).await?;
         let raft = Raft::new(cfg.node_id, raft_config, network, log.clone(), sm.clone()).await?;
 
         let metrics_rx = raft.metrics();

@@ -1,13 +1,13 @@
-//! How the metadata group's state lives in its state machine tree: the whole
-//! [`ClusterMeta`] under one key (`meta/cluster`), written whenever a command changed it; its
-//! snapshot is that metadata.
+//! The metadata group's snapshot: the whole [`ClusterMeta`] beside the log position. Earlier
+//! versions also kept it under one key of the state machine tree (`meta/cluster`); such a
+//! tree is read once and turned into a snapshot.
 
 use std::io;
 
 use serde::{Deserialize, Serialize};
 use taskmesh_meta::{ClusterMeta, MetaApplied, MetaCommand};
 
-use super::{encode, read_json};
+use super::read_json;
 use crate::group::GroupState;
 use crate::types::{LogId, StoredMembership};
 
@@ -49,25 +49,11 @@ impl GroupState for ClusterMeta {
         self.nodes.len()
     }
 
-    fn load(tree: &sled::Tree) -> io::Result<Self> {
+    fn load_legacy(tree: &sled::Tree) -> io::Result<Self> {
         Ok(read_json(tree, KEY_CLUSTER)?.unwrap_or_default())
     }
 
-    fn persist(
-        applied: &MetaApplied,
-        _index: u64,
-        batch: &mut sled::Batch,
-        _events: &mut Vec<()>,
-    ) -> io::Result<()> {
-        if let MetaApplied {
-            result: Ok(meta),
-            changed: true,
-        } = applied
-        {
-            batch.insert(KEY_CLUSTER, encode(meta.as_ref())?);
-        }
-        Ok(())
-    }
+    fn events(_applied: &MetaApplied, _index: u64, _events: &mut Vec<()>) {}
 
     fn capture(&self, last_applied: Option<LogId>, membership: StoredMembership) -> MetaSnapshot {
         MetaSnapshot {
@@ -77,13 +63,8 @@ impl GroupState for ClusterMeta {
         }
     }
 
-    fn restore(
-        snapshot: MetaSnapshot,
-        _tree: &sled::Tree,
-        batch: &mut sled::Batch,
-    ) -> io::Result<Self> {
-        batch.insert(KEY_CLUSTER, encode(&snapshot.cluster)?);
-        Ok(snapshot.cluster)
+    fn restore(snapshot: MetaSnapshot) -> Self {
+        snapshot.cluster
     }
 }
 

@@ -4,25 +4,23 @@
 //! - The Raft log of every group, its vote, its last committed id and its last purged id are
 //!   records of the node's one write-ahead log ([`taskmesh_wal`]), keyed by the group's id:
 //!   the appends of all groups share one `fdatasync`. Each entry is stored as its JSON.
-//! - The state machine of each group is one tree of the sled database, `shard/{id}/sm`: the
-//!   state's keys (a task shard: one per task record, `rec/{task id}`, see [`tasks`]; the
-//!   metadata group: `meta/cluster`, see [`meta`]), the last applied log id and the last
-//!   membership (`meta/applied`, `meta/membership`), and the current snapshot (`snap/meta`,
-//!   `snap/data`).
-//!
-//! A snapshot's bytes are the JSON of the state's snapshot: the log position and the state
-//! side by side ([`tasks::TaskSnapshot`]: `records`; [`meta::MetaSnapshot`]: `cluster`).
+//! - The state of each group lives in memory; its durable form is its latest snapshot,
+//!   kept in the group's sled tree `shard/{id}/sm` (`snap/meta`, `snap/data`), plus the log
+//!   after it. A snapshot's bytes are the JSON of the state's snapshot: the log position and
+//!   the state side by side ([`tasks::TaskSnapshot`]: `records`; [`meta::MetaSnapshot`]:
+//!   `cluster`).
 //!
 //! Durability: an append is reported durable once the log has synced it; a vote is synced
-//! before it is acted on. An apply writes its state changes to the database without
-//! flushing it, and answers the proposers only once the log holds the committed id durably
-//! (saved before the apply began): after a crash, openraft re-applies the committed entries
-//! past the state's last durable applied id. The database is flushed before a snapshot is
-//! kept and before the log is purged up to it, so the log always holds what the state's
-//! durable part lacks.
+//! before it is acted on. An apply changes memory only and answers the proposers once the
+//! log holds the committed id durably (saved before the apply began). Opening a group
+//! restores its snapshot, and openraft re-applies the committed entries after it. The
+//! database is flushed when a snapshot is kept, before the log is purged up to it, so the
+//! log always holds what the snapshot lacks.
 //!
 //! Earlier versions kept each group's log in two sled trees (`shard/{id}/log`,
-//! `shard/{id}/raft`); opening such a group moves them into the log ([`LogStore::open`]).
+//! `shard/{id}/raft`) and its state key by key in the state machine tree; opening such a
+//! group moves the log into the write-ahead log ([`LogStore::open`]) and keeps the state as
+//! a snapshot ([`StateMachineStore::open`]).
 
 mod log_store;
 pub mod meta;

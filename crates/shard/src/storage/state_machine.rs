@@ -1,7 +1,7 @@
-//! The state machine of one group: its in-memory [`GroupState`] shared with readers, kept
-//! durable in a sled tree (laid out by the state, see [`super::tasks`] and [`super::meta`]),
-//! and its snapshots. Applies write the tree without flushing it; see [`super`] for why that
-//! is durable enough.
+//! The state machine of one group: its in-memory [`GroupState`] shared with readers, and its
+//! snapshots, kept in a sled tree. The state's durable form is its latest snapshot together
+//! with the group's log: applies change memory only, and opening the group restores the
+//! snapshot, after which openraft re-applies the committed entries past it (see [`super`]).
 
 use std::io;
 use std::sync::Arc;
@@ -20,13 +20,14 @@ use crate::types::{
     Entry, EntryPayload, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
 };
 
+/// Where earlier versions kept the applied id and membership beside the state's own keys.
 const KEY_APPLIED: &[u8] = b"meta/applied";
 const KEY_MEMBERSHIP: &[u8] = b"meta/membership";
 const KEY_SNAP_META: &[u8] = b"snap/meta";
 const KEY_SNAP_DATA: &[u8] = b"snap/data";
+const SNAP_PREFIX: &[u8] = b"snap/";
 
-/// An apply call writes at most this many entries per sled batch (each batch is atomic and
-/// carries the applied id of its last entry).
+/// An apply call answers its proposers after at most this many entries.
 const MAX_ENTRIES_PER_BATCH: usize = 1024;
 
 /// A consistent copy taken for a snapshot: the log position (which becomes the snapshot's
@@ -87,12 +88,9 @@ impl<S: GroupState> Shared<S> {
     }
 }
 
-/// What one apply call has done in memory and not yet written.
+/// What one apply call has done in memory and not yet answered.
 struct Pending<S: GroupState> {
-    batch: sled::Batch,
     entries: usize,
-    applied: Option<LogId>,
-    membership: Option<StoredMembership>,
     responses: Vec<(ApplyResponder<Group<S>>, S::Applied)>,
     events: Vec<S::Event>,
 }
@@ -100,10 +98,7 @@ struct Pending<S: GroupState> {
 impl<S: GroupState> Default for Pending<S> {
     fn default() -> Self {
         Self {
-            batch: sled::Batch::default(),
             entries: 0,
-            applied: None,
-            membership: None,
             responses: Vec::new(),
             events: Vec::new(),
         }
@@ -131,13 +126,31 @@ impl<S: GroupState> Clone for StateMachineStore<S> {
 
 impl<S: GroupState> StateMachineStore<S> {
     /// Open (or create) the state machine tree of `shard_id` in `store`'s database and rebuild
-    /// the in-memory state from it. `event_buffer` is the capacity of the event channel.
-    pub fn open(store: &Store, shard_id: u32, event_buffer: usize) -> io::Result<Self> {
+    /// the in-memory state from its snapshot (openraft then re-applies the committed entries
+    /// past it). `event_buffer` is the capacity of the event channel.
+    ///
+    /// A tree of an earlier version, which kept the state itself (a key per item, the applied
+    /// id and membership beside them), is turned into a snapshot of that state first.
+    pub async fn open(store: &Store, shard_id: u32, event_buffer: usize) -> io::Result<Self> {
         let db = store.db();
         let tree = db.open_tree(tree_name(shard_id, "sm"))?;
-        let applied: Option<LogId> = read_json(&tree, KEY_APPLIED)?;
-        let membership: StoredMembership = read_json(&tree, KEY_MEMBERSHIP)?.unwrap_or_default();
-        let state = S::load(&tree)?;
+        if tree.get(KEY_APPLIED)?.is_some() {
+            snapshot_legacy_state::<S>(db, &tree).await?;
+        }
+        let snapshot = {
+            let meta: Option<SnapshotMeta> = read_json(&tree, KEY_SNAP_META)?;
+            match (meta, tree.get(KEY_SNAP_DATA)?) {
+                (Some(meta), Some(data)) => Some((meta, data)),
+                _ => None,
+            }
+        };
+        let (state, applied, membership) = match snapshot {
+            Some((meta, data)) => {
+                let state = S::restore(decode::<S::Snapshot>(&data)?);
+                (state, meta.last_log_id, meta.last_membership)
+            }
+            None => (S::default(), None, StoredMembership::default()),
+        };
         state.verify(applied).map_err(corrupt)?;
         let events = EventFanout::new(event_buffer);
         let (installed, _) = watch::channel(None);
@@ -182,7 +195,7 @@ impl<S: GroupState> StateMachineStore<S> {
         self.shared.installed.subscribe()
     }
 
-    /// Apply one entry in memory and queue its durable effects.
+    /// Apply one entry in memory and queue its answer and events.
     fn apply_entry(
         &self,
         entry: Entry<S::Command>,
@@ -197,9 +210,7 @@ impl<S: GroupState> StateMachineStore<S> {
                 EntryPayload::Blank => None,
                 EntryPayload::Normal(cmd) => Some(data.state.apply(&cmd, index)),
                 EntryPayload::Membership(m) => {
-                    let stored = StoredMembership::new(Some(log_id), m);
-                    data.membership = stored.clone();
-                    pending.membership = Some(stored);
+                    data.membership = StoredMembership::new(Some(log_id), m);
                     None
                 }
             };
@@ -207,9 +218,8 @@ impl<S: GroupState> StateMachineStore<S> {
             applied
         };
         if let Some(applied) = &applied {
-            S::persist(applied, index, &mut pending.batch, &mut pending.events)?;
+            S::events(applied, index, &mut pending.events);
         }
-        pending.applied = Some(log_id);
         pending.entries += 1;
         if let Some(responder) = responder {
             pending
@@ -219,23 +229,14 @@ impl<S: GroupState> StateMachineStore<S> {
         Ok(())
     }
 
-    /// Write what is pending in one atomic batch with its applied id, wait until the log holds
-    /// the committed id durably (openraft saved it before this apply began), then answer the
-    /// proposers and emit the events. The batch itself reaches the disk with a later flush of
-    /// the database; until then the log holds the entries it was built from.
+    /// Wait until the log holds the committed id durably (openraft saved it before this apply
+    /// began), then answer the proposers and emit the events. Nothing else is written: after
+    /// a restart, openraft re-applies the committed entries past the latest snapshot.
     async fn commit(&self, pending: &mut Pending<S>) -> io::Result<()> {
         let p = std::mem::take(pending);
         if p.entries == 0 {
             return Ok(());
         }
-        let mut batch = p.batch;
-        if let Some(applied) = &p.applied {
-            batch.insert(KEY_APPLIED, encode(applied)?);
-        }
-        if let Some(membership) = &p.membership {
-            batch.insert(KEY_MEMBERSHIP, encode(membership)?);
-        }
-        self.shared.tree.apply_batch(batch)?;
         let wal = &self.shared.wal;
         wal.sync(wal.position()).await?;
         for (responder, response) in p.responses {
@@ -304,14 +305,9 @@ impl<S: GroupState> RaftStateMachine<Group<S>> for StateMachineStore<S> {
         .await
         .map_err(io::Error::other)??;
 
-        let mut batch = sled::Batch::default();
-        let state = S::restore(payload, &self.shared.tree, &mut batch)?;
+        let state = S::restore(payload);
         state.verify(meta.last_log_id).map_err(corrupt)?;
-        match &meta.last_log_id {
-            Some(id) => batch.insert(KEY_APPLIED, encode(id)?),
-            None => batch.remove(KEY_APPLIED),
-        }
-        batch.insert(KEY_MEMBERSHIP, encode(&meta.last_membership)?);
+        let mut batch = sled::Batch::default();
         batch.insert(KEY_SNAP_META, encode(meta)?);
         batch.insert(KEY_SNAP_DATA, snapshot);
         {
@@ -348,6 +344,43 @@ impl<S: GroupState> RaftStateMachine<Group<S>> for StateMachineStore<S> {
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
         self.shared.current_snapshot()
     }
+}
+
+/// Turn a state machine tree of an earlier version (the state's own keys, the applied id and
+/// the membership) into a snapshot of that state, kept as the current one, and delete the old
+/// keys. The snapshot is made durable before the keys go, so a crash in between only repeats
+/// this at the next open.
+async fn snapshot_legacy_state<S: GroupState>(db: &sled::Db, tree: &sled::Tree) -> io::Result<()> {
+    let applied: Option<LogId> = read_json(tree, KEY_APPLIED)?;
+    let membership: StoredMembership = read_json(tree, KEY_MEMBERSHIP)?.unwrap_or_default();
+    let state = S::load_legacy(tree)?;
+    state.verify(applied).map_err(corrupt)?;
+    let meta = SnapshotMeta {
+        last_log_id: applied,
+        last_membership: membership.clone(),
+    };
+    let mut snapshot = state.capture(applied, membership);
+    S::seal(&mut snapshot);
+    let mut batch = sled::Batch::default();
+    batch.insert(KEY_SNAP_META, encode(&meta)?);
+    batch.insert(KEY_SNAP_DATA, encode(&snapshot)?);
+    tree.apply_batch(batch)?;
+    super::flush(db).await?;
+    let mut batch = sled::Batch::default();
+    for key in tree.iter().keys() {
+        let key = key?;
+        if !key.starts_with(SNAP_PREFIX) {
+            batch.remove(key);
+        }
+    }
+    tree.apply_batch(batch)?;
+    super::flush(db).await?;
+    tracing::info!(
+        last_applied = ?applied,
+        size = state.size(),
+        "kept the group's state as a snapshot"
+    );
+    Ok(())
 }
 
 /// Builds a snapshot from a copy of the state taken when the builder was made; serialising

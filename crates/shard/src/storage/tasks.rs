@@ -1,24 +1,18 @@
-//! How a task shard's state lives in its state machine tree: one key per task record
-//! (`rec/{task id}`); its snapshot holds every record in task id order.
+//! A task shard's snapshot: every record in task id order, beside the log position. Earlier
+//! versions also kept one key per task record (`rec/{task id}`) in the state machine tree;
+//! such a tree is read once and turned into a snapshot.
 
 use std::io;
 
 use serde::{Deserialize, Serialize};
 use taskmesh_task::{Applied, Command, ShardState, TaskRecord};
 
-use super::{decode, encode};
+use super::decode;
 use crate::events::ShardEvent;
 use crate::group::GroupState;
 use crate::types::{LogId, StoredMembership};
 
 const REC_PREFIX: &[u8] = b"rec/";
-
-fn rec_key(task_id: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(REC_PREFIX.len() + task_id.len());
-    key.extend_from_slice(REC_PREFIX);
-    key.extend_from_slice(task_id.as_bytes());
-    key
-}
 
 /// What a task shard's snapshot holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -52,7 +46,7 @@ impl GroupState for ShardState {
         self.len()
     }
 
-    fn load(tree: &sled::Tree) -> io::Result<Self> {
+    fn load_legacy(tree: &sled::Tree) -> io::Result<Self> {
         let mut records = Vec::new();
         for item in tree.scan_prefix(REC_PREFIX) {
             let (_, value) = item?;
@@ -73,19 +67,13 @@ impl GroupState for ShardState {
         }
     }
 
-    fn persist(
-        applied: &Applied,
-        index: u64,
-        batch: &mut sled::Batch,
-        events: &mut Vec<ShardEvent>,
-    ) -> io::Result<()> {
+    fn events(applied: &Applied, index: u64, events: &mut Vec<ShardEvent>) {
         match applied {
             Applied::Created {
                 record,
                 fresh: true,
             }
             | Applied::Updated { record } => {
-                batch.insert(rec_key(&record.task_id), encode(record)?);
                 events.push(ShardEvent::Changed {
                     index,
                     record: std::sync::Arc::new(record.clone()),
@@ -93,7 +81,6 @@ impl GroupState for ShardState {
             }
             Applied::Imported { records } => {
                 for record in records {
-                    batch.insert(rec_key(&record.task_id), encode(record)?);
                     events.push(ShardEvent::Changed {
                         index,
                         record: std::sync::Arc::new(record.clone()),
@@ -101,9 +88,6 @@ impl GroupState for ShardState {
                 }
             }
             Applied::Expired { task_ids } if !task_ids.is_empty() => {
-                for id in task_ids {
-                    batch.remove(rec_key(id));
-                }
                 events.push(ShardEvent::Expired {
                     index,
                     task_ids: task_ids.clone(),
@@ -111,7 +95,6 @@ impl GroupState for ShardState {
             }
             _ => {}
         }
-        Ok(())
     }
 
     fn capture(&self, last_applied: Option<LogId>, membership: StoredMembership) -> TaskSnapshot {
@@ -126,18 +109,8 @@ impl GroupState for ShardState {
         snapshot.records.sort_by(|a, b| a.task_id.cmp(&b.task_id));
     }
 
-    fn restore(
-        snapshot: TaskSnapshot,
-        tree: &sled::Tree,
-        batch: &mut sled::Batch,
-    ) -> io::Result<Self> {
-        for key in tree.scan_prefix(REC_PREFIX).keys() {
-            batch.remove(key?);
-        }
-        for record in &snapshot.records {
-            batch.insert(rec_key(&record.task_id), encode(record)?);
-        }
-        Ok(ShardState::from_records(snapshot.records))
+    fn restore(snapshot: TaskSnapshot) -> Self {
+        ShardState::from_records(snapshot.records)
     }
 }
 
