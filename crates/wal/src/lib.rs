@@ -146,7 +146,12 @@ impl GroupLog {
             .saturating_sub(self.first)
             .min(self.locs.len() as u64);
         let removed = self.locs.drain(..drop as usize).collect();
-        self.first = upto + 1;
+        // A log that starts past `upto + 1` keeps its first index.
+        self.first = if self.locs.is_empty() {
+            upto + 1
+        } else {
+            self.first + drop
+        };
         self.purged = Some((upto, id.into()));
         removed
     }
@@ -375,11 +380,6 @@ impl Replayed {
             entries = entries.split_off(&(p + 1));
         }
         let first = match (entries.keys().next(), &self.purged) {
-            (Some(first), Some((p, _))) if *first != p + 1 => {
-                return Err(corrupt(format!(
-                    "group {group}: the log resumes at {first} after entries purged up to {p}"
-                )))
-            }
             (Some(first), _) => *first,
             (None, Some((p, _))) => p + 1,
             (None, None) => 0,

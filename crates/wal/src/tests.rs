@@ -364,3 +364,21 @@ async fn an_idle_group_keeps_only_its_own_segment_and_deleted_records_still_coun
     let wal = reopen(wal, dir.path(), small());
     assert_eq!(read_all(&wal, 3), expected(3, 0..3));
 }
+
+/// A log that starts past its purged index (entries before it never written here) keeps its
+/// first index through a purge that reaches only up to before it.
+#[tokio::test]
+async fn a_purge_short_of_the_first_entry_keeps_the_log_where_it_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::open(dir.path(), WalConfig::default()).expect("open");
+    wal.register(1).expect("register");
+    append_range(&wal, 1, 5..8);
+    wal.purge(1, 2, b"p2").expect("purge");
+    assert_eq!(wal.bounds(1), Some((5, 7)));
+    assert_eq!(read_all(&wal, 1), expected(1, 5..8));
+    append_range(&wal, 1, 8..9);
+    wal.sync(wal.position()).await.expect("sync");
+    let wal = reopen(wal, dir.path(), WalConfig::default());
+    assert_eq!(read_all(&wal, 1), expected(1, 5..9));
+    assert_eq!(wal.purged(1), Some((2, b"p2".to_vec())));
+}
