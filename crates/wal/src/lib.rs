@@ -683,42 +683,55 @@ impl Wal {
 
     /// Remove `group`'s entries from index `from` on.
     pub fn truncate(&self, group: u32, from: u64) -> io::Result<Position> {
-        let mut st = self.shared.state.lock();
-        st.group(group)?;
-        st.scratch.clear();
-        Record::Truncate { group, from }.encode(&mut st.scratch)?;
-        st.write_scratch()?;
-        let removed = st.group(group)?.truncate(from);
-        st.forget(&removed);
-        Ok(Position(st.written))
+        self.write_record(group, Record::Truncate { group, from }, |st| {
+            let removed = st
+                .group(group)
+                .map(|g| g.truncate(from))
+                .unwrap_or_default();
+            st.forget(&removed);
+        })
     }
 
     /// Remove `group`'s entries up to index `upto` (which may lie past the last one), and
     /// keep `id`, the purged entry's id, as the log's last purged id.
     pub fn purge(&self, group: u32, upto: u64, id: &[u8]) -> io::Result<Position> {
-        let mut st = self.shared.state.lock();
-        st.group(group)?;
-        st.scratch.clear();
-        Record::Purge { group, upto, id }.encode(&mut st.scratch)?;
-        st.write_scratch()?;
-        let removed = st.group(group)?.purge(upto, id);
-        st.forget(&removed);
-        Ok(Position(st.written))
+        self.write_record(group, Record::Purge { group, upto, id }, |st| {
+            let removed = st
+                .group(group)
+                .map(|g| g.purge(upto, id))
+                .unwrap_or_default();
+            st.forget(&removed);
+        })
     }
 
     /// Set one of `group`'s small values.
     pub fn set_meta(&self, group: u32, key: MetaKey, data: &[u8]) -> io::Result<Position> {
-        let mut st = self.shared.state.lock();
-        st.group(group)?;
-        st.scratch.clear();
-        Record::Meta {
+        let record = Record::Meta {
             group,
             key: key.byte(),
             data,
-        }
-        .encode(&mut st.scratch)?;
+        };
+        self.write_record(group, record, |st| {
+            if let Ok(g) = st.group(group) {
+                g.meta[key.byte() as usize] = Some(data.into());
+            }
+        })
+    }
+
+    /// Write one record about `group`, which must have a log here, then let `apply` make its
+    /// change to what the log keeps in memory.
+    fn write_record(
+        &self,
+        group: u32,
+        record: Record<'_>,
+        apply: impl FnOnce(&mut State),
+    ) -> io::Result<Position> {
+        let mut st = self.shared.state.lock();
+        st.group(group)?;
+        st.scratch.clear();
+        record.encode(&mut st.scratch)?;
         st.write_scratch()?;
-        st.group(group)?.meta[key.byte() as usize] = Some(data.into());
+        apply(&mut st);
         Ok(Position(st.written))
     }
 

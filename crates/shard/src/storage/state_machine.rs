@@ -62,15 +62,10 @@ struct Shared<S: GroupState> {
 impl<S: GroupState> Shared<S> {
     fn current_snapshot(&self) -> io::Result<Option<Snapshot>> {
         let _guard = self.snapshot_io.lock();
-        let meta: Option<SnapshotMeta> = read_json(&self.tree, KEY_SNAP_META)?;
-        let data = self.tree.get(KEY_SNAP_DATA)?;
-        Ok(match (meta, data) {
-            (Some(meta), Some(data)) => Some(Snapshot {
-                meta,
-                snapshot: data.to_vec(),
-            }),
-            _ => None,
-        })
+        Ok(read_snapshot(&self.tree)?.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: data.to_vec(),
+        }))
     }
 
     /// Store a freshly built snapshot unless a newer one is already stored.
@@ -105,6 +100,15 @@ impl<S: GroupState> Default for Pending<S> {
     }
 }
 
+/// The snapshot kept in a group's tree, when it has one: its meta and its bytes.
+fn read_snapshot(tree: &sled::Tree) -> io::Result<Option<(SnapshotMeta, sled::IVec)>> {
+    let meta: Option<SnapshotMeta> = read_json(tree, KEY_SNAP_META)?;
+    Ok(match (meta, tree.get(KEY_SNAP_DATA)?) {
+        (Some(meta), Some(data)) => Some((meta, data)),
+        _ => None,
+    })
+}
+
 /// A stored or received state that breaks its invariants.
 fn corrupt(why: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why)
@@ -137,14 +141,7 @@ impl<S: GroupState> StateMachineStore<S> {
         if tree.get(KEY_APPLIED)?.is_some() {
             snapshot_legacy_state::<S>(db, &tree).await?;
         }
-        let snapshot = {
-            let meta: Option<SnapshotMeta> = read_json(&tree, KEY_SNAP_META)?;
-            match (meta, tree.get(KEY_SNAP_DATA)?) {
-                (Some(meta), Some(data)) => Some((meta, data)),
-                _ => None,
-            }
-        };
-        let (state, applied, membership) = match snapshot {
+        let (state, applied, membership) = match read_snapshot(&tree)? {
             Some((meta, data)) => {
                 let state = S::restore(decode::<S::Snapshot>(&data)?);
                 (state, meta.last_log_id, meta.last_membership)
