@@ -146,6 +146,8 @@ async fn leaders_transfer_leader_and_snapshot_through_the_cli() {
         assert!(value("taskmesh_raft_snapshot_build_seconds_count") >= 1.0);
         assert!(value("taskmesh_raft_log_append_seconds_count") > 0.0);
         assert!(value("taskmesh_storage_fsync_seconds_count") > 0.0);
+        assert!(value("taskmesh_wal_written_bytes_total") > 0.0);
+        assert!(value("taskmesh_wal_segments") >= 1.0);
     }
     // A shard that does not exist: a clear error.
     let missing = (crate::shards() + 91).to_string();

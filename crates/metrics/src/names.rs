@@ -48,9 +48,13 @@ pub const RAFT_LEADERSHIPS_WON: &str = "taskmesh_raft_leaderships_won_total";
 pub const FORWARDED: &str = "taskmesh_forwarded_requests_total";
 /// Reads (`tasks/get`) per batch a gateway sent to another node on its read stream.
 pub const READ_BATCH: &str = "taskmesh_forwarded_read_batch_reads";
-/// One flush of the node's database to disk (an fsync serving every append and apply that
-/// queued while the previous one ran: the group commit).
+/// One sync to disk: of the write-ahead log (an `fdatasync` serving every append, vote and
+/// apply that queued while the previous one ran: the group commit), or of the database.
 pub const STORAGE_FSYNC: &str = "taskmesh_storage_fsync_seconds";
+/// Segment files the write-ahead log has now (each up to `raft.log_segment_bytes`).
+pub const WAL_SEGMENTS: &str = "taskmesh_wal_segments";
+/// Bytes written to the write-ahead log.
+pub const WAL_WRITTEN_BYTES: &str = "taskmesh_wal_written_bytes_total";
 /// A Raft log append, from the write to its flush on disk (what a proposal waits for before
 /// the leader counts its own vote).
 pub const RAFT_LOG_APPEND: &str = "taskmesh_raft_log_append_seconds";
@@ -165,7 +169,13 @@ pub(crate) fn describe() {
     describe_histogram!(
         STORAGE_FSYNC,
         Unit::Seconds,
-        "One flush of the node's database to disk (a group commit)"
+        "One sync to disk of the write-ahead log (a group commit) or of the database"
+    );
+    describe_gauge!(WAL_SEGMENTS, "Segment files the write-ahead log has now");
+    describe_counter!(
+        WAL_WRITTEN_BYTES,
+        Unit::Bytes,
+        "Bytes written to the write-ahead log"
     );
     describe_histogram!(
         RAFT_LOG_APPEND,

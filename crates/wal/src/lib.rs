@@ -177,6 +177,15 @@ struct State {
     _lock: File,
 }
 
+/// Count bytes written to the log in the node's metrics.
+fn count_written(bytes: u64) {
+    static WRITTEN: std::sync::LazyLock<taskmesh_metrics::metrics::Counter> =
+        std::sync::LazyLock::new(|| {
+            taskmesh_metrics::metrics::counter!(taskmesh_metrics::names::WAL_WRITTEN_BYTES)
+        });
+    WRITTEN.increment(bytes);
+}
+
 fn segment_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:020}.wal"))
 }
@@ -238,6 +247,7 @@ impl State {
         }
         self.active_len += len;
         self.written += len;
+        count_written(len);
         Ok(at)
     }
 
@@ -295,6 +305,7 @@ impl State {
             self.active = file;
             self.active_len = checkpoint.len() as u64;
             self.written += checkpoint.len() as u64;
+            count_written(checkpoint.len() as u64);
             Ok(())
         })();
         if let Err(e) = &result {
@@ -845,6 +856,8 @@ impl Wal {
 /// then delete the segments that were dead when the sync started.
 fn sync_loop(state: &Mutex<State>, synced: &AtomicU64, rx: &mpsc::Receiver<Waiter>) {
     let fsync = taskmesh_metrics::metrics::histogram!(taskmesh_metrics::names::STORAGE_FSYNC);
+    let segments = taskmesh_metrics::metrics::gauge!(taskmesh_metrics::names::WAL_SEGMENTS);
+    segments.set(state.lock().segments.len() as f64);
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
@@ -877,6 +890,7 @@ fn sync_loop(state: &Mutex<State>, synced: &AtomicU64, rx: &mpsc::Receiver<Waite
                 delete_segments(state, &dead);
             }
         }
+        segments.set(state.lock().segments.len() as f64);
         for w in batch {
             debug_assert!(w.upto <= target);
             (w.done)(
