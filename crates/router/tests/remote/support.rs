@@ -61,11 +61,24 @@ pub fn serve(host: &Host, addr: &str) -> tokio::runtime::Runtime {
         .unwrap();
     let listener = {
         let _in_rt = rt.enter();
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        // The address of a server that just went away is taken again at once.
-        socket.set_reuseaddr(true).unwrap();
-        socket.bind(addr.parse().unwrap()).unwrap();
-        socket.listen(64).unwrap()
+        // The address of a server that just went away is taken again at once; its runtime
+        // may still be closing its listener (a runtime shut down in the background), so a
+        // bind refused as in use is tried again for a while.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.set_reuseaddr(true).unwrap();
+            match socket.bind(addr.parse().unwrap()) {
+                Ok(()) => break socket.listen(64).unwrap(),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AddrInUse
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("bind {addr}: {e}"),
+            }
+        }
     };
     let svc = TaskGrpc::new(host.clone(), Arc::new(|_| None)).into_server();
     rt.spawn(
