@@ -198,7 +198,7 @@ impl<S: GroupState> StateMachineStore<S> {
         entry: Entry<S::Command>,
         responder: Option<ApplyResponder<Group<S>>>,
         pending: &mut Pending<S>,
-    ) -> io::Result<()> {
+    ) {
         let log_id = entry.log_id;
         let index = log_id.index;
         let applied = {
@@ -223,7 +223,6 @@ impl<S: GroupState> StateMachineStore<S> {
                 .responses
                 .push((responder, applied.unwrap_or_else(S::no_command)));
         }
-        Ok(())
     }
 
     /// Wait until the log holds the committed id durably (openraft saved it before this apply
@@ -272,7 +271,7 @@ impl<S: GroupState> RaftStateMachine<Group<S>> for StateMachineStore<S> {
         let mut pending = Pending::default();
         while let Some(item) = entries.next().await {
             let (entry, responder) = item?;
-            self.apply_entry(entry, responder, &mut pending)?;
+            self.apply_entry(entry, responder, &mut pending);
             if pending.entries >= MAX_ENTRIES_PER_BATCH {
                 self.commit(&mut pending).await?;
             }
