@@ -36,7 +36,7 @@ pub use log_store::LogStore;
 pub use state_machine::{ShardSnapshotBuilder, StateMachineStore};
 
 /// Where a node keeps its groups: the write-ahead log (every group's Raft log) and the sled
-/// database (state machines and snapshots). Cheap to clone.
+/// database (every group's latest snapshot). Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Store {
     db: sled::Db,
