@@ -405,6 +405,11 @@ pub struct RaftConfig {
     /// quiescence), in ms. Default 150; at most half of `election_timeout_min_ms`, so that a
     /// quiescent follower hears at least two beats before it would tick again.
     pub beat_interval_ms: u64,
+    /// How often the node checks again that each group it leads quiescently is still settled,
+    /// in ms. A leader that stopped leading while quiet is normally found sooner: the first
+    /// beat a member answers from a newer term wakes the group. Default 10000; at least
+    /// `beat_interval_ms`.
+    pub quiet_recheck_ms: u64,
     /// The most heartbeats (AppendEntries without entries, of any group) one call to a peer
     /// carries; while 4 calls are under way the next ones queue, up to 16 calls' worth, and a
     /// heartbeat past that fails at once like an unreachable peer's. 1: every heartbeat is its
@@ -531,6 +536,7 @@ impl Default for RaftConfig {
             election_timeout_max_ms: s.election_timeout_max_ms,
             quiesce_after_ms: 1_000,
             beat_interval_ms: 150,
+            quiet_recheck_ms: 10_000,
             heartbeat_batch_max: 1024,
             snapshot_logs_since_last: s.snapshot_logs_since_last,
             max_in_snapshot_log_to_keep: s.max_in_snapshot_log_to_keep,
@@ -803,6 +809,13 @@ impl Config {
                 self.raft.election_timeout_min_ms
             );
         }
+        if self.raft.quiet_recheck_ms < self.raft.beat_interval_ms {
+            bail!(
+                "raft.quiet_recheck_ms ({}) must be at least raft.beat_interval_ms ({})",
+                self.raft.quiet_recheck_ms,
+                self.raft.beat_interval_ms
+            );
+        }
         if self.raft.quiesce_after_ms != 0
             && self.raft.quiesce_after_ms < 2 * self.raft.heartbeat_interval_ms
         {
@@ -939,6 +952,7 @@ mod tests {
         assert!(err(vec![("TASKMESH_RAFT__QUIESCE_AFTER_MS", "150")]).contains("quiesce_after_ms"));
         assert!(err(vec![("TASKMESH_RAFT__BEAT_INTERVAL_MS", "151")]).contains("beat_interval_ms"));
         assert!(err(vec![("TASKMESH_RAFT__BEAT_INTERVAL_MS", "0")]).contains("beat_interval_ms"));
+        assert!(err(vec![("TASKMESH_RAFT__QUIET_RECHECK_MS", "149")]).contains("quiet_recheck_ms"));
         assert!(
             err(vec![("TASKMESH_RAFT__HEARTBEAT_BATCH_MAX", "0")]).contains("heartbeat_batch_max")
         );

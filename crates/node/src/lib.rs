@@ -148,6 +148,8 @@ fn beat_config(cfg: &Config) -> taskmesh_transport::BeatConfig {
     taskmesh_transport::BeatConfig {
         interval: Duration::from_millis(cfg.raft.beat_interval_ms),
         quiesce_after: Duration::from_millis(cfg.raft.quiesce_after_ms),
+        recheck: Duration::from_millis(cfg.raft.quiet_recheck_ms),
+        silence: Duration::from_millis(cfg.raft.election_timeout_min_ms),
     }
 }
 

@@ -26,7 +26,9 @@ pub use error::ShardError;
 pub use events::{Leadership, ShardEvent};
 pub use group::{Group, GroupState};
 pub use network::UnreachableNetwork;
-pub use replica::{clock_ms, leadership_changes, Quiet, QuietLead, ShardReplica};
+pub use replica::{
+    clock_ms, leadership_changes, quiet_transitions, Heard, Quiet, QuietLead, ShardReplica,
+};
 pub use retry::Retry;
 pub use storage::{stored_groups, Store};
 pub use types::{ShardRaft, TypeConfig};

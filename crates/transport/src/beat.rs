@@ -4,19 +4,28 @@
 //! sends no heartbeats, its followers stop their election timers. What keeps them safe is this
 //! node-level beat instead of one heartbeat per group and follower:
 //!
-//! - every `interval`, [`run`] looks at each group the node hosts (one clock reading per
-//!   round): a settled leader quiets itself after `quiesce_after`, a quiescent follower whose
-//!   leader's node has not listed it for its silence bound ticks again;
-//! - it sends each peer one `Beat` listing the groups this node leads quiescently that the peer
-//!   is a member of, and the groups its previous beat listed that woke since (a peer that was
-//!   listed groups last time gets the next beat even when it lists none);
+//! - every `interval`, [`run`] quiets the leaders whose groups settled, and sends each peer one
+//!   `Beat` listing the groups this node leads quiescently that the peer is a member of;
 //! - the peer ([`receive`]) quiets each listed group it follows in that term with the whole
-//!   log, wakes its quiet followers of the woken groups, and answers the listed groups it cannot
-//!   follow quietly, which the sender then wakes. Its work is proportional to what the beat
-//!   lists, not to the groups it hosts.
+//!   log, wakes its quiet followers of the groups its previous listing named and this one does
+//!   not, and answers the listed groups it cannot follow quietly, which the sender then wakes;
+//! - a quiet follower takes each beat of its leader's node as word from its leader: when that
+//!   node is not heard for the follower's silence bound, the follower ticks again, and elects if
+//!   the leader is gone.
+//!
+//! What an idle node's round costs does not grow with its groups:
+//! - listings are numbered per peer, and a beat whose listing the peer already holds carries
+//!   only its number (an *unchanged* beat), which the peer answers by storing one time: the
+//!   [`Heard`] every quiet follower of the sender's groups shares;
+//! - the round looks at every group only when one was added or removed or changed its
+//!   quiescence since the last round ([`ReplicaRegistry::seen`]); otherwise it looks at the
+//!   awake groups (to quiet those that settled), at the quiet leaders whose settled state is
+//!   due to be checked again (every `recheck`), and at the quiet followers of peers not heard
+//!   for `silence`.
 //!
 //! A peer of an earlier version, which does not know the beat, has the groups listed for it
-//! woken: they heartbeat it as before.
+//! woken: they heartbeat it as before. One that knows the beat but not numbered listings is sent
+//! the whole listing every time.
 //!
 //! A beat to a peer that has not answered the previous one is skipped, so a dead peer costs one
 //! pending call, not a queue of them.
@@ -28,11 +37,11 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use taskmesh_rpc::v1 as pb;
 use taskmesh_rpc::v1::raft_transport_client::RaftTransportClient;
-use taskmesh_shard::Quiet;
+use taskmesh_shard::{Heard, Quiet, QuietLead};
 use tonic::Status;
 
 use crate::channels::PeerChannels;
-use crate::registry::ReplicaRegistry;
+use crate::registry::{HostedGroup, ReplicaRegistry};
 
 /// How a node beats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,12 +53,200 @@ pub struct BeatConfig {
     /// How long a leader's group must stay settled before it quiesces; zero: groups never
     /// quiesce (they heartbeat as usual, and the node sends no beats).
     pub quiesce_after: Duration,
+    /// How often a quiescent leader's group is checked again for being settled. A leader that
+    /// stopped leading while quiet is normally found sooner: a member that answers a beat from a
+    /// newer term asks for the group to wake.
+    pub recheck: Duration,
+    /// How long a peer may go unheard before the quiet followers of its groups check their
+    /// silence bounds (each at least this): the shortest election timeout.
+    pub silence: Duration,
 }
 
-/// What the node beats to one peer in a round.
-struct Beat {
+/// The groups a node leads quiescently among those one peer is a member of, in group order:
+/// the `groups`, `terms` and `commits` of a full beat.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Listing {
+    groups: Vec<u32>,
+    terms: Vec<u64>,
+    commits: Vec<u64>,
+}
+
+impl Listing {
+    fn push(&mut self, group: u32, lead: QuietLead) {
+        self.groups.push(group);
+        self.terms.push(lead.term);
+        self.commits.push(lead.commit);
+    }
+
+    fn entries(&self) -> impl Iterator<Item = (u32, u64, u64)> + '_ {
+        self.groups
+            .iter()
+            .zip(&self.terms)
+            .zip(&self.commits)
+            .map(|((g, t), c)| (*g, *t, *c))
+    }
+}
+
+/// What a node heard from each peer's beats (the receiving side).
+#[derive(Default)]
+pub(crate) struct PeerListings {
+    peers: Mutex<HashMap<u64, PeerListing>>,
+}
+
+/// The last listing of one peer's beats.
+#[derive(Default)]
+struct PeerListing {
+    /// When the peer's beats were last heard; kept for as long as the node runs, so every
+    /// replica that follows one of its groups quietly holds this one.
+    heard: Heard,
+    /// The number of `listing` (0: none held).
+    id: u64,
+    listing: Listing,
+    /// [`ReplicaRegistry::seen`] when `listing` was last applied to the groups.
+    seen: (u64, u64),
+}
+
+/// A quiescent leader, as the node's round keeps it.
+struct Lead {
+    group: Arc<dyn HostedGroup>,
+    lead: QuietLead,
+    /// The other members and their addresses. A membership change wakes the group first, so
+    /// they stay right for as long as it stays quiet.
+    peers: Vec<(u64, String)>,
+    /// When the round last had the group check that it is still settled, on `clock_ms`.
+    checked_ms: u64,
+}
+
+/// What the node beats to one peer (the sending side).
+#[derive(Default)]
+struct Link {
     addr: String,
-    request: pb::BeatRequest,
+    /// The current listing for the peer, and its number.
+    listing: Arc<Listing>,
+    id: u64,
+    /// The number of the listing the peer said it holds (0: none).
+    acked: u64,
+    /// The peer keeps listings: it may be sent unchanged beats.
+    keeps: bool,
+    /// Groups the peer may hold as listed: the last listing it acknowledged, and any sent to it
+    /// since.
+    listed: HashSet<u32>,
+    /// A beat to the peer is under way.
+    in_flight: bool,
+}
+
+/// The node's view of its groups between rounds.
+#[derive(Default)]
+struct Round {
+    leads: HashMap<u32, Lead>,
+    /// Groups neither leading nor following quietly when last looked at: visited every round.
+    awake: Vec<Arc<dyn HostedGroup>>,
+    /// Quiet followers when the groups were last all looked at.
+    following: usize,
+    /// [`ReplicaRegistry::seen`] before the groups were last all looked at.
+    seen: Option<(u64, u64)>,
+}
+
+impl Round {
+    /// Look at the groups at `now`; returns whether the set of quiet leaders or what they list
+    /// changed.
+    fn visit(&mut self, registry: &ReplicaRegistry, cfg: &BeatConfig, now: u64) -> bool {
+        let seen = registry.seen();
+        if self.seen != Some(seen) {
+            self.seen = Some(seen);
+            return self.visit_all(registry, cfg, now);
+        }
+        let mut changed = false;
+        let leads = &mut self.leads;
+        self.awake
+            .retain(|group| match group.tick_quiet(now, cfg.quiesce_after) {
+                Some(lead) => {
+                    leads.insert(group.group_id(), Lead::new(group.clone(), lead, now));
+                    changed = true;
+                    false
+                }
+                None => true,
+            });
+        let recheck = cfg.recheck.as_millis() as u64;
+        leads.retain(|_, l| {
+            if now.saturating_sub(l.checked_ms) < recheck {
+                return true;
+            }
+            l.checked_ms = now;
+            match l.group.tick_quiet(now, cfg.quiesce_after) {
+                Some(lead) => {
+                    changed |= lead != l.lead;
+                    l.lead = lead;
+                    true
+                }
+                None => {
+                    // It woke, which the next round sees as a change of quiescence.
+                    changed = true;
+                    false
+                }
+            }
+        });
+        changed
+    }
+
+    fn visit_all(&mut self, registry: &ReplicaRegistry, cfg: &BeatConfig, now: u64) -> bool {
+        let mut before = std::mem::take(&mut self.leads);
+        let mut changed = false;
+        self.awake.clear();
+        self.following = 0;
+        for group in registry.groups() {
+            let id = group.group_id();
+            match group.tick_quiet(now, cfg.quiesce_after) {
+                Some(lead) => {
+                    let kept = match before.remove(&id) {
+                        Some(mut l) if Arc::ptr_eq(&l.group, &group) => {
+                            changed |= l.lead != lead;
+                            l.lead = lead;
+                            l
+                        }
+                        _ => {
+                            changed = true;
+                            Lead::new(group, lead, now)
+                        }
+                    };
+                    self.leads.insert(id, kept);
+                }
+                None if matches!(group.quiet(), Quiet::Following { .. }) => self.following += 1,
+                None => self.awake.push(group),
+            }
+        }
+        changed || !before.is_empty()
+    }
+
+    /// The listing for each peer of the quiet leaders, with its address.
+    fn listings(&self) -> HashMap<u64, (String, Listing)> {
+        let mut ids: Vec<u32> = self.leads.keys().copied().collect();
+        ids.sort_unstable();
+        let mut out: HashMap<u64, (String, Listing)> = HashMap::new();
+        for id in ids {
+            let l = &self.leads[&id];
+            for (peer, addr) in &l.peers {
+                out.entry(*peer)
+                    .or_insert_with(|| (addr.clone(), Listing::default()))
+                    .1
+                    .push(id, l.lead);
+            }
+        }
+        out
+    }
+}
+
+impl Lead {
+    fn new(group: Arc<dyn HostedGroup>, lead: QuietLead, now: u64) -> Self {
+        let mut peers = Vec::new();
+        group.for_each_peer(&mut |peer, addr| peers.push((peer, addr.to_string())));
+        Self {
+            group,
+            lead,
+            peers,
+            checked_ms: now,
+        }
+    }
 }
 
 /// Beat for node `node_id` until the task is aborted: check and quiet the groups of `registry`,
@@ -68,88 +265,152 @@ pub async fn run(node_id: u64, registry: ReplicaRegistry, pool: PeerChannels, cf
     );
     let mut ticker = tokio::time::interval(cfg.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let in_flight: Arc<Mutex<HashSet<u64>>> = Arc::default();
-    // Per peer: its address and the groups the last beat sent to it listed.
-    let mut listed_before: HashMap<u64, (String, HashSet<u32>)> = HashMap::new();
+    let links: Arc<Mutex<HashMap<u64, Link>>> = Arc::default();
+    let mut round = Round::default();
+    let timeout = cfg.interval.max(Duration::from_millis(10)) * 2;
     loop {
         ticker.tick().await;
         let now = taskmesh_shard::clock_ms();
-        let mut beats: HashMap<u64, Beat> = HashMap::new();
-        let (mut leading, mut following) = (0usize, 0usize);
-        for group in registry.groups() {
-            let Some(lead) = group.tick_quiet(now, cfg.quiesce_after) else {
-                if matches!(group.quiet(), Quiet::Following { .. }) {
-                    following += 1;
-                }
+        check_silences(&registry, &cfg, now);
+        let changed = round.visit(&registry, &cfg, now);
+        quiet_leaders.set(round.leads.len() as f64);
+        quiet_followers.set(round.following as f64);
+        let mut links_now = links.lock();
+        if changed {
+            let mut fresh = round.listings();
+            for (peer, link) in links_now.iter_mut() {
+                let listing = fresh.remove(peer).map(|(_, l)| l).unwrap_or_default();
+                link.set(listing);
+            }
+            for (peer, (addr, listing)) in fresh {
+                let link = links_now.entry(peer).or_default();
+                link.addr = addr;
+                link.set(listing);
+            }
+        }
+        // A peer with nothing listed, nothing to unlist and nothing under way needs no beats.
+        links_now
+            .retain(|_, l| l.in_flight || !l.listing.groups.is_empty() || !l.listed.is_empty());
+        for (peer, link) in links_now.iter_mut() {
+            if link.in_flight {
+                // The previous beat is still out: the next round tells the peer instead.
                 continue;
+            }
+            link.in_flight = true;
+            let beat = Outgoing {
+                peer: *peer,
+                addr: link.addr.clone(),
+                listing: link.listing.clone(),
+                id: link.id,
+                unchanged: link.keeps && link.acked == link.id,
+                woken: link
+                    .listed
+                    .iter()
+                    .filter(|g| !link.listing.groups.contains(g))
+                    .copied()
+                    .collect(),
             };
-            leading += 1;
-            let id = group.group_id();
-            group.for_each_peer(&mut |peer, addr| {
-                let beat = beats.entry(peer).or_insert_with(|| Beat {
-                    addr: addr.to_string(),
-                    request: pb::BeatRequest {
-                        from: node_id,
-                        target: peer,
-                        ..Default::default()
-                    },
-                });
-                beat.request.groups.push(id);
-                beat.request.terms.push(lead.term);
-                beat.request.commits.push(lead.commit);
-            });
-        }
-        quiet_leaders.set(leading as f64);
-        quiet_followers.set(following as f64);
-        // What each peer's previous beat listed and this one does not: woken.
-        for (peer, (addr, before)) in std::mem::take(&mut listed_before) {
-            let beat = beats.entry(peer).or_insert_with(|| Beat {
-                addr,
-                request: pb::BeatRequest {
-                    from: node_id,
-                    target: peer,
-                    ..Default::default()
-                },
-            });
-            let now_listed: HashSet<u32> = beat.request.groups.iter().copied().collect();
-            beat.request.woken = before
-                .into_iter()
-                .filter(|g| !now_listed.contains(g))
-                .collect();
-        }
-        for (peer, beat) in beats {
-            let Beat { addr, request } = beat;
-            if !in_flight.lock().insert(peer) {
-                // The previous beat is still out: the next round tells the peer instead, and
-                // what woke meanwhile reaches it then.
-                let mut owed: HashSet<u32> = request.groups.iter().copied().collect();
-                owed.extend(request.woken.iter().copied());
-                listed_before.insert(peer, (addr, owed));
-                continue;
-            }
-            if !request.groups.is_empty() {
-                let listed = request.groups.iter().copied().collect();
-                listed_before.insert(peer, (addr.clone(), listed));
-            }
-            let (pool, registry, in_flight) = (pool.clone(), registry.clone(), in_flight.clone());
-            let timeout = cfg.interval.max(Duration::from_millis(10)) * 2;
+            let (pool, registry, links) = (pool.clone(), registry.clone(), links.clone());
             tokio::spawn(async move {
-                send(&pool, &registry, peer, &addr, request, timeout).await;
-                in_flight.lock().remove(&peer);
+                send(node_id, &pool, &registry, &links, beat, timeout).await;
             });
         }
     }
 }
 
-/// Send one beat and wake the groups the peer asks for.
+impl Link {
+    /// Make `listing` the current listing, numbered anew if it differs.
+    fn set(&mut self, listing: Listing) {
+        if *self.listing != listing {
+            self.listing = Arc::new(listing);
+            self.id += 1;
+        }
+    }
+}
+
+/// One beat to send.
+struct Outgoing {
+    peer: u64,
+    addr: String,
+    listing: Arc<Listing>,
+    id: u64,
+    /// Send only the listing's number.
+    unchanged: bool,
+    /// What to list as woken in a full beat.
+    woken: Vec<u32>,
+}
+
+impl Outgoing {
+    fn request(&self, from: u64, unchanged: bool) -> pb::BeatRequest {
+        let mut request = pb::BeatRequest {
+            from,
+            target: self.peer,
+            listing: self.id,
+            unchanged,
+            ..Default::default()
+        };
+        if !unchanged {
+            request.groups = self.listing.groups.clone();
+            request.terms = self.listing.terms.clone();
+            request.commits = self.listing.commits.clone();
+            request.woken = self.woken.clone();
+        }
+        request
+    }
+}
+
+/// Send one beat (and the whole listing at once if the peer asks for it), record what the peer
+/// now holds, and wake the groups it asks for.
 async fn send(
+    node_id: u64,
     pool: &PeerChannels,
     registry: &ReplicaRegistry,
-    peer: u64,
-    addr: &str,
-    beat: pb::BeatRequest,
+    links: &Mutex<HashMap<u64, Link>>,
+    beat: Outgoing,
     timeout: Duration,
 ) {
+    let mut unchanged = beat.unchanged;
+    let mut answer = call(pool, &beat, beat.request(node_id, unchanged), timeout).await;
+    if unchanged && answer.as_ref().is_some_and(|a| a.resend) {
+        unchanged = false;
+        answer = call(pool, &beat, beat.request(node_id, unchanged), timeout).await;
+    }
+    {
+        let mut links = links.lock();
+        if let Some(link) = links.get_mut(&beat.peer) {
+            link.in_flight = false;
+            match &answer {
+                Some(a) if !unchanged => {
+                    link.keeps = a.keeps_listings;
+                    link.acked = beat.id;
+                    link.listed = beat.listing.groups.iter().copied().collect();
+                }
+                Some(_) => {}
+                // Whether it arrived is unknown: the peer may hold these as listed.
+                None if !unchanged => link.listed.extend(beat.listing.groups.iter().copied()),
+                None => {}
+            }
+        }
+    }
+    for id in answer.map(|a| a.wake).unwrap_or_default() {
+        if let Some(group) = registry.get(id) {
+            tracing::debug!(
+                peer = beat.peer,
+                group = id,
+                "peer cannot follow quietly; waking"
+            );
+            group.wake().await;
+        }
+    }
+}
+
+/// One beat call; `None` when it failed.
+async fn call(
+    pool: &PeerChannels,
+    beat: &Outgoing,
+    request: pb::BeatRequest,
+    timeout: Duration,
+) -> Option<pb::BeatResponse> {
     let outcome = |ok: bool| {
         taskmesh_metrics::metrics::counter!(
             taskmesh_metrics::names::RAFT_BEATS,
@@ -157,52 +418,74 @@ async fn send(
         )
         .increment(1);
     };
-    let channel = match pool.channel(peer, addr) {
+    let peer = beat.peer;
+    let channel = match pool.channel(peer, &beat.addr) {
         Ok(channel) => channel,
         Err(e) => {
             tracing::debug!(peer, error = %e, "no channel for a beat");
             outcome(false);
-            return;
+            return None;
         }
     };
-    let listed = beat.groups.clone();
-    let mut request = tonic::Request::new(beat);
+    let listed = request.groups.clone();
+    let mut request = tonic::Request::new(request);
     request.set_timeout(timeout);
     let mut client = RaftTransportClient::new(channel);
-    let call = client.beat(request);
-    let answer = match tokio::time::timeout(timeout, call).await {
+    match tokio::time::timeout(timeout, client.beat(request)).await {
         Ok(Ok(answer)) => {
             outcome(true);
-            answer.into_inner()
+            Some(answer.into_inner())
         }
         Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
             // A peer of an earlier version (during a rolling upgrade) cannot follow quietly:
             // the groups it is a member of keep heartbeating it.
             outcome(false);
-            pb::BeatResponse { wake: listed }
+            Some(pb::BeatResponse {
+                wake: listed,
+                ..Default::default()
+            })
         }
         Ok(Err(status)) => {
             tracing::debug!(peer, status = %status, "beat failed");
             outcome(false);
-            return;
+            None
         }
         Err(_) => {
             tracing::debug!(peer, "beat timed out");
             outcome(false);
-            return;
+            None
         }
-    };
-    for id in answer.wake {
-        if let Some(group) = registry.get(id) {
-            tracing::debug!(peer, group = id, "peer cannot follow quietly; waking");
-            group.wake().await;
+    }
+}
+
+/// The quiet followers of peers not heard for `cfg.silence` check their silence bounds (each
+/// is at least that); a peer none of whose groups this node still follows quietly has its
+/// listing dropped, so that its next unchanged beat is answered `resend`.
+fn check_silences(registry: &ReplicaRegistry, cfg: &BeatConfig, now: u64) {
+    let silence = cfg.silence.as_millis() as u64;
+    let mut peers = registry.listings().peers.lock();
+    for (peer, heard) in peers.iter_mut() {
+        if heard.listing.groups.is_empty() || now.saturating_sub(heard.heard.at_ms()) <= silence {
+            continue;
+        }
+        let mut following = false;
+        for id in &heard.listing.groups {
+            if let Some(group) = registry.get(*id) {
+                following |= group.check_silence(*peer, now);
+            }
+        }
+        if !following {
+            heard.id = 0;
+            heard.listing = Listing::default();
         }
     }
 }
 
 /// Handle a beat of node `req.from` on node `node_id`: quiet the listed groups this node follows
-/// in that term with the whole log, wake its quiet followers of the woken groups, and answer
-/// the listed groups the sender must wake.
+/// in that term with the whole log, wake its quiet followers of the groups the sender's previous
+/// listing named and this one does not (or that it lists as woken), and answer the listed groups
+/// the sender must wake. An unchanged beat of the listing held stores the time it was heard,
+/// and applies the listing again only if the groups changed since it was last applied.
 pub fn receive(
     node_id: u64,
     registry: &ReplicaRegistry,
@@ -218,18 +501,58 @@ pub fn receive(
         )));
     }
     let now = taskmesh_shard::clock_ms();
+    let seen = registry.seen();
+    let mut peers = registry.listings().peers.lock();
+    let mut answer = pb::BeatResponse {
+        keeps_listings: true,
+        ..Default::default()
+    };
+    if req.unchanged {
+        let held = peers
+            .get_mut(&req.from)
+            .filter(|p| req.listing != 0 && p.id == req.listing);
+        let Some(peer) = held else {
+            answer.resend = true;
+            return Ok(answer);
+        };
+        peer.heard.touch(now);
+        if peer.seen != seen {
+            peer.seen = seen;
+            answer.wake = follow(registry, req.from, &peer.listing, &peer.heard);
+        }
+        return Ok(answer);
+    }
+    let listing = Listing {
+        groups: req.groups.clone(),
+        terms: req.terms.clone(),
+        commits: req.commits.clone(),
+    };
+    let peer = peers.entry(req.from).or_default();
+    peer.heard.touch(now);
+    answer.wake = follow(registry, req.from, &listing, &peer.heard);
+    let listed: HashSet<u32> = listing.groups.iter().copied().collect();
+    let unlisted = peer.listing.groups.iter().chain(&req.woken);
+    for id in unlisted.filter(|g| !listed.contains(g)) {
+        if let Some(group) = registry.get(*id) {
+            group.unlisted_by(req.from);
+        }
+    }
+    peer.id = req.listing;
+    peer.listing = listing;
+    peer.seen = seen;
+    Ok(answer)
+}
+
+/// Quiet this node's followers of the groups in node `leader`'s `listing`, heard at `heard`;
+/// returns the groups that cannot follow quietly.
+fn follow(registry: &ReplicaRegistry, leader: u64, listing: &Listing, heard: &Heard) -> Vec<u32> {
     let mut wake = Vec::new();
-    for ((group, term), commit) in req.groups.iter().zip(&req.terms).zip(&req.commits) {
-        if let Some(replica) = registry.get(*group) {
-            if !replica.follow_quietly(req.from, *term, *commit, now) {
-                wake.push(*group);
+    for (id, term, commit) in listing.entries() {
+        if let Some(group) = registry.get(id) {
+            if !group.follow_quietly(leader, term, commit, heard) {
+                wake.push(id);
             }
         }
     }
-    for group in &req.woken {
-        if let Some(replica) = registry.get(*group) {
-            replica.unlisted_by(req.from);
-        }
-    }
-    Ok(pb::BeatResponse { wake })
+    wake
 }

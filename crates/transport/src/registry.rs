@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use taskmesh_shard::types::{Snapshot, Vote};
-use taskmesh_shard::{Group, GroupState, Quiet, QuietLead, ShardReplica};
+use taskmesh_shard::{Group, GroupState, Heard, Quiet, QuietLead, ShardReplica};
 use tonic::Status;
 
 /// A hosted group as the transport server sees it: each call takes openraft's request as JSON
@@ -43,9 +44,12 @@ pub trait HostedGroup: Send + Sync + 'static {
     fn tick_quiet(&self, now_ms: u64, after: Duration) -> Option<QuietLead>;
     /// Call `f` with every other member of the group and its address.
     fn for_each_peer(&self, f: &mut dyn FnMut(u64, &str));
-    /// A beat of node `leader` lists the group ([`ShardReplica::follow_quietly`]); `false`:
-    /// the leader should wake it.
-    fn follow_quietly(&self, leader: u64, term: u64, commit: u64, now_ms: u64) -> bool;
+    /// A beat of node `leader`, heard at `heard`, lists the group
+    /// ([`ShardReplica::follow_quietly`]); `false`: the leader should wake it.
+    fn follow_quietly(&self, leader: u64, term: u64, commit: u64, heard: &Heard) -> bool;
+    /// Node `leader` has not been heard for a while ([`ShardReplica::check_silence`]); returns
+    /// whether the replica still follows it quietly.
+    fn check_silence(&self, leader: u64, now_ms: u64) -> bool;
     /// A beat of node `from` says the group woke ([`ShardReplica::unlisted_by`]).
     fn unlisted_by(&self, from: u64);
     /// Tick again, heartbeating at once if leading ([`ShardReplica::wake`]).
@@ -176,8 +180,12 @@ impl<S: GroupState> HostedGroup for ShardReplica<S> {
         }
     }
 
-    fn follow_quietly(&self, leader: u64, term: u64, commit: u64, now_ms: u64) -> bool {
-        ShardReplica::follow_quietly(self, leader, term, commit, now_ms)
+    fn follow_quietly(&self, leader: u64, term: u64, commit: u64, heard: &Heard) -> bool {
+        ShardReplica::follow_quietly(self, leader, term, commit, heard)
+    }
+
+    fn check_silence(&self, leader: u64, now_ms: u64) -> bool {
+        ShardReplica::check_silence(self, leader, now_ms)
     }
 
     fn unlisted_by(&self, from: u64) {
@@ -189,7 +197,8 @@ impl<S: GroupState> HostedGroup for ShardReplica<S> {
     }
 }
 
-/// The groups this node hosts, keyed by group id. Cheap to clone: clones share the map.
+/// The groups this node hosts, keyed by group id, and what the node's beats heard about them
+/// from its peers. Cheap to clone: clones share both.
 ///
 /// The node inserts a replica once it is open (a message for a group that is not here yet is
 /// answered `NOT_FOUND`, which the sender treats as an unreachable peer and retries later) and
@@ -197,6 +206,10 @@ impl<S: GroupState> HostedGroup for ShardReplica<S> {
 #[derive(Clone, Default)]
 pub struct ReplicaRegistry {
     groups: Arc<RwLock<HashMap<u32, Arc<dyn HostedGroup>>>>,
+    /// Counts the insertions and removals.
+    generation: Arc<AtomicU64>,
+    /// The last listing of each peer's beats (see `beat.rs`).
+    listings: Arc<crate::beat::PeerListings>,
 }
 
 impl ReplicaRegistry {
@@ -208,12 +221,29 @@ impl ReplicaRegistry {
     /// Register `replica` under its group id; returns whether it replaced another.
     pub fn insert<S: GroupState>(&self, replica: ShardReplica<S>) -> bool {
         let id = replica.shard_id();
-        self.groups.write().insert(id, Arc::new(replica)).is_some()
+        let replaced = self.groups.write().insert(id, Arc::new(replica)).is_some();
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        replaced
     }
 
     /// Unregister the group `id`; returns whether it was registered.
     pub fn remove(&self, id: u32) -> bool {
-        self.groups.write().remove(&id).is_some()
+        let removed = self.groups.write().remove(&id).is_some();
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        removed
+    }
+
+    /// Where the groups stand as a whole: while it reads the same, no group was added or
+    /// removed and no replica changed its quiescence (it pairs the registry's count of
+    /// insertions and removals with [`taskmesh_shard::quiet_transitions`], read in that order).
+    pub(crate) fn seen(&self) -> (u64, u64) {
+        let generation = self.generation.load(Ordering::SeqCst);
+        (generation, taskmesh_shard::quiet_transitions())
+    }
+
+    /// What this node's beats heard from each peer.
+    pub(crate) fn listings(&self) -> &crate::beat::PeerListings {
+        &self.listings
     }
 
     /// The group `id`, if this node hosts it.

@@ -29,7 +29,7 @@ mod membership;
 mod quiesce;
 mod read;
 
-pub use quiesce::{Quiet, QuietLead};
+pub use quiesce::{quiet_transitions, Heard, Quiet, QuietLead};
 
 use read::{ReadBatch, ReadLease};
 
@@ -318,22 +318,19 @@ impl<S: GroupState> ShardReplica<S> {
     /// Record that a leader's AppendEntries (entries or a heartbeat) reached this replica now
     /// (the transport calls it for each one it hands to the group).
     pub fn note_leader_contact(&self) {
-        self.note_leader_contact_at(clock_ms());
-    }
-
-    fn note_leader_contact_at(&self, now_ms: u64) {
         self.inner
             .leader_contact_ms
-            .store(now_ms.max(1), std::sync::atomic::Ordering::Relaxed);
+            .store(clock_ms().max(1), std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// How long ago a leader's AppendEntries, or a beat of its node that listed the group, last
-    /// reached this replica; `None` when none has since it was opened.
+    /// How long ago a leader's AppendEntries, or (following quietly) a beat of its node that
+    /// lists the group, last reached this replica; `None` when none has since it was opened.
     pub fn since_leader_contact(&self) -> Option<std::time::Duration> {
         let at = self
             .inner
             .leader_contact_ms
-            .load(std::sync::atomic::Ordering::Relaxed);
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .max(self.quiet_leader_heard_ms().unwrap_or(0));
         (at > 0).then(|| std::time::Duration::from_millis(clock_ms().saturating_sub(at)))
     }
 

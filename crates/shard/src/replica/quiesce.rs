@@ -1,13 +1,19 @@
 //! Quiescence: an idle group stops its Raft timers on every replica, so that it costs no
 //! heartbeats and no timer wake-ups, and wakes on the first thing that needs it.
 //!
-//! Deciding is up to the node (the transport's node beat, which calls the methods here once per
-//! round and group, with one reading of [`super::clock_ms`]): a leader whose group has settled
-//! quiets itself ([`ShardReplica::tick_quiet`]) and is listed in the beats its node sends its
-//! peers; a follower listed by its leader's node quiets itself
-//! ([`ShardReplica::follow_quietly`]); a follower whose leader's node says the group woke
-//! ([`ShardReplica::unlisted_by`]) or falls silent ([`ShardReplica::tick_quiet`]) ticks again
-//! and, if the leader is gone, elects as it would have anyway.
+//! Deciding is up to the node (the transport's node beat, which calls the methods here with one
+//! reading of [`super::clock_ms`] per round): a leader whose group has settled quiets itself
+//! ([`ShardReplica::tick_quiet`]) and is listed in the beats its node sends its peers; a
+//! follower listed by its leader's node quiets itself ([`ShardReplica::follow_quietly`]); a
+//! follower whose leader's node says the group woke ([`ShardReplica::unlisted_by`]) or falls
+//! silent ([`ShardReplica::check_silence`]) ticks again and, if the leader is gone, elects as it
+//! would have anyway.
+//!
+//! What keeps an idle node's rounds from visiting every group:
+//! - a quiet follower does not record each beat that lists it: it shares its leader's node's
+//!   [`Heard`] with every other group that node lists, and the beat stores one time in it;
+//! - every change of any replica's mode counts in [`quiet_transitions`], so the node's round
+//!   knows when what it saw of its groups last time may be out of date.
 //!
 //! Why it stays safe and live:
 //! - Quieting only stops openraft's ticker (`RuntimeConfig::tick(false)`): no heartbeats from a
@@ -27,6 +33,7 @@
 //!   heartbeat round before it reads, as an awake leader's read does when its lease lapsed.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
@@ -66,6 +73,40 @@ pub enum Quiet {
     },
 }
 
+/// When the beats of one node were last heard, on `clock_ms` (0: never). The receiving node
+/// keeps one per peer and stores the time of each beat in it; every replica that follows a group
+/// of that peer quietly holds a clone, so one store refreshes them all. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Heard(Arc<AtomicU64>);
+
+impl Heard {
+    /// Never heard yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A beat arrived at `now_ms`.
+    pub fn touch(&self, now_ms: u64) {
+        self.0.fetch_max(now_ms, Ordering::AcqRel);
+    }
+
+    /// When the last beat arrived (0: none yet).
+    pub fn at_ms(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Changes of any replica's quiescence in this process: quieting, waking, and following another
+/// leadership. A node that saw its groups at one count knows that none changed mode while it
+/// still reads the same count. Every node in the process counts in the one total, which only
+/// makes a node look again sooner than it had to.
+static TRANSITIONS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times a replica of this process changed its quiescence so far (see [`TRANSITIONS`]).
+pub fn quiet_transitions() -> u64 {
+    TRANSITIONS.load(Ordering::SeqCst)
+}
+
 /// A replica's quiescence. Transitions happen under `lock`, so the ticker's state always
 /// matches `mode`; the propose path and the node's rounds read the atomics without it.
 #[derive(Default)]
@@ -80,18 +121,36 @@ pub(super) struct Quiescence {
     commit: AtomicU64,
     /// Leading: when the group was last found settled, on `clock_ms`.
     verified_ms: AtomicU64,
-    /// Following: when the leader's node last listed the group, on `clock_ms`.
-    listed_ms: AtomicU64,
     /// Following: how long the leader's node may stay silent before the replica ticks again,
     /// drawn from the election timeout's range when it quieted.
     silence_ms: AtomicU64,
 }
 
-/// A leader's progress towards quiescence.
+/// What a replica's quiescence keeps under its lock.
 #[derive(Default)]
 pub(super) struct Settling {
-    /// The last log index seen settled, and since when (on `clock_ms`).
+    /// Leading, or on the way to: the last log index seen settled, and since when (on
+    /// `clock_ms`).
     since: Option<(u64, u64)>,
+    /// Following: when the leader's node was last heard.
+    heard: Option<Heard>,
+}
+
+impl Quiescence {
+    /// Enter `mode`; returns the mode it left. The caller holds `lock`.
+    fn enter(&self, mode: u8) -> u8 {
+        let was = self.mode.swap(mode, Ordering::SeqCst);
+        if was != mode {
+            TRANSITIONS.fetch_add(1, Ordering::SeqCst);
+        }
+        was
+    }
+
+    /// Following: how long ago (at `now_ms`) the leader's node was last heard. The caller holds
+    /// `lock`.
+    fn silence(settling: &Settling, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(settling.heard.as_ref().map_or(0, Heard::at_ms))
+    }
 }
 
 /// A draw in `[lo, hi]` from the clock and the replica's identity: followers of one leader quiet
@@ -145,7 +204,8 @@ impl<S: GroupState> ShardReplica<S> {
         }
         let mut settling = q.lock.lock();
         settling.since = None;
-        let was = q.mode.swap(AWAKE, Ordering::SeqCst);
+        settling.heard = None;
+        let was = q.enter(AWAKE);
         if was != AWAKE {
             self.set_ticking(true);
             tracing::debug!(shard = self.inner.cfg.shard_id, "group woke");
@@ -165,15 +225,7 @@ impl<S: GroupState> ShardReplica<S> {
     pub fn tick_quiet(&self, now_ms: u64, after: Duration) -> Option<QuietLead> {
         let q = &self.inner.quiet;
         if q.mode.load(Ordering::SeqCst) == FOLLOWING {
-            let silent = now_ms.saturating_sub(q.listed_ms.load(Ordering::Acquire))
-                > q.silence_ms.load(Ordering::Acquire);
-            if silent {
-                tracing::debug!(
-                    shard = self.inner.cfg.shard_id,
-                    "the leader's node fell silent; ticking again"
-                );
-                self.wake_now();
-            }
+            self.check_silence(q.leader.load(Ordering::Acquire), now_ms);
             return None;
         }
         if after.is_zero() {
@@ -197,7 +249,7 @@ impl<S: GroupState> ShardReplica<S> {
         let Some(lead) = settled else {
             settling.since = None;
             if mode == LEADING {
-                q.mode.store(AWAKE, Ordering::SeqCst);
+                q.enter(AWAKE);
                 self.set_ticking(true);
             }
             return None;
@@ -211,8 +263,9 @@ impl<S: GroupState> ShardReplica<S> {
             }
             FOLLOWING => {
                 // It became leader while quiet (a transfer to it): it must tick to lead.
-                q.mode.store(AWAKE, Ordering::SeqCst);
+                q.enter(AWAKE);
                 settling.since = None;
+                settling.heard = None;
                 self.set_ticking(true);
                 return None;
             }
@@ -231,9 +284,9 @@ impl<S: GroupState> ShardReplica<S> {
         }
         // Publish the mode before checking for proposals: a proposal counts itself in before
         // it reads the mode, so one of the two sees the other.
-        q.mode.store(LEADING, Ordering::SeqCst);
+        q.enter(LEADING);
         if self.inner.proposing.load(Ordering::SeqCst) != 0 {
-            q.mode.store(AWAKE, Ordering::SeqCst);
+            q.enter(AWAKE);
             settling.since = None;
             return None;
         }
@@ -286,12 +339,12 @@ impl<S: GroupState> ShardReplica<S> {
         })
     }
 
-    /// On a follower, at `now_ms`, for a beat of node `leader` that lists the group as led
+    /// On a follower, for a beat of node `leader` heard at `heard` that lists the group as led
     /// quiescently in `term` with its log ending at `commit`: quiet this replica if it follows
-    /// that leader in that term and holds, has committed and has applied exactly that log.
-    /// Otherwise it ticks (it is behind, or sees another leader or term) and `false` asks the
-    /// leader to wake.
-    pub fn follow_quietly(&self, leader: NodeId, term: u64, commit: u64, now_ms: u64) -> bool {
+    /// that leader in that term and holds, has committed and has applied exactly that log; from
+    /// then on it takes `heard` as the time it last heard of its leader. Otherwise it ticks (it
+    /// is behind, or sees another leader or term) and `false` asks the leader to wake.
+    pub fn follow_quietly(&self, leader: NodeId, term: u64, commit: u64, heard: &Heard) -> bool {
         let q = &self.inner.quiet;
         if q.mode.load(Ordering::SeqCst) == FOLLOWING
             && q.leader.load(Ordering::Acquire) == leader
@@ -299,9 +352,7 @@ impl<S: GroupState> ShardReplica<S> {
             && q.commit.load(Ordering::Acquire) == commit
         {
             // Already following that leadership quietly: nothing reached the replica since, as
-            // a quiescent leader sends nothing.
-            q.listed_ms.store(now_ms, Ordering::Release);
-            self.note_leader_contact_at(now_ms);
+            // a quiescent leader sends nothing, and `heard` is the leader's node's.
             return true;
         }
         let ok = {
@@ -320,8 +371,8 @@ impl<S: GroupState> ShardReplica<S> {
             return false;
         }
         let cfg = &self.inner.cfg;
-        let _settling = q.lock.lock();
-        q.listed_ms.store(now_ms, Ordering::Release);
+        let mut settling = q.lock.lock();
+        settling.heard = Some(heard.clone());
         q.leader.store(leader, Ordering::Release);
         q.term.store(term, Ordering::Release);
         q.commit.store(commit, Ordering::Release);
@@ -333,7 +384,7 @@ impl<S: GroupState> ShardReplica<S> {
             ),
             Ordering::Release,
         );
-        if q.mode.swap(FOLLOWING, Ordering::SeqCst) != FOLLOWING {
+        if q.enter(FOLLOWING) != FOLLOWING {
             self.set_ticking(false);
             tracing::debug!(
                 shard = cfg.shard_id,
@@ -342,8 +393,41 @@ impl<S: GroupState> ShardReplica<S> {
                 "group quiesced (follower)"
             );
         }
-        self.note_leader_contact_at(now_ms);
         true
+    }
+
+    /// On a quiescent follower of node `leader` at `now_ms`: if that node has not been heard for
+    /// longer than the replica's silence bound, tick again. Returns whether the replica still
+    /// follows `leader` quietly.
+    pub fn check_silence(&self, leader: NodeId, now_ms: u64) -> bool {
+        let q = &self.inner.quiet;
+        if q.mode.load(Ordering::SeqCst) != FOLLOWING || q.leader.load(Ordering::Acquire) != leader
+        {
+            return false;
+        }
+        let silent = {
+            let settling = q.lock.lock();
+            Quiescence::silence(&settling, now_ms) > q.silence_ms.load(Ordering::Acquire)
+        };
+        if !silent {
+            return true;
+        }
+        tracing::debug!(
+            shard = self.inner.cfg.shard_id,
+            leader,
+            "the leader's node fell silent; ticking again"
+        );
+        self.wake_now();
+        false
+    }
+
+    /// Following quietly: when the leader's node was last heard, on `clock_ms`.
+    pub(super) fn quiet_leader_heard_ms(&self) -> Option<u64> {
+        let q = &self.inner.quiet;
+        if q.mode.load(Ordering::SeqCst) != FOLLOWING {
+            return None;
+        }
+        q.lock.lock().heard.as_ref().map(Heard::at_ms)
     }
 
     /// Node `from` says the group woke (or it no longer leads it quietly): if this replica

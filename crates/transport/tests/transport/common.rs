@@ -9,7 +9,7 @@ use std::time::Duration;
 use taskmesh_shard::{ShardConfig, ShardError, ShardReplica};
 use taskmesh_task::{Applied, Command, TaskRecord};
 use taskmesh_transport::{
-    open_replica, serve, PeerChannels, RaftService, ReplicaRegistry, TransportConfig,
+    open_replica, serve, BeatConfig, PeerChannels, RaftService, ReplicaRegistry, TransportConfig,
     TransportError,
 };
 use tokio::net::TcpListener;
@@ -57,6 +57,7 @@ pub struct TestNode {
     registry: ReplicaRegistry,
     stop: oneshot::Sender<()>,
     server: JoinHandle<Result<(), TransportError>>,
+    beats: Option<JoinHandle<()>>,
 }
 
 impl TestNode {
@@ -101,12 +102,26 @@ impl TestNode {
             registry,
             stop,
             server,
+            beats: None,
         }
+    }
+
+    /// Run the node beat (`taskmesh_transport::beat`) with `cfg` until the node stops.
+    pub fn start_beating(&mut self, cfg: BeatConfig) {
+        self.beats = Some(tokio::spawn(taskmesh_transport::beat::run(
+            self.id,
+            self.registry.clone(),
+            PeerChannels::new(Duration::from_secs(1)),
+            cfg,
+        )));
     }
 
     /// Stop the node as a process exit would: its Raft, then its server; release its database.
     /// Returns what [`TestNode::start`] needs to start it again.
     pub async fn stop(self) -> (u64, PathBuf, ShardConfig) {
+        if let Some(beats) = &self.beats {
+            beats.abort();
+        }
         self.registry.remove(SHARD);
         self.replica.shutdown().await.unwrap();
         let _ = self.stop.send(());

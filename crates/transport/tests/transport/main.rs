@@ -4,6 +4,7 @@
 // A test binary: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
+mod beat;
 mod cluster;
 mod common;
 mod service;

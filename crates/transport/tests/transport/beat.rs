@@ -1,0 +1,173 @@
+//! The node beat between real nodes: numbered listings, unchanged beats that keep an idle group
+//! quiet, a new listing that wakes what it drops, and silence that wakes the followers of a
+//! dead leader's node.
+
+use std::time::Duration;
+
+use taskmesh_rpc::v1 as pb;
+use taskmesh_rpc::v1::raft_transport_client::RaftTransportClient;
+use taskmesh_shard::Quiet;
+use taskmesh_transport::BeatConfig;
+use tempfile::TempDir;
+use tonic::Code;
+
+use crate::common::*;
+
+/// Beats every 100 ms (at most half the test nodes' 500 ms shortest election timeout); groups
+/// quiesce after 300 ms settled.
+fn beat_config() -> BeatConfig {
+    BeatConfig {
+        interval: Duration::from_millis(100),
+        quiesce_after: Duration::from_millis(300),
+        recheck: Duration::from_secs(10),
+        silence: Duration::from_millis(base_config().election_timeout_min_ms),
+    }
+}
+
+/// Three beating nodes of one group, bootstrapped; returns them with the leader's id once every
+/// replica is quiescent.
+async fn quiet_cluster(root: &std::path::Path) -> (Vec<TestNode>, u64) {
+    let mut nodes = start_cluster(root, &[1, 2, 3], &base_config()).await;
+    for n in &mut nodes {
+        n.start_beating(beat_config());
+    }
+    bootstrap(&nodes).await;
+    let leader = stable_leader(&nodes).await;
+    propose(&nodes, create("t-1")).await;
+    eventually("every replica quiesces", || all_quiet(&nodes, leader)).await;
+    (nodes, leader)
+}
+
+/// Whether node `leader` leads the group quiescently and every other node follows it quietly.
+fn all_quiet(nodes: &[TestNode], leader: u64) -> bool {
+    nodes.iter().all(|n| {
+        let want = if n.id == leader {
+            Quiet::Leading
+        } else {
+            Quiet::Following { leader }
+        };
+        n.replica.quiet() == want
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_beat_of_a_listing_the_node_does_not_hold_asks_for_the_listing() {
+    let dir = TempDir::new().unwrap();
+    let n = TestNode::start(1, &dir.path().join("n1"), &base_config()).await;
+    let mut c = RaftTransportClient::connect(format!("http://{}", n.addr))
+        .await
+        .unwrap();
+    let unchanged = pb::BeatRequest {
+        from: 2,
+        target: 1,
+        listing: 3,
+        unchanged: true,
+        ..Default::default()
+    };
+    let answer = c.beat(unchanged.clone()).await.unwrap().into_inner();
+    assert!(answer.resend, "{answer:?}");
+    assert!(answer.keeps_listings, "{answer:?}");
+    assert!(answer.wake.is_empty(), "{answer:?}");
+
+    // A full listing that the group cannot follow (it has no leader) is answered with the
+    // group to wake, and held: the same listing's unchanged beat is then taken.
+    let full = pb::BeatRequest {
+        groups: vec![SHARD],
+        terms: vec![1],
+        commits: vec![1],
+        unchanged: false,
+        ..unchanged.clone()
+    };
+    let answer = c.beat(full).await.unwrap().into_inner();
+    assert_eq!(answer.wake, vec![SHARD]);
+    assert!(!answer.resend);
+    assert_eq!(n.replica.quiet(), Quiet::Awake);
+    let answer = c.beat(unchanged.clone()).await.unwrap().into_inner();
+    assert!(!answer.resend, "{answer:?}");
+    // Another number is not the listing held.
+    let other = pb::BeatRequest {
+        listing: 4,
+        ..unchanged
+    };
+    assert!(c.beat(other).await.unwrap().into_inner().resend);
+
+    // Lists of different lengths are refused.
+    let bad = pb::BeatRequest {
+        from: 2,
+        target: 1,
+        groups: vec![SHARD],
+        terms: vec![],
+        commits: vec![1],
+        listing: 5,
+        ..Default::default()
+    };
+    assert_eq!(c.beat(bad).await.unwrap_err().code(), Code::InvalidArgument);
+    n.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_group_stays_quiescent_on_its_leaders_unchanged_beats() {
+    let dir = TempDir::new().unwrap();
+    let (nodes, leader) = quiet_cluster(dir.path()).await;
+    // Four longest election timeouts: without the leader's node heard, its followers would
+    // have ticked again by then. Every look finds every replica as quiet as before.
+    let until = tokio::time::Instant::now()
+        + Duration::from_millis(4 * base_config().election_timeout_max_ms);
+    while tokio::time::Instant::now() < until {
+        assert!(
+            all_quiet(&nodes, leader),
+            "{:?}",
+            nodes.iter().map(|n| n.replica.quiet()).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proposal_wakes_the_followers_through_the_next_listing_and_the_group_quiets_again() {
+    let dir = TempDir::new().unwrap();
+    let (nodes, leader) = quiet_cluster(dir.path()).await;
+    let term = node(&nodes, leader).term();
+    let followers: Vec<&TestNode> = nodes.iter().filter(|n| n.id != leader).collect();
+
+    node(&nodes, leader)
+        .replica
+        .propose(create("t-2"))
+        .await
+        .unwrap();
+    // The woken leader's next listing leaves the group out: its followers tick again (and
+    // stay awake for at least the 300 ms the leader needs to settle again).
+    eventually("the followers wake", || {
+        followers.iter().all(|n| n.replica.quiet() == Quiet::Awake)
+    })
+    .await;
+    eventually("the group quiesces again", || all_quiet(&nodes, leader)).await;
+    for n in &nodes {
+        assert!(n.has("t-2"), "node {}", n.id);
+        assert_eq!(n.term(), term, "no election on node {}", n.id);
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quiet_followers_of_a_node_that_falls_silent_elect_a_new_leader() {
+    let dir = TempDir::new().unwrap();
+    let (mut nodes, leader) = quiet_cluster(dir.path()).await;
+    let at = nodes.iter().position(|n| n.id == leader).unwrap();
+    nodes.remove(at).stop().await;
+    let new_leader = stable_leader(&nodes).await;
+    assert_ne!(new_leader, leader);
+    propose(&nodes, create("t-3")).await;
+    eventually("both survivors hold the new task", || {
+        nodes.iter().all(|n| n.has("t-3"))
+    })
+    .await;
+    for n in nodes {
+        n.stop().await;
+    }
+}
