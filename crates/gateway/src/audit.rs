@@ -29,10 +29,16 @@ tokio::task_local! {
 }
 
 /// Run `f` as the request `facts` describe (`None`: a request that records no audit event).
-pub(crate) async fn scope<F: Future>(facts: Option<RequestFacts>, f: F) -> F::Output {
+///
+/// Not an `async fn`: one would hold `f` twice (as its argument and as what it awaits), which
+/// doubles the size of every request's future it wraps.
+pub(crate) fn scope<F: Future>(
+    facts: Option<RequestFacts>,
+    f: F,
+) -> impl Future<Output = F::Output> {
     match facts {
-        Some(facts) => REQUEST.scope(Arc::new(facts), f).await,
-        None => f.await,
+        Some(facts) => futures::future::Either::Left(REQUEST.scope(Arc::new(facts), f)),
+        None => futures::future::Either::Right(f),
     }
 }
 

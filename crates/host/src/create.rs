@@ -62,7 +62,17 @@ impl Host {
             }) => {
                 tracing::debug!(task_id = %record.task_id, shard = shard_id, tool = %record.request.tool, "task created");
                 let task = TaskView::from(&record);
-                actor::spawn(self.clone(), shard_id, record, term, tool, true).await;
+                // Boxed: spawning an actor is a future of a few KiB, which every future that
+                // awaits a create would otherwise hold.
+                Box::pin(actor::spawn(
+                    self.clone(),
+                    shard_id,
+                    record,
+                    term,
+                    tool,
+                    true,
+                ))
+                .await;
                 starting.slot_taken();
                 Ok(Created { task, fresh: true })
             }

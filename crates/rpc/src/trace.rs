@@ -38,10 +38,13 @@ pub fn new_id() -> u64 {
 }
 
 /// Run `fut` as the request traced by `id` (`None`: untraced, runs as is).
-pub async fn scope<F: Future>(id: Option<u64>, fut: F) -> F::Output {
+///
+/// Not an `async fn`: one would hold `fut` twice (as its argument and as what it awaits), which
+/// doubles the size of every request's future it wraps.
+pub fn scope<F: Future>(id: Option<u64>, fut: F) -> impl Future<Output = F::Output> {
     match id {
-        Some(id) => TRACE_ID.scope(id, fut).await,
-        None => fut.await,
+        Some(id) => futures::future::Either::Left(TRACE_ID.scope(id, fut)),
+        None => futures::future::Either::Right(fut),
     }
 }
 

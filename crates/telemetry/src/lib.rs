@@ -343,10 +343,13 @@ tokio::task_local! {
 }
 
 /// Run `fut` in the context of span `cx` (`None`: untraced, runs as is).
-pub async fn scope<F: Future>(cx: Option<SpanContext>, fut: F) -> F::Output {
+///
+/// Not an `async fn`: one would hold `fut` twice (as its argument and as what it awaits), which
+/// doubles the size of every request's future it wraps.
+pub fn scope<F: Future>(cx: Option<SpanContext>, fut: F) -> impl Future<Output = F::Output> {
     match cx {
-        Some(cx) => CURRENT.scope(cx, fut).await,
-        None => fut.await,
+        Some(cx) => futures::future::Either::Left(CURRENT.scope(cx, fut)),
+        None => futures::future::Either::Right(fut),
     }
 }
 

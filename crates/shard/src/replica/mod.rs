@@ -257,11 +257,20 @@ impl<S: GroupState> ShardReplica<S> {
     /// returned. Not leader: [`ShardError::NotLeader`].
     pub async fn propose(&self, cmd: S::Command) -> Result<S::Applied, ShardError> {
         use std::sync::atomic::Ordering;
-        // Counted in before the group's quiescence is read: see `ShardReplica::quiet_lead`.
+        /// Counts a proposal out however its future ends, dropped included.
+        struct Proposing<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Proposing<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        // Counted in before the group's quiescence is read: see `ShardReplica::tick_quiet`.
         self.inner.proposing.fetch_add(1, Ordering::SeqCst);
+        let _proposing = Proposing(&self.inner.proposing);
         self.wake().await;
-        let resp = self.inner.raft.client_write(cmd).await;
-        self.inner.proposing.fetch_sub(1, Ordering::SeqCst);
+        // openraft's write future is several KiB; boxed, it is not copied into every future
+        // that awaits a proposal (a create's passes through eight of them).
+        let resp = Box::pin(self.inner.raft.client_write(cmd)).await;
         Ok(resp?.data)
     }
 

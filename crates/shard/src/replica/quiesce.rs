@@ -190,8 +190,9 @@ impl<S: GroupState> ShardReplica<S> {
     /// followers hear from it before its node's beats stop listing the group. Cheap when awake.
     pub async fn wake(&self) {
         if self.wake_now() == LEADING {
-            // A stopped core has nothing to wake; its callers see the error themselves.
-            let _ = self.inner.raft.trigger().heartbeat().await;
+            // A stopped core has nothing to wake; its callers see the error themselves. Boxed:
+            // the trigger's future is several KiB, and every proposal's future holds this one.
+            let _ = Box::pin(self.inner.raft.trigger().heartbeat()).await;
         }
     }
 
