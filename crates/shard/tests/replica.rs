@@ -647,3 +647,18 @@ async fn a_state_kept_key_by_key_becomes_a_snapshot() {
     assert_eq!(state(&reopened), records);
     assert_eq!(reopened.last_applied(), applied);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proposal_given_up_before_its_answer_is_counted_out() {
+    use futures::FutureExt;
+    let dir = TempDir::new().expect("tempdir");
+    let (_db, replica) = start(dir.path(), config()).await;
+    // Polled once, the proposal waits for its commit; dropping it gives it up there.
+    let first_poll = replica.propose(create("t1")).now_or_never();
+    assert!(first_poll.is_none(), "answered on its first poll");
+    assert_eq!(replica.proposals_in_flight(), 0);
+    // The entry may still commit; the group keeps serving.
+    replica.propose(create("t2")).await.expect("create");
+    assert_eq!(replica.proposals_in_flight(), 0);
+    replica.shutdown().await.expect("shutdown");
+}
