@@ -379,9 +379,13 @@ async fn send(
         let mut links = links.lock();
         if let Some(link) = links.get_mut(&beat.peer) {
             link.in_flight = false;
+            if let Some(a) = &answer {
+                // Every answer says it again: a peer rolled back to a version that does not
+                // keep listings gets whole listings from the next beat on.
+                link.keeps = a.keeps_listings;
+            }
             match &answer {
-                Some(a) if !unchanged => {
-                    link.keeps = a.keeps_listings;
+                Some(_) if !unchanged => {
                     link.acked = beat.id;
                     link.listed = beat.listing.groups.iter().copied().collect();
                 }
