@@ -382,6 +382,9 @@ pub struct ToolsConfig {
     pub page_size: usize,
 }
 
+/// The most `raft.log_cache_bytes` may be (64 MiB): it is held by every busy group.
+pub const MAX_LOG_CACHE_BYTES: usize = 64 << 20;
+
 /// `[raft]`: the Raft settings shared by every group on the node (task shards and the
 /// metadata group), and the size limits of snapshot transfers.
 #[derive(Debug, Clone, Deserialize)]
@@ -430,6 +433,11 @@ pub struct RaftConfig {
     /// The size at which a segment of the node's write-ahead log (every group's Raft log) is
     /// closed and the next one begun; dead segments are deleted whole. Default 64 MiB.
     pub log_segment_bytes: u64,
+    /// Per group: how many bytes (encoded) of the latest entries appended to its log are also
+    /// kept in memory, so that replication to the followers and the apply take them from
+    /// there instead of reading and decoding the log again. Let go when the group quiesces.
+    /// Default 65536; 0: none are kept; at most [`MAX_LOG_CACHE_BYTES`].
+    pub log_cache_bytes: usize,
 }
 
 /// `[log]`: what the node logs and in which format.
@@ -544,6 +552,7 @@ impl Default for RaftConfig {
             snapshot_chunk_bytes: t.snapshot_chunk_bytes,
             max_snapshot_bytes: t.max_snapshot_bytes,
             log_segment_bytes: taskmesh_wal::DEFAULT_SEGMENT_BYTES,
+            log_cache_bytes: s.log_cache_bytes,
         }
     }
 }
@@ -668,6 +677,13 @@ impl Config {
                 segments.start(),
                 segments.end(),
                 self.raft.log_segment_bytes
+            );
+        }
+        if self.raft.log_cache_bytes > MAX_LOG_CACHE_BYTES {
+            bail!(
+                "raft.log_cache_bytes must be at most {MAX_LOG_CACHE_BYTES} (got {}): it is \
+                 held per group",
+                self.raft.log_cache_bytes
             );
         }
         if self.http.max_streams_per_session == 0 {
@@ -955,6 +971,9 @@ mod tests {
         assert!(err(vec![("TASKMESH_RAFT__QUIET_RECHECK_MS", "149")]).contains("quiet_recheck_ms"));
         assert!(
             err(vec![("TASKMESH_RAFT__HEARTBEAT_BATCH_MAX", "0")]).contains("heartbeat_batch_max")
+        );
+        assert!(
+            err(vec![("TASKMESH_RAFT__LOG_CACHE_BYTES", "67108865")]).contains("log_cache_bytes")
         );
         for bytes in ["4095", "1073741825"] {
             assert!(err(vec![("TASKMESH_RAFT__LOG_SEGMENT_BYTES", bytes)])

@@ -104,6 +104,7 @@ fn shard_config(cfg: &Config, shard_id: u32) -> ShardConfig {
         snapshot_logs_since_last: cfg.raft.snapshot_logs_since_last,
         max_in_snapshot_log_to_keep: cfg.raft.max_in_snapshot_log_to_keep,
         install_snapshot_timeout_ms: cfg.raft.install_snapshot_timeout_ms,
+        log_cache_bytes: cfg.raft.log_cache_bytes,
         ..ShardConfig::default()
     }
 }

@@ -34,6 +34,10 @@ pub struct ShardConfig {
     /// The time budget openraft gives the network for sending a snapshot to a follower and
     /// having it installed (the network applies it per chunk and to the final install).
     pub install_snapshot_timeout_ms: u64,
+    /// How many bytes (encoded) of the latest entries appended to the group's log are also
+    /// kept in memory, so that replication and the apply read them without decoding the log
+    /// again; 0: none. Let go when the group quiesces.
+    pub log_cache_bytes: usize,
 }
 
 impl Default for ShardConfig {
@@ -50,6 +54,7 @@ impl Default for ShardConfig {
             event_buffer: 4096,
             wait_timeout_ms: 10_000,
             install_snapshot_timeout_ms: 30_000,
+            log_cache_bytes: 64 * 1024,
         }
     }
 }

@@ -1,4 +1,6 @@
-//! Runs openraft's own storage conformance suite against the log store (over the write-ahead log) and the state machine (over sled).
+//! Runs openraft's own storage conformance suite against the log store (over the write-ahead
+//! log) and the state machine (over sled): with the log's latest entries kept in memory, with
+//! so few kept that most reads miss them, and with none.
 
 // A test binary: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
@@ -10,7 +12,10 @@ use taskmesh_shard::storage::{LogStore, StateMachineStore, Store, Wal, WalConfig
 use taskmesh_shard::TypeConfig;
 use tempfile::TempDir;
 
-struct SledBuilder;
+/// A store whose log keeps `recent_bytes` of its latest entries in memory.
+struct SledBuilder {
+    recent_bytes: usize,
+}
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledBuilder {
     async fn build(
@@ -21,7 +26,9 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledBuil
         let db = sled::open(dir.path().join("db")).map_err(|e| fail(e.into()))?;
         let wal = Wal::open(&dir.path().join("wal"), WalConfig::default()).map_err(fail)?;
         let store = Store::new(db, wal);
-        let (log, _) = <LogStore>::open(&store, 7).await.map_err(fail)?;
+        let (log, _) = <LogStore>::open(&store, 7, self.recent_bytes)
+            .await
+            .map_err(fail)?;
         let sm = <StateMachineStore>::open(&store, 7, 16)
             .await
             .map_err(fail)?;
@@ -31,5 +38,19 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledBuil
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openraft_storage_suite() -> Result<(), StorageError<TypeConfig>> {
-    Suite::test_all(SledBuilder).await
+    Suite::test_all(SledBuilder {
+        recent_bytes: 64 * 1024,
+    })
+    .await
+}
+
+/// An entry of the suite encodes to about 100 bytes: this keeps two or three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_storage_suite_keeping_few_entries() -> Result<(), StorageError<TypeConfig>> {
+    Suite::test_all(SledBuilder { recent_bytes: 256 }).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_storage_suite_keeping_none() -> Result<(), StorageError<TypeConfig>> {
+    Suite::test_all(SledBuilder { recent_bytes: 0 }).await
 }

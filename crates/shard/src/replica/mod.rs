@@ -142,7 +142,7 @@ impl<S: GroupState> ShardReplica<S> {
         N::Network: NetSnapshot<Group<S>, SnapshotData = SnapshotData>,
     {
         let raft_config = Arc::new(cfg.raft_config()?);
-        let (log, created) = LogStore::open(&store, cfg.shard_id).await?;
+        let (log, created) = LogStore::open(&store, cfg.shard_id, cfg.log_cache_bytes).await?;
         if created {
             // A state left behind by a replica of this group that was destroyed halfway (its
             // log went first) is not the new replica's.
@@ -171,6 +171,7 @@ impl<S: GroupState> ShardReplica<S> {
             taskmesh_metrics::names::RAFT_ELECTIONS,
             "shard" => cfg.shard_id.to_string()
         );
+        let shard = cfg.shard_id;
         let watcher = tokio::spawn(async move {
             let mut campaigning = false;
             loop {
@@ -180,6 +181,7 @@ impl<S: GroupState> ShardReplica<S> {
                     let candidate = m.state == openraft::ServerState::Candidate;
                     if candidate && !campaigning {
                         elections.increment(1);
+                        tracing::debug!(shard, term = m.current_term, "election started");
                     }
                     campaigning = candidate;
                     let at = *m.membership_config.log_id();
@@ -196,6 +198,13 @@ impl<S: GroupState> ShardReplica<S> {
                     if *current == now {
                         false
                     } else {
+                        tracing::debug!(
+                            shard,
+                            term = now.term,
+                            leader = now.leader,
+                            is_leader = now.is_leader,
+                            "leadership changed"
+                        );
                         *current = now;
                         LEADERSHIP_CHANGES.fetch_add(1, Ordering::AcqRel);
                         true

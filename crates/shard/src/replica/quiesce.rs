@@ -175,6 +175,12 @@ impl<S: GroupState> ShardReplica<S> {
         self.inner.raft.runtime_config().tick(on);
     }
 
+    /// How many of the latest log entries this replica keeps in memory (`raft.log_cache_bytes`),
+    /// and their encoded size: none once the group is quiescent.
+    pub fn recent_entries_held(&self) -> (usize, usize) {
+        self.inner.log.recent_held()
+    }
+
     /// Whether this replica is quiescent, and how.
     pub fn quiet(&self) -> Quiet {
         match self.inner.quiet.mode.load(Ordering::SeqCst) {
@@ -283,6 +289,9 @@ impl<S: GroupState> ShardReplica<S> {
                 return None;
             }
         }
+        // Every member holds and has applied the whole log: nothing reads its latest entries
+        // soon. Let go of them first, so that a quiet replica never holds any.
+        self.inner.log.forget_recent();
         // Publish the mode before checking for proposals: a proposal counts itself in before
         // it reads the mode, so one of the two sees the other.
         q.enter(LEADING);
@@ -385,6 +394,7 @@ impl<S: GroupState> ShardReplica<S> {
             ),
             Ordering::Release,
         );
+        self.inner.log.forget_recent();
         if q.enter(FOLLOWING) != FOLLOWING {
             self.set_ticking(false);
             tracing::debug!(
