@@ -1,6 +1,7 @@
 //! The node beat between real nodes: numbered listings, unchanged beats that keep an idle group
 //! quiet, a new listing that wakes what it drops, and silence that wakes the followers of a
-//! dead leader's node.
+//! dead leader's node, and a quiescent leader that was cut off and outvoted, which follows the
+//! new leader once the partition ends without waiting for its periodic check.
 
 use std::time::Duration;
 
@@ -27,9 +28,14 @@ fn beat_config() -> BeatConfig {
 /// Three beating nodes of one group, bootstrapped; returns them with the leader's id once every
 /// replica is quiescent.
 async fn quiet_cluster(root: &std::path::Path) -> (Vec<TestNode>, u64) {
+    quiet_cluster_with(root, beat_config()).await
+}
+
+/// [`quiet_cluster`] with the nodes beating by `beat`.
+async fn quiet_cluster_with(root: &std::path::Path, beat: BeatConfig) -> (Vec<TestNode>, u64) {
     let mut nodes = start_cluster(root, &[1, 2, 3], &base_config()).await;
     for n in &mut nodes {
-        n.start_beating(beat_config());
+        n.start_beating(beat);
     }
     bootstrap(&nodes).await;
     let leader = stable_leader(&nodes).await;
@@ -138,6 +144,8 @@ async fn a_proposal_wakes_the_followers_through_the_next_listing_and_the_group_q
         .propose(create("t-2"))
         .await
         .unwrap();
+    // The leader keeps what it just appended in memory for replication and the apply...
+    assert!(node(&nodes, leader).replica.recent_entries_held().0 > 0);
     // The woken leader's next listing leaves the group out: its followers tick again (and
     // stay awake for at least the 300 ms the leader needs to settle again).
     eventually("the followers wake", || {
@@ -146,6 +154,8 @@ async fn a_proposal_wakes_the_followers_through_the_next_listing_and_the_group_q
     .await;
     eventually("the group quiesces again", || all_quiet(&nodes, leader)).await;
     for n in &nodes {
+        // ...and every replica lets go of it once the group is quiet.
+        assert_eq!(n.replica.recent_entries_held(), (0, 0), "node {}", n.id);
         assert!(n.has("t-2"), "node {}", n.id);
         assert_eq!(n.term(), term, "no election on node {}", n.id);
     }
@@ -170,4 +180,65 @@ async fn the_quiet_followers_of_a_node_that_falls_silent_elect_a_new_leader() {
     for n in nodes {
         n.stop().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_leader_cut_off_and_outvoted_follows_the_new_leader_without_its_recheck() {
+    let dir = TempDir::new().unwrap();
+    // The quiet leaders' periodic check is far off: only the beat and its answers can tell
+    // the old leader that it no longer leads.
+    let beat = BeatConfig {
+        recheck: Duration::from_secs(3600),
+        ..beat_config()
+    };
+    let (mut nodes, old) = quiet_cluster_with(dir.path(), beat).await;
+    let term = node(&nodes, old).term();
+    let at = nodes.iter().position(|n| n.id == old).unwrap();
+    nodes[at].cut_off().await;
+
+    // Its followers stop hearing its node, wake and elect one of them in a newer term.
+    eventually("a follower leads in a newer term", || {
+        nodes
+            .iter()
+            .any(|n| n.id != old && n.leads() && n.term() > term)
+    })
+    .await;
+    // Cut off, the old leader still takes itself for the quiet leader: nothing reached it.
+    assert_eq!(nodes[at].replica.quiet(), Quiet::Leading);
+    assert!(nodes[at].leads());
+
+    nodes[at].reconnect().await;
+    let new = eventually_leader_other_than(&nodes, old).await;
+    // Whichever reaches it first (the new leader's AppendEntries, or the answers to its own
+    // beat naming the old term), the old leader follows the new one, ticking, and the group
+    // settles under the new leader.
+    eventually("the group quiesces under the new leader", || {
+        all_quiet(&nodes, new)
+    })
+    .await;
+    assert!(!nodes[at].leads());
+    propose(&nodes, create("t-4")).await;
+    eventually("every replica holds the new task", || {
+        nodes.iter().all(|n| n.has("t-4"))
+    })
+    .await;
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+/// The leader of `nodes` once one other than `old` leads and every replica agrees on it.
+async fn eventually_leader_other_than(nodes: &[TestNode], old: u64) -> u64 {
+    let mut new = 0;
+    eventually("every replica follows a new leader", || {
+        let Some(l) = nodes.iter().find(|n| n.id != old && n.leads()) else {
+            return false;
+        };
+        new = l.id;
+        nodes.iter().all(|n| {
+            n.replica.leadership().borrow().leader == Some(l.id) && (n.id == l.id || !n.leads())
+        })
+    })
+    .await;
+    new
 }

@@ -55,9 +55,28 @@ pub struct TestNode {
     cfg: ShardConfig,
     db: taskmesh_shard::Store,
     registry: ReplicaRegistry,
-    stop: oneshot::Sender<()>,
-    server: JoinHandle<Result<(), TransportError>>,
-    beats: Option<JoinHandle<()>>,
+    /// The server, and what stops it; `None` while the node is cut off.
+    server: Option<Server>,
+    /// The beat, with its settings.
+    beats: Option<(JoinHandle<()>, BeatConfig)>,
+}
+
+/// A running server: what stops it, and its task.
+type Server = (oneshot::Sender<()>, JoinHandle<Result<(), TransportError>>);
+
+/// Serve node `id`'s groups on `listener` until the sender is used or dropped.
+fn serve_on(id: u64, listener: TcpListener, registry: &ReplicaRegistry) -> Server {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let service = RaftService::new(id, registry.clone());
+    let server = tokio::spawn(serve(
+        listener,
+        service,
+        async move {
+            let _ = stopped.await;
+        },
+        DRAIN,
+    ));
+    (stop, server)
 }
 
 impl TestNode {
@@ -82,16 +101,7 @@ impl TestNode {
             .unwrap();
         let registry = ReplicaRegistry::new();
         registry.insert(replica.clone());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let service = RaftService::new(id, registry.clone());
-        let server = tokio::spawn(serve(
-            listener,
-            service,
-            async move {
-                let _ = stopped.await;
-            },
-            DRAIN,
-        ));
+        let server = Some(serve_on(id, listener, &registry));
         TestNode {
             id,
             addr,
@@ -100,7 +110,6 @@ impl TestNode {
             cfg: base.clone(),
             db,
             registry,
-            stop,
             server,
             beats: None,
         }
@@ -108,28 +117,57 @@ impl TestNode {
 
     /// Run the node beat (`taskmesh_transport::beat`) with `cfg` until the node stops.
     pub fn start_beating(&mut self, cfg: BeatConfig) {
-        self.beats = Some(tokio::spawn(taskmesh_transport::beat::run(
+        let beat = tokio::spawn(taskmesh_transport::beat::run(
             self.id,
             self.registry.clone(),
             PeerChannels::new(Duration::from_secs(1)),
             cfg,
-        )));
+        ));
+        self.beats = Some((beat, cfg));
     }
 
-    /// Stop the node as a process exit would: its Raft, then its server; release its database.
-    /// Returns what [`TestNode::start`] needs to start it again.
-    pub async fn stop(self) -> (u64, PathBuf, ShardConfig) {
-        if let Some(beats) = &self.beats {
-            beats.abort();
+    /// Cut the node off from its peers as a partition would, its replica running on: its
+    /// server stops (nothing reaches it) and so does its beat (a quiescent replica sends
+    /// nothing else). [`TestNode::reconnect`] ends the partition.
+    pub async fn cut_off(&mut self) {
+        if let Some((beat, _)) = &self.beats {
+            beat.abort();
         }
-        self.registry.remove(SHARD);
-        self.replica.shutdown().await.unwrap();
-        let _ = self.stop.send(());
-        tokio::time::timeout(WAIT, self.server)
+        let (stop, server) = self.server.take().expect("the node is connected");
+        let _ = stop.send(());
+        tokio::time::timeout(WAIT, server)
             .await
             .expect("the server stops")
             .unwrap()
             .unwrap();
+    }
+
+    /// Serve again on the same address, and beat again if the node did.
+    pub async fn reconnect(&mut self) {
+        assert!(self.server.is_none(), "the node is connected");
+        let listener = TcpListener::bind(&self.addr).await.unwrap();
+        self.server = Some(serve_on(self.id, listener, &self.registry));
+        if let Some((_, cfg)) = self.beats.take() {
+            self.start_beating(cfg);
+        }
+    }
+
+    /// Stop the node as a process exit would: its Raft, then its server; release its database.
+    /// Returns what [`TestNode::start`] needs to start it again.
+    pub async fn stop(mut self) -> (u64, PathBuf, ShardConfig) {
+        if let Some((beat, _)) = &self.beats {
+            beat.abort();
+        }
+        self.registry.remove(SHARD);
+        self.replica.shutdown().await.unwrap();
+        if let Some((stop, server)) = self.server.take() {
+            let _ = stop.send(());
+            tokio::time::timeout(WAIT, server)
+                .await
+                .expect("the server stops")
+                .unwrap()
+                .unwrap();
+        }
         drop(self.replica);
         drop(self.db);
         (self.id, self.path, self.cfg)
