@@ -133,13 +133,20 @@ impl TestNode {
         if let Some((beat, _)) = &self.beats {
             beat.abort();
         }
-        let (stop, server) = self.server.take().expect("the node is connected");
-        let _ = stop.send(());
-        tokio::time::timeout(WAIT, server)
-            .await
-            .expect("the server stops")
-            .unwrap()
-            .unwrap();
+        assert!(self.server.is_some(), "the node is connected");
+        self.stop_serving().await;
+    }
+
+    /// Stop the server, if it runs, and wait until it has.
+    async fn stop_serving(&mut self) {
+        if let Some((stop, server)) = self.server.take() {
+            let _ = stop.send(());
+            tokio::time::timeout(WAIT, server)
+                .await
+                .expect("the server stops")
+                .unwrap()
+                .unwrap();
+        }
     }
 
     /// Serve again on the same address, and beat again if the node did.
@@ -160,14 +167,7 @@ impl TestNode {
         }
         self.registry.remove(SHARD);
         self.replica.shutdown().await.unwrap();
-        if let Some((stop, server)) = self.server.take() {
-            let _ = stop.send(());
-            tokio::time::timeout(WAIT, server)
-                .await
-                .expect("the server stops")
-                .unwrap()
-                .unwrap();
-        }
+        self.stop_serving().await;
         drop(self.replica);
         drop(self.db);
         (self.id, self.path, self.cfg)
