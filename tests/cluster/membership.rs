@@ -48,17 +48,20 @@ fn placement_of(meta: &Value) -> Vec<Vec<u64>> {
         .collect()
 }
 
-/// Wait (bounded: 90 s) until the groups match the metadata's placement: every node hosts
-/// exactly the replicas placed on it, and each shard's leader lists exactly the placed nodes
-/// as voters. Returns, per node id, how many shards it leads.
+/// Wait (bounded: 90 s) until the groups match the metadata's placement: the metadata records
+/// every shard group as created (until then it refuses joins and removals, as "try again"),
+/// every node hosts exactly the replicas placed on it, and each shard's leader lists exactly
+/// the placed nodes as voters. Returns, per node id, how many shards it leads.
 async fn wait_placement_applied(
     nodes: &[(u64, &Server)],
     grpc_port: u16,
 ) -> std::collections::BTreeMap<u64, usize> {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let placement = placement_of(&cluster_cli(grpc_port, &["status"]));
-        let mut ok = true;
+        let meta = cluster_cli(grpc_port, &["status"]);
+        let placement = placement_of(&meta);
+        let created = meta["created"].as_array().map_or(0, Vec::len);
+        let mut ok = created == placement.len();
         let mut leads = std::collections::BTreeMap::new();
         let mut led = vec![false; placement.len()];
         for (id, n) in nodes {
