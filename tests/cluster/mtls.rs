@@ -33,11 +33,14 @@ async fn get_metadata(d: &Dialer, addr: &str) -> Result<(), tonic::Status> {
 
 async fn list_tasks(d: &Dialer, addr: &str) -> Result<(), tonic::Status> {
     let mut c = TaskServiceClient::new(d.channel(addr).unwrap());
-    let request = v1::ListTasksRequest {
+    let list = v1::ListTasksRequest {
         owner: "alice".into(),
         ..Default::default()
     };
-    c.list_tasks(request).await.map(|_| ())
+    let request = v1::ApplyRequest {
+        op: Some(v1::apply_request::Op::List(list)),
+    };
+    c.apply(request).await.map(|_| ())
 }
 
 /// The certificate node `addr` presents to a new connection (as seen by `config`).

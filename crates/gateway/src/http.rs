@@ -871,7 +871,7 @@ pub(crate) fn open_get_reader(
                 drop(tx);
                 let carried = std::mem::take(&mut *carried.lock());
                 for (task_id, request_id) in carried {
-                    gw2.router.claim(&task_id, &request_id, true).await;
+                    gw2.claim(&task_id, &request_id, true).await;
                 }
             });
             let reader = gw.hub.open(

@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use taskmesh_host::ops::{Cancel, Claim};
 use taskmesh_host::HostEvent;
 use taskmesh_router::Router;
 use taskmesh_tools::{ToolRegistry, ToolResult};
@@ -290,7 +291,7 @@ impl Gateway {
             return Err(e);
         }
         let task_id = new.task_id.clone();
-        match self.router.create(new).await {
+        match self.router.run(new).await {
             Ok(created) => {
                 if created.fresh {
                     metrics::tasks_created();
@@ -306,13 +307,33 @@ impl Gateway {
         }
     }
 
+    /// Whether this node's GET stream of the task's session is the one to send the task's
+    /// request `request_id` (asked of the shard's leader; false when it cannot be reached).
+    /// With `release`, a granted claim is given back.
+    pub(crate) async fn claim(&self, task_id: &str, request_id: &str, release: bool) -> bool {
+        self.router
+            .run(Claim {
+                task_id: task_id.to_string(),
+                request_id: request_id.to_string(),
+                release,
+            })
+            .await
+            .unwrap_or(false)
+    }
+
     /// Cancel one of `principal`'s tasks (audited).
     pub(crate) async fn cancel_task(
         &self,
         task_id: &str,
         principal: &str,
     ) -> Result<taskmesh_task::TaskView, taskmesh_host::HostError> {
-        let r = self.router.cancel(task_id, principal).await;
+        let r = self
+            .router
+            .run(Cancel {
+                task_id: task_id.to_string(),
+                owner: principal.to_string(),
+            })
+            .await;
         let outcome = match &r {
             Ok(_) => "ok".to_string(),
             Err(e) => audit::refused(wire::host_error(e).code),
@@ -403,11 +424,11 @@ impl Gateway {
                         let json = JsonMessage::stamped(json, Kind::Message, at_us);
                         tokio::spawn(async move {
                             let request = (task_id.clone(), request_id.clone());
-                            if gw.router.claim(&task_id, &request_id, false).await
+                            if gw.claim(&task_id, &request_id, false).await
                                 && !gw.sessions.push_request(&session, json, request)
                             {
                                 // The stream closed meanwhile: give the request back.
-                                gw.router.claim(&task_id, &request_id, true).await;
+                                gw.claim(&task_id, &request_id, true).await;
                             }
                         });
                     }

@@ -21,6 +21,7 @@ mod config;
 mod create;
 mod error;
 mod events;
+pub mod ops;
 mod reads;
 mod shards;
 mod types;
@@ -40,6 +41,7 @@ use tokio::sync::{broadcast, oneshot};
 pub use actor::TaskMsg;
 pub use config::HostConfig;
 pub use error::HostError;
+pub use ops::{Answer, Op, Operation};
 pub use taskmesh_shard::Quiet;
 pub use types::{Attachment, Created, Ended, HostEvent, NewTask, ShardStatus, Stamped};
 

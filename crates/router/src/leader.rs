@@ -1,20 +1,18 @@
 //! How a task operation reaches its shard's leader, and what that leader answers.
 //!
-//! [`Router`]'s task operations (create, get, cancel, attach, deliver, members, list) each make
-//! one call through `on_leader`, the one loop that finds a shard's leader and retries: it picks
-//! a [`Target`] (this node's [`Host`] in-process, or another node reached through [`Peers`],
-//! `taskmesh.v1.TaskService`) and calls [`ShardLeader`] on it. A new task operation is written
-//! once here and once on each side, never per route.
+//! [`Router::run`] carries any [`Operation`] to the leader of its shard through `on_leader`,
+//! the one loop that finds a shard's leader and retries: it picks a [`Target`] (this node's
+//! [`Host`] in-process, or another node's `taskmesh.v1.TaskService` `Apply` call through
+//! [`Peers`]) and hands it the operation as data ([`Op`]). A new operation is a new struct of
+//! `taskmesh_host::ops` and its wire form; nothing here changes. Reads that are batched or
+//! streamed (`get`, `attach`) take the same loop with calls of their own.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-use taskmesh_host::{Attachment, Created, Host, HostError, NewTask};
-use taskmesh_mcp::ErrorObject;
-use taskmesh_task::{TaskRecord, TaskView};
+use taskmesh_host::ops::{task_shard, List, Listed};
+use taskmesh_host::{Answer, Attachment, Host, HostError, Op, Operation};
+use taskmesh_task::TaskView;
 
 use crate::remote::Peers;
 use crate::Router;
@@ -44,160 +42,45 @@ enum Route {
 }
 
 impl Router {
-    /// Create a task on its shard's leader (retries return the task the first try created).
-    pub async fn create(&self, new: NewTask) -> Result<Created, HostError> {
-        let shard = self.shard_of(&new.task_id);
-        let new = &new;
-        self.on_leader(shard, |t| async move { t.create(shard, new).await })
-            .await
+    /// Apply `op` on the leader of its shard, here or on a peer, and return the leader's answer.
+    /// Every operation is safe to repeat (a create by its task id, the others change nothing
+    /// twice), so an attempt that may or may not have reached the leader is retried within the
+    /// retry budget.
+    pub async fn run<O: Operation>(&self, op: O) -> Result<O::Output, HostError> {
+        let shard = op.shard(self.shards)?;
+        let op: Op = op.into();
+        let op = &op;
+        let answer = self
+            .on_leader(shard, |t| async move { t.apply(shard, op).await })
+            .await?;
+        O::output(answer)
     }
 
-    /// Read `owner`'s task on its shard's leader. An empty id, or one longer than
-    /// [`MAX_TASK_ID_LEN`], is [`HostError::NotFound`] without asking any node.
+    /// Read `owner`'s task on its shard's leader (a poll). An empty id, or one longer than
+    /// [`MAX_TASK_ID_LEN`](crate::MAX_TASK_ID_LEN), is [`HostError::NotFound`] without asking
+    /// any node. Not an [`Operation`]: polls forwarded to one peer travel together in batches.
     pub async fn get(&self, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
-        Self::check_id(task_id)?;
-        let shard = self.shard_of(task_id);
-        self.on_leader(shard, |t| async move { t.get(shard, task_id, owner).await })
-            .await
-    }
-
-    /// Cancel `owner`'s task on its shard's leader and return the task as cancelled. Ids are
-    /// checked as by [`Router::get`].
-    pub async fn cancel(&self, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
-        Self::check_id(task_id)?;
-        let shard = self.shard_of(task_id);
-        self.on_leader(
-            shard,
-            |t| async move { t.cancel(shard, task_id, owner).await },
-        )
+        let shard = task_shard(task_id, self.shards)?;
+        self.on_leader(shard, |t| async move {
+            match t {
+                Target::Local(host) => host.get(shard, task_id, owner).await,
+                Target::Remote { peers, id } => peers.get(id, shard, task_id, owner).await,
+            }
+        })
         .await
     }
 
     /// Attach a `tasks/result` reader to `owner`'s task on its shard's leader, here or on a
-    /// peer. Ids are checked as by [`Router::get`].
+    /// peer (a stream, not an [`Operation`]). Ids are checked as by [`Router::get`].
     pub async fn attach(&self, task_id: &str, owner: &str) -> Result<Attachment, HostError> {
-        Self::check_id(task_id)?;
-        let shard = self.shard_of(task_id);
-        self.on_leader(
-            shard,
-            |t| async move { t.attach(shard, task_id, owner).await },
-        )
-        .await
-    }
-
-    /// Route a client's answer to the task that asked. Returns whether a live task took it.
-    pub async fn deliver_response(
-        &self,
-        task_id: &str,
-        owner: &str,
-        request_id: String,
-        outcome: Result<Value, ErrorObject>,
-    ) -> bool {
-        if Self::check_id(task_id).is_err() {
-            return false;
-        }
-        let shard = self.shard_of(task_id);
-        let (request_id, outcome) = (&request_id, &outcome);
+        let shard = task_shard(task_id, self.shards)?;
         self.on_leader(shard, |t| async move {
-            t.deliver_response(shard, task_id, owner, request_id, outcome.clone())
-                .await
-        })
-        .await
-        .unwrap_or(false)
-    }
-
-    /// Whether this node's GET stream of the task's session is the one to send the task's
-    /// request `request_id` (asked of the shard's leader; false when it cannot be reached).
-    /// With `release`, a granted claim is given back.
-    pub async fn claim(&self, task_id: &str, request_id: &str, release: bool) -> bool {
-        if Self::check_id(task_id).is_err() {
-            return false;
-        }
-        let shard = self.shard_of(task_id);
-        self.on_leader(shard, |t| async move {
-            t.claim(shard, task_id, request_id, release).await
-        })
-        .await
-        .unwrap_or(false)
-    }
-
-    /// The requests to the client that `owner`'s live task `task_id` waits on (serialised
-    /// JSON-RPC requests, in the order sent), from the shard's leader.
-    pub async fn pending_requests(
-        &self,
-        task_id: &str,
-        owner: &str,
-    ) -> Result<Vec<Arc<Vec<u8>>>, HostError> {
-        Self::check_id(task_id)?;
-        let shard = self.shard_of(task_id);
-        self.on_leader(shard, |t| async move {
-            t.pending_requests(shard, task_id, owner).await
-        })
-        .await
-    }
-
-    /// The voters and learners of `shard`'s group, from its leader.
-    pub async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
-        self.on_leader(shard, |t| async move { t.members(shard).await })
-            .await
-    }
-
-    /// A page of `shard`'s records for a backup, read on its leader: in (owner, task id) order
-    /// after `after`, at most `max_records`; the flag says whether it is the last page.
-    pub async fn export_page(
-        &self,
-        shard: u32,
-        after: Option<(&str, &str)>,
-        max_records: usize,
-    ) -> Result<(Vec<TaskRecord>, bool), HostError> {
-        self.check_shard(shard)?;
-        self.on_leader(shard, |t| async move {
-            t.export_page(shard, after, max_records).await
-        })
-        .await
-    }
-
-    /// Write backed-up `records` into `shard` through its leader; returns how many were
-    /// inserted. Every record's task id must hash to `shard` and be a valid id, or nothing is
-    /// written.
-    pub async fn import(&self, shard: u32, records: Vec<TaskRecord>) -> Result<u64, HostError> {
-        self.check_shard(shard)?;
-        for r in &records {
-            if r.task_id.is_empty() || r.task_id.len() > crate::MAX_TASK_ID_LEN {
-                return Err(HostError::Invalid(format!(
-                    "task id of {} characters: ids are 1 to {}",
-                    r.task_id.len(),
-                    crate::MAX_TASK_ID_LEN
-                )));
+            match t {
+                Target::Local(host) => host.attach(shard, task_id, owner).await,
+                Target::Remote { peers, id } => peers.attach(id, shard, task_id, owner).await,
             }
-            if self.shard_of(&r.task_id) != shard {
-                return Err(HostError::Invalid(format!(
-                    "task {} belongs to shard {}, not {shard}: was the backup taken from a \
-                     cluster with another shard count?",
-                    r.task_id,
-                    self.shard_of(&r.task_id)
-                )));
-            }
-            if r.owner.is_empty() {
-                return Err(HostError::Invalid(format!(
-                    "task {} has no owner",
-                    r.task_id
-                )));
-            }
-        }
-        let records = &records;
-        self.on_leader(shard, |t| async move { t.import(shard, records).await })
-            .await
-    }
-
-    fn check_shard(&self, shard: u32) -> Result<(), HostError> {
-        if shard >= self.shards {
-            return Err(HostError::Invalid(format!(
-                "shard {shard} does not exist: shards are 0 to {}",
-                self.shards.saturating_sub(1)
-            )));
-        }
-        Ok(())
+        })
+        .await
     }
 
     /// One page of `owner`'s tasks with ids after `after`, merged over all shards in id order;
@@ -210,16 +93,21 @@ impl Router {
     ) -> Result<(Vec<TaskView>, bool), HostError> {
         let limit = limit.max(1);
         let mut merged = Vec::new();
+        let mut more = false;
         for shard in 0..self.shards {
-            let page = self
-                .on_leader(shard, |t| async move {
-                    t.list(shard, owner, after, limit + 1).await
+            let page: Listed = self
+                .run(List {
+                    shard,
+                    owner: owner.to_string(),
+                    after: after.map(str::to_string),
+                    limit,
                 })
                 .await?;
-            merged.extend(page);
+            more |= page.more;
+            merged.extend(page.tasks);
         }
         merged.sort_by(|a, b| a.task_id.cmp(&b.task_id));
-        let more = merged.len() > limit;
+        more |= merged.len() > limit;
         merged.truncate(limit);
         Ok((merged, more))
     }
@@ -252,7 +140,7 @@ impl Router {
                     // timeout nor spend the whole budget, so that a retry can still reach the
                     // leader elected meanwhile.
                     let attempt = (retry.left() / 2).max(MIN_ATTEMPT);
-                    tokio::time::timeout(attempt, op(Target::Remote(RemoteNode { peers, id })))
+                    tokio::time::timeout(attempt, op(Target::Remote { peers, id }))
                         .await
                         .unwrap_or_else(|_| {
                             Err(HostError::Unavailable(format!(
@@ -348,383 +236,26 @@ impl Router {
     }
 }
 
-/// The task operations of a shard's leader. Every error is a [`HostError`] with the same
-/// meaning wherever the leader runs (see [`HostError::retryable`]).
-pub trait ShardLeader {
-    /// Create `new` (idempotent by its task id) and start its execution.
-    fn create(
-        &self,
-        shard: u32,
-        new: &NewTask,
-    ) -> impl Future<Output = Result<Created, HostError>> + Send;
-
-    /// A linearizable read of one of `owner`'s tasks.
-    fn get(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-    ) -> impl Future<Output = Result<TaskView, HostError>> + Send;
-
-    /// Cancel one of `owner`'s tasks; `cancelled` is committed before this returns.
-    fn cancel(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-    ) -> impl Future<Output = Result<TaskView, HostError>> + Send;
-
-    /// Up to `limit` of `owner`'s tasks on `shard` with ids after `after`, in id order.
-    fn list(
-        &self,
-        shard: u32,
-        owner: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> impl Future<Output = Result<Vec<TaskView>, HostError>> + Send;
-
-    /// Attach a `tasks/result` reader to one of `owner`'s tasks.
-    fn attach(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-    ) -> impl Future<Output = Result<Attachment, HostError>> + Send;
-
-    /// Hand a client's answer to request `request_id` to the task that asked; whether a live
-    /// task took it.
-    fn deliver_response(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-        request_id: &str,
-        outcome: Result<Value, ErrorObject>,
-    ) -> impl Future<Output = Result<bool, HostError>> + Send;
-
-    /// Whether a GET stream of the task's session is the one to send the task's request
-    /// `request_id`: true for the first claim of a request no other stream carries. With
-    /// `release`, a granted claim is given back (false).
-    fn claim(
-        &self,
-        shard: u32,
-        task_id: &str,
-        request_id: &str,
-        release: bool,
-    ) -> impl Future<Output = Result<bool, HostError>> + Send;
-
-    /// The requests to the client that `owner`'s live task waits on, as sent, in order.
-    fn pending_requests(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-    ) -> impl Future<Output = Result<Vec<Arc<Vec<u8>>>, HostError>> + Send;
-
-    /// The voters and learners of `shard`'s group.
-    fn members(
-        &self,
-        shard: u32,
-    ) -> impl Future<Output = Result<(Vec<u64>, Vec<u64>), HostError>> + Send;
-
-    /// A page of `shard`'s records for a backup (see [`Host::export_page`]).
-    fn export_page(
-        &self,
-        shard: u32,
-        after: Option<(&str, &str)>,
-        max_records: usize,
-    ) -> impl Future<Output = Result<(Vec<TaskRecord>, bool), HostError>> + Send;
-
-    /// Backed-up records into `shard` (see [`Host::import`]).
-    fn import(
-        &self,
-        shard: u32,
-        records: &[TaskRecord],
-    ) -> impl Future<Output = Result<u64, HostError>> + Send;
-}
-
-impl ShardLeader for Host {
-    async fn create(&self, shard: u32, new: &NewTask) -> Result<Created, HostError> {
-        Host::create(self, shard, new.clone()).await
-    }
-
-    async fn get(&self, shard: u32, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
-        Host::get(self, shard, task_id, owner).await
-    }
-
-    async fn cancel(&self, shard: u32, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
-        Host::cancel(self, shard, task_id, owner).await
-    }
-
-    async fn list(
-        &self,
-        shard: u32,
-        owner: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<TaskView>, HostError> {
-        Host::list(self, shard, owner, after, limit).await
-    }
-
-    async fn attach(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-    ) -> Result<Attachment, HostError> {
-        Host::attach(self, shard, task_id, owner).await
-    }
-
-    async fn deliver_response(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-        request_id: &str,
-        outcome: Result<Value, ErrorObject>,
-    ) -> Result<bool, HostError> {
-        Ok(Host::deliver_response(
-            self,
-            shard,
-            task_id,
-            owner,
-            request_id.to_string(),
-            outcome,
-        ))
-    }
-
-    async fn claim(
-        &self,
-        _shard: u32,
-        task_id: &str,
-        request_id: &str,
-        release: bool,
-    ) -> Result<bool, HostError> {
-        Ok(Host::claim(self, task_id, request_id.to_string(), release).await)
-    }
-
-    async fn pending_requests(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-    ) -> Result<Vec<Arc<Vec<u8>>>, HostError> {
-        Host::pending_requests(self, shard, task_id, owner).await
-    }
-
-    async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
-        Host::members(self, shard)
-    }
-
-    async fn export_page(
-        &self,
-        shard: u32,
-        after: Option<(&str, &str)>,
-        max_records: usize,
-    ) -> Result<(Vec<TaskRecord>, bool), HostError> {
-        Host::export_page(self, shard, after, max_records).await
-    }
-
-    async fn import(&self, shard: u32, records: &[TaskRecord]) -> Result<u64, HostError> {
-        Host::import(self, shard, records.to_vec()).await
-    }
-}
-
-/// Another node, as a shard's leader: its `TaskService` through `peers`.
-#[derive(Clone, Copy)]
-pub struct RemoteNode<'a> {
-    /// The channels to the other nodes that the calls go through.
-    pub peers: &'a Peers,
-    /// Id of the node the calls go to (the one believed to lead the shard).
-    pub id: u64,
-}
-
-impl ShardLeader for RemoteNode<'_> {
-    async fn create(&self, shard: u32, new: &NewTask) -> Result<Created, HostError> {
-        self.peers.create(self.id, shard, new).await
-    }
-
-    async fn get(&self, shard: u32, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
-        self.peers.get(self.id, shard, task_id, owner).await
-    }
-
-    async fn cancel(&self, shard: u32, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
-        self.peers.cancel(self.id, shard, task_id, owner).await
-    }
-
-    async fn list(
-        &self,
-        shard: u32,
-        owner: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<TaskView>, HostError> {
-        self.peers.list(self.id, shard, owner, after, limit).await
-    }
-
-    async fn attach(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-    ) -> Result<Attachment, HostError> {
-        self.peers.attach(self.id, shard, task_id, owner).await
-    }
-
-    async fn deliver_response(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-        request_id: &str,
-        outcome: Result<Value, ErrorObject>,
-    ) -> Result<bool, HostError> {
-        self.peers
-            .deliver_response(self.id, shard, task_id, owner, request_id, outcome)
-            .await
-    }
-
-    async fn claim(
-        &self,
-        shard: u32,
-        task_id: &str,
-        request_id: &str,
-        release: bool,
-    ) -> Result<bool, HostError> {
-        self.peers
-            .claim(self.id, shard, task_id, request_id, release)
-            .await
-    }
-
-    async fn pending_requests(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-    ) -> Result<Vec<Arc<Vec<u8>>>, HostError> {
-        self.peers
-            .pending_requests(self.id, shard, task_id, owner)
-            .await
-    }
-
-    async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
-        self.peers.members(self.id, shard).await
-    }
-
-    async fn export_page(
-        &self,
-        shard: u32,
-        after: Option<(&str, &str)>,
-        max_records: usize,
-    ) -> Result<(Vec<TaskRecord>, bool), HostError> {
-        self.peers
-            .export_page(self.id, shard, after, max_records)
-            .await
-    }
-
-    async fn import(&self, shard: u32, records: &[TaskRecord]) -> Result<u64, HostError> {
-        self.peers.import(self.id, shard, records).await
-    }
-}
-
 /// Where the router sends one attempt of a request.
 #[derive(Clone, Copy)]
 pub enum Target<'a> {
     /// This node leads the shard (or the router has no peers).
     Local(&'a Host),
-    /// Another node leads it (as far as the router knows).
-    Remote(RemoteNode<'a>),
+    /// Node `id` leads it (as far as the router knows), reached through `peers`.
+    Remote {
+        /// The channels to the other nodes.
+        peers: &'a Peers,
+        /// The node believed to lead the shard.
+        id: u64,
+    },
 }
 
-/// Calls one [`ShardLeader`] method on whichever leader a [`Target`] names, and awaits it.
-macro_rules! on_target {
-    ($target:expr, $method:ident($($arg:expr),*)) => {
-        match $target {
-            Target::Local(host) => ShardLeader::$method(*host, $($arg),*).await,
-            Target::Remote(node) => ShardLeader::$method(node, $($arg),*).await,
+impl Target<'_> {
+    /// Apply `op` on this target, the leader of `shard`.
+    pub async fn apply(self, shard: u32, op: &Op) -> Result<Answer, HostError> {
+        match self {
+            Target::Local(host) => host.apply(shard, op.clone()).await,
+            Target::Remote { peers, id } => peers.apply(id, shard, op).await,
         }
-    };
-}
-
-impl ShardLeader for Target<'_> {
-    async fn create(&self, shard: u32, new: &NewTask) -> Result<Created, HostError> {
-        on_target!(self, create(shard, new))
-    }
-
-    async fn get(&self, shard: u32, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
-        on_target!(self, get(shard, task_id, owner))
-    }
-
-    async fn cancel(&self, shard: u32, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
-        on_target!(self, cancel(shard, task_id, owner))
-    }
-
-    async fn list(
-        &self,
-        shard: u32,
-        owner: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<TaskView>, HostError> {
-        on_target!(self, list(shard, owner, after, limit))
-    }
-
-    async fn attach(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-    ) -> Result<Attachment, HostError> {
-        on_target!(self, attach(shard, task_id, owner))
-    }
-
-    async fn deliver_response(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-        request_id: &str,
-        outcome: Result<Value, ErrorObject>,
-    ) -> Result<bool, HostError> {
-        on_target!(
-            self,
-            deliver_response(shard, task_id, owner, request_id, outcome)
-        )
-    }
-
-    async fn claim(
-        &self,
-        shard: u32,
-        task_id: &str,
-        request_id: &str,
-        release: bool,
-    ) -> Result<bool, HostError> {
-        on_target!(self, claim(shard, task_id, request_id, release))
-    }
-
-    async fn pending_requests(
-        &self,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-    ) -> Result<Vec<Arc<Vec<u8>>>, HostError> {
-        on_target!(self, pending_requests(shard, task_id, owner))
-    }
-
-    async fn members(&self, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
-        on_target!(self, members(shard))
-    }
-
-    async fn export_page(
-        &self,
-        shard: u32,
-        after: Option<(&str, &str)>,
-        max_records: usize,
-    ) -> Result<(Vec<TaskRecord>, bool), HostError> {
-        on_target!(self, export_page(shard, after, max_records))
-    }
-
-    async fn import(&self, shard: u32, records: &[TaskRecord]) -> Result<u64, HostError> {
-        on_target!(self, import(shard, records))
     }
 }

@@ -28,8 +28,9 @@ use taskmesh_host::{Host, HostError, HostEvent};
 use taskmesh_task::shard_of;
 use tokio::sync::broadcast;
 
-pub use leader::{RemoteNode, ShardLeader, Target};
+pub use leader::Target;
 pub use remote::{GetBatching, PeerAddressError, Peers, MAX_GET_BATCH};
+pub use taskmesh_host::ops::MAX_TASK_ID_LEN;
 pub use traced::TraceLayer;
 
 /// Why a peer could not be added.
@@ -45,9 +46,6 @@ pub enum AddPeerError {
 
 /// Where a shard's replicas are placed (preferred leader first), from the cluster metadata.
 pub type Placement = Arc<dyn Fn(u32) -> Vec<u64> + Send + Sync>;
-
-/// Longest task id the router looks up; anything longer cannot be one of ours.
-pub const MAX_TASK_ID_LEN: usize = 128;
 
 /// The retry budget of a single-node router (`cluster.request_retry_ms` sets a cluster's).
 pub const DEFAULT_RETRY_BUDGET: Duration = Duration::from_secs(5);
@@ -215,13 +213,6 @@ impl Router {
         if let Some(l) = self.leaders.get(shard as usize) {
             l.store(id, Ordering::Relaxed);
         }
-    }
-
-    fn check_id(task_id: &str) -> Result<(), HostError> {
-        if task_id.is_empty() || task_id.len() > MAX_TASK_ID_LEN {
-            return Err(HostError::NotFound);
-        }
-        Ok(())
     }
 }
 

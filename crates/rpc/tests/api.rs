@@ -10,12 +10,11 @@ use prost::Message;
 use taskmesh_rpc::v1::task_service_client::TaskServiceClient;
 use taskmesh_rpc::v1::task_service_server::{TaskService, TaskServiceServer};
 use taskmesh_rpc::v1::{
-    outcome, AppendEntriesRequest, AttachResultEvent, AttachResultRequest, CancelTaskRequest,
-    CancelTaskResponse, ClaimMessageRequest, ClaimMessageResponse, ClientCaps, CreateTaskRequest,
-    CreateTaskResponse, DeliverResponseRequest, DeliverResponseResponse, InstallSnapshotChunk,
-    LeaderHint, ListTasksRequest, ListTasksResponse, Outcome, OutcomeError, ReadTasksRequest,
-    ReadTasksResponse, SnapshotHeader, TaskError, TaskErrorKind, TaskRecord, TaskStatus, TaskView,
-    ToolRequest, VoteRequest, WatchStatusEvent, WatchStatusRequest,
+    apply_request, apply_response, outcome, AppendEntriesRequest, ApplyRequest, ApplyResponse,
+    AttachResultEvent, AttachResultRequest, CancelTaskRequest, CancelTaskResponse, ClientCaps,
+    InstallSnapshotChunk, LeaderHint, Outcome, OutcomeError, ReadTasksRequest, ReadTasksResponse,
+    SnapshotHeader, TaskError, TaskErrorKind, TaskRecord, TaskStatus, TaskView, ToolRequest,
+    VoteRequest, WatchStatusEvent, WatchStatusRequest,
 };
 use taskmesh_rpc::METADATA_GROUP;
 use tonic::{Request, Response, Status};
@@ -175,21 +174,19 @@ type NoStream<T> = tokio_stream::Empty<Result<T, Status>>;
 
 #[tonic::async_trait]
 impl TaskService for OneTask {
-    async fn create_task(
+    /// Answers cancels only: another operation is not what this test asks.
+    async fn apply(
         &self,
-        _request: Request<CreateTaskRequest>,
-    ) -> Result<Response<CreateTaskResponse>, Status> {
-        Err(Status::unimplemented("create"))
-    }
-
-    async fn cancel_task(
-        &self,
-        request: Request<CancelTaskRequest>,
-    ) -> Result<Response<CancelTaskResponse>, Status> {
-        let req = request.into_inner();
+        request: Request<ApplyRequest>,
+    ) -> Result<Response<ApplyResponse>, Status> {
+        let Some(apply_request::Op::Cancel(req)) = request.into_inner().op else {
+            return Err(Status::unimplemented("only cancel"));
+        };
         if req.task_id == self.record.task_id && req.owner == self.record.owner {
-            return Ok(Response::new(CancelTaskResponse {
-                task: Some(view_of(&self.record)),
+            return Ok(Response::new(ApplyResponse {
+                answer: Some(apply_response::Answer::Cancel(CancelTaskResponse {
+                    task: Some(view_of(&self.record)),
+                })),
             }));
         }
         if req.task_id == self.record.task_id {
@@ -214,13 +211,6 @@ impl TaskService for OneTask {
         Err(Status::unimplemented("read stream"))
     }
 
-    async fn list_tasks(
-        &self,
-        _request: Request<ListTasksRequest>,
-    ) -> Result<Response<ListTasksResponse>, Status> {
-        Err(Status::unimplemented("list"))
-    }
-
     type AttachResultStream = NoStream<AttachResultEvent>;
 
     async fn attach_result(
@@ -238,47 +228,16 @@ impl TaskService for OneTask {
     ) -> Result<Response<Self::WatchStatusStream>, Status> {
         Err(Status::unimplemented("watch"))
     }
+}
 
-    async fn deliver_response(
-        &self,
-        _request: Request<DeliverResponseRequest>,
-    ) -> Result<Response<DeliverResponseResponse>, Status> {
-        Err(Status::unimplemented("deliver"))
-    }
-
-    async fn claim_message(
-        &self,
-        _request: Request<ClaimMessageRequest>,
-    ) -> Result<Response<ClaimMessageResponse>, Status> {
-        Err(Status::unimplemented("claim"))
-    }
-
-    async fn pending_requests(
-        &self,
-        _request: Request<taskmesh_rpc::v1::PendingRequestsRequest>,
-    ) -> Result<Response<taskmesh_rpc::v1::PendingRequestsResponse>, Status> {
-        Err(Status::unimplemented("pending"))
-    }
-
-    async fn shard_members(
-        &self,
-        _request: Request<taskmesh_rpc::v1::ShardMembersRequest>,
-    ) -> Result<Response<taskmesh_rpc::v1::ShardMembersResponse>, Status> {
-        Err(Status::unimplemented("members"))
-    }
-
-    async fn export_tasks(
-        &self,
-        _request: Request<taskmesh_rpc::v1::ExportTasksRequest>,
-    ) -> Result<Response<taskmesh_rpc::v1::ExportTasksResponse>, Status> {
-        Err(Status::unimplemented("export"))
-    }
-
-    async fn import_tasks(
-        &self,
-        _request: Request<taskmesh_rpc::v1::ImportTasksRequest>,
-    ) -> Result<Response<taskmesh_rpc::v1::ImportTasksResponse>, Status> {
-        Err(Status::unimplemented("import"))
+/// A cancel as the operation of an `Apply` call.
+fn cancel(shard: u32, owner: &str, task_id: &str) -> ApplyRequest {
+    ApplyRequest {
+        op: Some(apply_request::Op::Cancel(CancelTaskRequest {
+            shard,
+            owner: owner.to_owned(),
+            task_id: task_id.to_owned(),
+        })),
     }
 }
 
@@ -308,22 +267,17 @@ async fn a_unary_call_and_its_task_errors_over_loopback() {
         .expect("connects");
 
     let got = client
-        .cancel_task(CancelTaskRequest {
-            shard: 1,
-            owner: "alice".to_owned(),
-            task_id: record.task_id.clone(),
-        })
+        .apply(cancel(1, "alice", &record.task_id))
         .await
         .expect("the owner reaches its task")
         .into_inner();
+    let Some(apply_response::Answer::Cancel(got)) = got.answer else {
+        panic!("a cancel is answered as one: {got:?}");
+    };
     assert_eq!(got.task, Some(view_of(&record)));
 
     let err = client
-        .cancel_task(CancelTaskRequest {
-            shard: 1,
-            owner: "mallory".to_owned(),
-            task_id: record.task_id.clone(),
-        })
+        .apply(cancel(1, "mallory", &record.task_id))
         .await
         .expect_err("another principal sees nothing");
     assert_eq!(err.code(), tonic::Code::NotFound);
@@ -331,11 +285,7 @@ async fn a_unary_call_and_its_task_errors_over_loopback() {
     assert_eq!(e.kind(), TaskErrorKind::NotFound);
 
     let err = client
-        .cancel_task(CancelTaskRequest {
-            shard: 3,
-            owner: "alice".to_owned(),
-            task_id: "ffffffffffffffffffffffffffffffff".to_owned(),
-        })
+        .apply(cancel(3, "alice", "ffffffffffffffffffffffffffffffff"))
         .await
         .expect_err("the shard is led elsewhere");
     let e = TaskError::from_status(&err).expect("carries a task error");

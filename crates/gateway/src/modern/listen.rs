@@ -32,6 +32,7 @@ use axum::http::{header, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
+use taskmesh_host::ops::Pending;
 use taskmesh_host::{Attachment, HostError};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
 use taskmesh_task::{TaskStatus, TaskView};
@@ -331,7 +332,14 @@ async fn detailed(
 ) -> Option<(Map<String, Value>, u64, bool)> {
     let view: TaskView = gw.router.get(task_id, principal).await.ok()?;
     if view.status == TaskStatus::InputRequired {
-        let pending = gw.router.pending_requests(task_id, principal).await.ok()?;
+        let pending = gw
+            .router
+            .run(Pending {
+                task_id: task_id.to_string(),
+                owner: principal.to_string(),
+            })
+            .await
+            .ok()?;
         let mut d = tasks::live(&view);
         d.insert("inputRequests".into(), tasks::input_requests(&pending));
         return Some((d, view.updated_index, false));

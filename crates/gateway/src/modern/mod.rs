@@ -42,6 +42,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde_json::{json, Map, Value};
+use taskmesh_host::ops::{Deliver, Pending};
 use taskmesh_host::{Attachment, HostError, NewTask};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, METHOD_NOT_FOUND};
 use taskmesh_mcp::{params, LogLevel, TaskSupport};
@@ -714,7 +715,10 @@ async fn tasks_get(
     if view.status == taskmesh_task::TaskStatus::InputRequired {
         let pending = gw
             .router
-            .pending_requests(task_id, principal)
+            .run(Pending {
+                task_id: task_id.to_string(),
+                owner: principal.to_string(),
+            })
             .await
             .map_err(|e| task_error(gw, principal, task_id, &e))?;
         let mut d = tasks::live(&view);
@@ -753,8 +757,14 @@ async fn tasks_update(
     for (key, answer) in responses {
         let taken = gw
             .router
-            .deliver_response(task_id, principal, key.clone(), Ok(answer.clone()))
-            .await;
+            .run(Deliver {
+                task_id: task_id.to_string(),
+                owner: principal.to_string(),
+                request_id: key.clone(),
+                outcome: Ok(answer.clone()),
+            })
+            .await
+            .unwrap_or(false);
         if !taken {
             tracing::debug!(task_id, key = %key, "tasks/update answer for no pending request; ignored");
         }

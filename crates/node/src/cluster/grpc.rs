@@ -185,26 +185,24 @@ impl v1::cluster_service_server::ClusterService for ClusterGrpc {
         &self,
         request: Request<v1::ExportTasksRequest>,
     ) -> Result<Response<v1::ExportTasksResponse>, Status> {
-        use taskmesh_router::service::{export_cursor, export_max, export_response};
-        let r = request.into_inner();
-        let after = export_cursor(&r)?;
+        use taskmesh_router::convert::ops::{export_from_pb, exported_to_pb};
+        let export = export_from_pb(request.into_inner())?;
         let page = self
             .router
-            .export_page(r.shard, after, export_max(r.max_records))
+            .run(export)
             .await
             .map_err(|e| self.host_error(&e))?;
-        Ok(Response::new(export_response(page)))
+        Ok(Response::new(exported_to_pb(page)))
     }
 
     async fn import_tasks(
         &self,
         request: Request<v1::ImportTasksRequest>,
     ) -> Result<Response<v1::ImportTasksResponse>, Status> {
-        let r = request.into_inner();
-        let records = taskmesh_router::service::import_records(r.records)?;
+        let import = taskmesh_router::convert::ops::import_from_pb(request.into_inner())?;
         let inserted = self
             .router
-            .import(r.shard, records)
+            .run(import)
             .await
             .map_err(|e| self.host_error(&e))?;
         Ok(Response::new(v1::ImportTasksResponse { inserted }))

@@ -328,9 +328,9 @@ impl Reconciler {
         self.leading_since.lock().remove(&shard);
         if !here && meta.is_complete() && self.ticks.is_multiple_of(4) {
             // Placed elsewhere: delete this replica once the group no longer lists this node.
-            let asked = tokio::time::timeout(MEMBERS_CALL_TIMEOUT, self.router.members(shard));
-            if let Ok(Ok((voters, learners))) = asked.await {
-                if !voters.contains(&me) && !learners.contains(&me) {
+            let asked = self.router.run(taskmesh_host::ops::Members { shard });
+            if let Ok(Ok(members)) = tokio::time::timeout(MEMBERS_CALL_TIMEOUT, asked).await {
+                if !members.voters.contains(&me) && !members.learners.contains(&me) {
                     self.host.remove_shard(shard);
                     self.registry.remove(shard);
                     replica.destroy().await?;

@@ -1,8 +1,9 @@
-//! The peers: one lazily connected `TaskService` channel per other node, and the calls
-//! `RemoteNode` makes on it for a shard that node leads.
+//! The peers: one lazily connected `TaskService` channel per other node, and the calls the
+//! router makes on it for a shard that node leads.
 //!
-//! Every call but `get` is one unary (or, for `attach`, server-streaming) request on the
-//! node's channel; `get` joins the node's queue of forwarded reads (see `reads`).
+//! A task operation is one unary `Apply` request on the node's channel, an attachment one
+//! server-streaming `AttachResult`; `get` joins the node's queue of forwarded reads (see
+//! `reads`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -11,19 +12,17 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use parking_lot::RwLock;
-use serde_json::Value;
-use taskmesh_host::{Attachment, Created, Ended, HostError, NewTask, Stamped};
-use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
+use taskmesh_host::{Answer, Attachment, Ended, HostError, Op, Stamped};
 use taskmesh_rpc::dial::Dialer;
 use taskmesh_rpc::trace;
 use taskmesh_rpc::v1::{self, task_service_client::TaskServiceClient};
-use taskmesh_task::{TaskRecord, TaskView};
+use taskmesh_task::TaskView;
 use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 
 use super::reads::{send_gets, GetBatching, PeerReads, MAX_GET_BATCH};
-use super::{record_of, view_of};
-use crate::convert::{error_from_status, record_from_pb, record_to_pb};
+use crate::convert::ops::{answer_from_pb, op_to_pb, record_of, view_of};
+use crate::convert::{error_from_status, record_from_pb};
 
 /// Messages of a remote result attachment (elicitations, progress) that may wait for the
 /// local session to take them, as the host's own `attach_buffer` does for a local one.
@@ -181,39 +180,15 @@ impl Peers {
 }
 
 impl Peers {
-    /// Create a task on node `id`, the leader of `shard`. The node's error comes back as the
-    /// matching [`HostError`]; an unknown node is [`HostError::Unavailable`].
-    pub async fn create(&self, id: u64, shard: u32, new: &NewTask) -> Result<Created, HostError> {
-        let req = v1::CreateTaskRequest {
-            shard,
-            owner: new.owner.clone(),
-            task_id: new.task_id.clone(),
-            session: new.session.clone(),
-            requested_ttl_ms: new.ttl_ms,
-            request: Some(v1::ToolRequest {
-                tool: new.tool.clone(),
-                arguments_json: new.arguments_json.clone(),
-                progress_token_json: new.progress_token.as_ref().map(|t| t.to_string()),
-                client: Some(v1::ClientCaps {
-                    elicitation: new.client.elicitation,
-                    sampling: new.client.sampling,
-                }),
-                answers_json: new.answers_json.clone(),
-                traceparent: new.traceparent.clone(),
-            }),
-        };
+    /// Apply `op` on node `id`, the leader of `shard`: one `Apply` call. The node's error
+    /// comes back as the matching [`HostError`]; an unknown node is
+    /// [`HostError::Unavailable`].
+    pub async fn apply(&self, id: u64, shard: u32, op: &Op) -> Result<Answer, HostError> {
+        let req = op_to_pb(shard, op);
         let r = self
-            .call(
-                id,
-                shard,
-                req,
-                |mut c, r| async move { c.create_task(r).await },
-            )
+            .call(id, shard, req, |mut c, r| async move { c.apply(r).await })
             .await?;
-        Ok(Created {
-            task: view_of(r.task)?,
-            fresh: r.created,
-        })
+        answer_from_pb(r)
     }
 
     /// Read a task on node `id`. Reads that wait for the same node at the same time go out
@@ -272,59 +247,6 @@ impl Peers {
         }
         rx.await
             .unwrap_or_else(|_| Err(HostError::Unavailable("the read was dropped".into())))
-    }
-
-    /// Cancel `owner`'s task on node `id`, the leader of `shard`; the task as the node
-    /// answers it.
-    pub async fn cancel(
-        &self,
-        id: u64,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-    ) -> Result<TaskView, HostError> {
-        let req = v1::CancelTaskRequest {
-            shard,
-            owner: owner.into(),
-            task_id: task_id.into(),
-        };
-        let r = self
-            .call(
-                id,
-                shard,
-                req,
-                |mut c, r| async move { c.cancel_task(r).await },
-            )
-            .await?;
-        view_of(r.task)
-    }
-
-    /// One page of `owner`'s tasks of `shard` from node `id`: those after task id `after`
-    /// when given, at most `limit` (the node also caps it at
-    /// [`MAX_LIST_PAGE`](crate::service::MAX_LIST_PAGE)).
-    pub async fn list(
-        &self,
-        id: u64,
-        shard: u32,
-        owner: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<TaskView>, HostError> {
-        let req = v1::ListTasksRequest {
-            shard,
-            owner: owner.into(),
-            after_task_id: after.map(str::to_string),
-            limit: limit.min(u32::MAX as usize) as u32,
-        };
-        let r = self
-            .call(
-                id,
-                shard,
-                req,
-                |mut c, r| async move { c.list_tasks(r).await },
-            )
-            .await?;
-        r.tasks.into_iter().map(|t| view_of(Some(t))).collect()
     }
 
     /// Attach to a task's result on its leader. A live attachment relays the peer's stream;
@@ -391,151 +313,5 @@ impl Peers {
             messages,
             done,
         })
-    }
-
-    /// Hand a client's answer to request `request_id` (sent as a JSON-RPC response or error
-    /// with that string id) to the task on node `id`; whether a live task there took it.
-    pub async fn deliver_response(
-        &self,
-        id: u64,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-        request_id: &str,
-        outcome: Result<Value, ErrorObject>,
-    ) -> Result<bool, HostError> {
-        let rid = RequestId::String(request_id.to_string());
-        let response_json = match outcome {
-            Ok(v) => jsonrpc::response(&rid, &v),
-            Err(e) => jsonrpc::error_response(Some(&rid), &e),
-        };
-        let req = v1::DeliverResponseRequest {
-            shard,
-            owner: owner.into(),
-            task_id: task_id.into(),
-            response_json,
-        };
-        let r = self
-            .call(id, shard, req, |mut c, r| async move {
-                c.deliver_response(r).await
-            })
-            .await?;
-        Ok(r.delivered)
-    }
-}
-
-impl Peers {
-    /// Ask node `id`, the leader of `shard`, whether this node's GET stream is the one to send
-    /// the task's request `request_id` (see `ClaimMessage`).
-    pub async fn claim(
-        &self,
-        id: u64,
-        shard: u32,
-        task_id: &str,
-        request_id: &str,
-        release: bool,
-    ) -> Result<bool, HostError> {
-        let req = v1::ClaimMessageRequest {
-            shard,
-            task_id: task_id.into(),
-            request_id: request_id.into(),
-            release,
-        };
-        let r = self
-            .call(id, shard, req, |mut c, r| async move {
-                c.claim_message(r).await
-            })
-            .await?;
-        Ok(r.claimed)
-    }
-
-    /// The requests `owner`'s live task waits on, asked of node `id` (the shard's leader).
-    pub async fn pending_requests(
-        &self,
-        id: u64,
-        shard: u32,
-        task_id: &str,
-        owner: &str,
-    ) -> Result<Vec<std::sync::Arc<Vec<u8>>>, HostError> {
-        let req = v1::PendingRequestsRequest {
-            shard,
-            task_id: task_id.into(),
-            owner: owner.into(),
-        };
-        let r = self
-            .call(id, shard, req, |mut c, r| async move {
-                c.pending_requests(r).await
-            })
-            .await?;
-        Ok(r.requests_json
-            .into_iter()
-            .map(std::sync::Arc::new)
-            .collect())
-    }
-
-    /// The voters and learners of `shard`'s group, asked of node `id` (its leader).
-    pub async fn members(&self, id: u64, shard: u32) -> Result<(Vec<u64>, Vec<u64>), HostError> {
-        let r = self
-            .call(
-                id,
-                shard,
-                v1::ShardMembersRequest { shard },
-                |mut c, r| async move { c.shard_members(r).await },
-            )
-            .await?;
-        Ok((r.voters, r.learners))
-    }
-
-    /// A page of `shard`'s records from node `id` (its `ExportTasks`).
-    pub async fn export_page(
-        &self,
-        id: u64,
-        shard: u32,
-        after: Option<(&str, &str)>,
-        max_records: usize,
-    ) -> Result<(Vec<TaskRecord>, bool), HostError> {
-        let (after_owner, after_task_id) = after.unwrap_or_default();
-        let r = self
-            .call(
-                id,
-                shard,
-                v1::ExportTasksRequest {
-                    shard,
-                    after_owner: after_owner.into(),
-                    after_task_id: after_task_id.into(),
-                    max_records: max_records.min(u32::MAX as usize) as u32,
-                },
-                |mut c, r| async move { c.export_tasks(r).await },
-            )
-            .await?;
-        let records = r
-            .records
-            .into_iter()
-            .map(|p| {
-                record_from_pb(p).ok_or_else(|| {
-                    HostError::Internal(format!("node {id} sent a malformed record"))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok((records, r.done))
-    }
-
-    /// Backed-up records into `shard` on node `id` (its `ImportTasks`).
-    pub async fn import(
-        &self,
-        id: u64,
-        shard: u32,
-        records: &[TaskRecord],
-    ) -> Result<u64, HostError> {
-        let records = records.iter().cloned().map(record_to_pb).collect();
-        let r = self
-            .call(
-                id,
-                shard,
-                v1::ImportTasksRequest { shard, records },
-                |mut c, r| async move { c.import_tasks(r).await },
-            )
-            .await?;
-        Ok(r.inserted)
     }
 }

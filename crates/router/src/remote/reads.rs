@@ -16,7 +16,7 @@ use taskmesh_task::TaskView;
 use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 
-use super::view_of;
+use crate::convert::ops::view_of;
 use crate::convert::{error_from_pb, error_from_status};
 
 /// The most reads one `ReadTasks` batch may carry (the server refuses more).

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::json;
-use taskmesh_host::{HostConfig, HostError, NewTask};
+use taskmesh_host::ops::Cancel;
+use taskmesh_host::{Created, HostConfig, HostError, NewTask, Operation};
 use taskmesh_router::remote::Peers;
 use taskmesh_rpc::v1::{self, task_service_client::TaskServiceClient};
 use taskmesh_task::TaskStatus;
@@ -26,6 +27,23 @@ fn new_task(task_id: &str, tool: &str) -> NewTask {
         answers_json: None,
         traceparent: None,
     }
+}
+
+/// A create on node 1, shard 0, as a router's attempt sends it.
+async fn create(peers: &Peers, new: NewTask) -> Result<Created, HostError> {
+    peers
+        .apply(1, 0, &new.into())
+        .await
+        .and_then(NewTask::output)
+}
+
+/// A cancel of alice's task on node 1, shard 0.
+async fn cancel(peers: &Peers, task_id: &str) -> Result<taskmesh_task::TaskView, HostError> {
+    let op = Cancel {
+        task_id: task_id.into(),
+        owner: "alice".into(),
+    };
+    peers.apply(1, 0, &op.into()).await.and_then(Cancel::output)
 }
 
 const OTHER: &str = "fedcba9876543210fedcba9876543210";
@@ -48,7 +66,7 @@ async fn each_error_reaches_the_caller_as_the_same_kind() {
     }
 
     // A tool the node does not serve: its configuration, not a reason to retry.
-    match peers.create(1, 0, &new_task(OTHER, "no_such_tool")).await {
+    match create(&peers, new_task(OTHER, "no_such_tool")).await {
         Err(e @ HostError::Misconfigured(_)) => {
             assert!(!e.retryable());
             assert!(e.to_string().contains("no_such_tool"), "{e}");
@@ -64,21 +82,24 @@ async fn each_error_reaches_the_caller_as_the_same_kind() {
     let mut raw = TaskServiceClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
+    let create_op = v1::apply_request::Op::Create(v1::CreateTaskRequest {
+        shard: 0,
+        owner: "alice".into(),
+        task_id: OTHER.into(),
+        session: None,
+        requested_ttl_ms: None,
+        request: Some(v1::ToolRequest {
+            tool: "slow_compute".into(),
+            arguments_json: "[1, 2".into(),
+            progress_token_json: None,
+            client: None,
+            answers_json: None,
+            traceparent: None,
+        }),
+    });
     let status = raw
-        .create_task(v1::CreateTaskRequest {
-            shard: 0,
-            owner: "alice".into(),
-            task_id: OTHER.into(),
-            session: None,
-            requested_ttl_ms: None,
-            request: Some(v1::ToolRequest {
-                tool: "slow_compute".into(),
-                arguments_json: "[1, 2".into(),
-                progress_token_json: None,
-                client: None,
-                answers_json: None,
-                traceparent: None,
-            }),
+        .apply(v1::ApplyRequest {
+            op: Some(create_op),
         })
         .await
         .expect_err("refused");
@@ -91,24 +112,22 @@ async fn each_error_reaches_the_caller_as_the_same_kind() {
     ));
 
     // A create retried after it committed returns the task and says it created nothing.
-    let again = peers
-        .create(1, 0, &new_task(TASK, "slow_compute"))
+    let again = create(&peers, new_task(TASK, "slow_compute"))
         .await
         .unwrap();
     assert_eq!(again.task.task_id, TASK);
     assert!(!again.fresh, "a retry is reported as such");
-    let fresh = peers
-        .create(1, 0, &new_task(OTHER, "slow_compute"))
+    let fresh = create(&peers, new_task(OTHER, "slow_compute"))
         .await
         .unwrap();
     assert!(fresh.fresh);
 
     // Cancel twice: the second names the terminal status.
     assert_eq!(
-        peers.cancel(1, 0, TASK, "alice").await.unwrap().status,
+        cancel(&peers, TASK).await.unwrap().status,
         TaskStatus::Cancelled
     );
-    let r = peers.cancel(1, 0, TASK, "alice").await;
+    let r = cancel(&peers, TASK).await;
     assert!(
         matches!(r, Err(HostError::Terminal(TaskStatus::Cancelled))),
         "{r:?}"
@@ -133,7 +152,7 @@ async fn a_capacity_error_carries_the_nodes_real_limit() {
     let addr = free_addr();
     let server = serve(&host, &addr);
     let peers = Peers::new(HashMap::from([(1, addr)]), Duration::from_secs(30)).unwrap();
-    match peers.create(1, 0, &new_task(OTHER, "slow_compute")).await {
+    match create(&peers, new_task(OTHER, "slow_compute")).await {
         Err(e @ HostError::Capacity { limit: 1 }) => {
             assert!(!e.retryable());
             assert!(e.to_string().contains("a limit of 1 is reached"), "{e}");

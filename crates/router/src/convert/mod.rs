@@ -1,4 +1,7 @@
-//! Domain <-> `taskmesh.v1` messages: task views and records, statuses and host errors.
+//! Domain <-> `taskmesh.v1` messages: task views and records, statuses and host errors here;
+//! the task operations of `TaskService.Apply` and their answers in [`ops`].
+
+pub mod ops;
 
 use taskmesh_host::HostError;
 use taskmesh_rpc::v1;

@@ -1,0 +1,532 @@
+//! The wire form of the task operations (`taskmesh_host::ops`): an [`Op`] as a
+//! `TaskService.Apply` request and an [`Answer`] as its response, both ways.
+//!
+//! The sending node encodes with [`op_to_pb`] and decodes the answer with [`answer_from_pb`];
+//! the leader decodes with [`op_from_pb`] (which checks what a peer sent as the gateway checked
+//! what its client sent) and encodes with [`answer_to_pb`].
+
+use std::sync::Arc;
+
+use taskmesh_host::ops::{
+    Cancel, Claim, Deliver, Export, ExportedPage, GroupMembers, Import, List, Listed, Members,
+    Pending,
+};
+use taskmesh_host::{Answer, Created, HostError, NewTask, Op};
+use taskmesh_mcp::jsonrpc::{self, Message, RequestId};
+use taskmesh_rpc::v1::{self, apply_request, apply_response};
+use taskmesh_task::{TaskRecord, TaskView};
+use tonic::Status;
+
+use super::{record_from_pb, record_to_pb, request_from_pb, view_from_pb, view_to_pb};
+
+/// The `Apply` request that carries `op` to the leader of `shard`. The operation's strings are
+/// copied: a retry sends it again.
+pub fn op_to_pb(shard: u32, op: &Op) -> v1::ApplyRequest {
+    use apply_request::Op as W;
+    let op = match op {
+        Op::Create(new) => W::Create(v1::CreateTaskRequest {
+            shard,
+            owner: new.owner.clone(),
+            task_id: new.task_id.clone(),
+            session: new.session.clone(),
+            requested_ttl_ms: new.ttl_ms,
+            request: Some(v1::ToolRequest {
+                tool: new.tool.clone(),
+                arguments_json: new.arguments_json.clone(),
+                progress_token_json: new.progress_token.as_ref().map(|t| t.to_string()),
+                client: Some(v1::ClientCaps {
+                    elicitation: new.client.elicitation,
+                    sampling: new.client.sampling,
+                }),
+                answers_json: new.answers_json.clone(),
+                traceparent: new.traceparent.clone(),
+            }),
+        }),
+        Op::Cancel(c) => W::Cancel(v1::CancelTaskRequest {
+            shard,
+            owner: c.owner.clone(),
+            task_id: c.task_id.clone(),
+        }),
+        Op::List(l) => W::List(v1::ListTasksRequest {
+            shard,
+            owner: l.owner.clone(),
+            after_task_id: l.after.clone(),
+            limit: l.limit.min(u32::MAX as usize) as u32,
+        }),
+        Op::Deliver(d) => {
+            let rid = RequestId::String(d.request_id.clone());
+            W::Deliver(v1::DeliverResponseRequest {
+                shard,
+                owner: d.owner.clone(),
+                task_id: d.task_id.clone(),
+                response_json: match &d.outcome {
+                    Ok(v) => jsonrpc::response(&rid, v),
+                    Err(e) => jsonrpc::error_response(Some(&rid), e),
+                },
+            })
+        }
+        Op::Claim(c) => W::Claim(v1::ClaimMessageRequest {
+            shard,
+            task_id: c.task_id.clone(),
+            request_id: c.request_id.clone(),
+            release: c.release,
+        }),
+        Op::Pending(p) => W::Pending(v1::PendingRequestsRequest {
+            shard,
+            task_id: p.task_id.clone(),
+            owner: p.owner.clone(),
+        }),
+        Op::Members(_) => W::Members(v1::ShardMembersRequest { shard }),
+        Op::Export(e) => {
+            let (after_owner, after_task_id) = e.after.clone().unwrap_or_default();
+            W::Export(v1::ExportTasksRequest {
+                shard,
+                after_owner,
+                after_task_id,
+                max_records: e.max_records.min(u32::MAX as usize) as u32,
+            })
+        }
+        Op::Import(i) => W::Import(v1::ImportTasksRequest {
+            shard,
+            records: i.records.iter().cloned().map(record_to_pb).collect(),
+        }),
+    };
+    v1::ApplyRequest { op: Some(op) }
+}
+
+/// The operation an `Apply` request carries, with the shard it names. What a peer sent is
+/// checked as the gateway checked its client's request (the arguments are one JSON object, a
+/// client's answer is one JSON-RPC response); a malformed operation is `INVALID_ARGUMENT`.
+pub fn op_from_pb(r: v1::ApplyRequest) -> Result<(u32, Op), Status> {
+    use apply_request::Op as W;
+    Ok(match r.op {
+        None => {
+            return Err(Status::invalid_argument(
+                "no operation, or one this node does not know",
+            ))
+        }
+        Some(W::Create(c)) => (c.shard, Op::Create(create_from_pb(c)?)),
+        Some(W::Cancel(c)) => (
+            c.shard,
+            Op::Cancel(Cancel {
+                task_id: c.task_id,
+                owner: c.owner,
+            }),
+        ),
+        Some(W::List(l)) => (
+            l.shard,
+            Op::List(List {
+                shard: l.shard,
+                owner: l.owner,
+                after: l.after_task_id,
+                limit: l.limit as usize,
+            }),
+        ),
+        Some(W::Deliver(d)) => {
+            let Ok(Message::Response { id, outcome }) = jsonrpc::parse_message(&d.response_json)
+            else {
+                return Err(Status::invalid_argument(
+                    "response_json is not a JSON-RPC response",
+                ));
+            };
+            let deliver = Deliver {
+                task_id: d.task_id,
+                owner: d.owner,
+                request_id: id.to_string(),
+                outcome,
+            };
+            (d.shard, Op::Deliver(deliver))
+        }
+        Some(W::Claim(c)) => (
+            c.shard,
+            Op::Claim(Claim {
+                task_id: c.task_id,
+                request_id: c.request_id,
+                release: c.release,
+            }),
+        ),
+        Some(W::Pending(p)) => (
+            p.shard,
+            Op::Pending(Pending {
+                task_id: p.task_id,
+                owner: p.owner,
+            }),
+        ),
+        Some(W::Members(m)) => (m.shard, Op::Members(Members { shard: m.shard })),
+        Some(W::Export(e)) => (e.shard, Op::Export(export_from_pb(e)?)),
+        Some(W::Import(i)) => (i.shard, Op::Import(import_from_pb(i)?)),
+    })
+}
+
+/// A create from a peer. The gateway that accepted the call validated the arguments; a peer's
+/// text is only checked to be a JSON object (no value is built from it).
+fn create_from_pb(r: v1::CreateTaskRequest) -> Result<NewTask, Status> {
+    let Some(tool) = r.request.map(request_from_pb) else {
+        return Err(Status::invalid_argument("request is required"));
+    };
+    if !is_json_object(&tool.arguments_json) {
+        return Err(Status::invalid_argument(
+            "arguments_json is not a JSON object",
+        ));
+    }
+    if tool
+        .answers_json
+        .as_deref()
+        .is_some_and(|a| !is_json_object(a))
+    {
+        return Err(Status::invalid_argument(
+            "answers_json is not a JSON object",
+        ));
+    }
+    let progress_token = match &tool.progress_token_json {
+        None => None,
+        Some(t) => Some(
+            serde_json::from_str(t)
+                .map_err(|e| Status::invalid_argument(format!("progress_token_json: {e}")))?,
+        ),
+    };
+    Ok(NewTask {
+        task_id: r.task_id,
+        owner: r.owner,
+        session: r.session,
+        tool: tool.tool,
+        arguments_json: tool.arguments_json,
+        progress_token,
+        ttl_ms: r.requested_ttl_ms,
+        client: tool.client,
+        answers_json: tool.answers_json,
+        // The span serving this call, under the gateway's: the task's executions follow it.
+        traceparent: taskmesh_telemetry::current_traceparent().or(tool
+            .traceparent
+            .filter(|t| taskmesh_telemetry::parse(t).is_some())),
+    })
+}
+
+/// Whether `text` is one JSON object (checked without building a value).
+fn is_json_object(text: &str) -> bool {
+    text.trim_start().starts_with('{')
+        && serde_json::from_str::<&serde_json::value::RawValue>(text).is_ok()
+}
+
+/// An export page as asked on the wire: no cursor when both of its parts are empty, and
+/// `max_records` 0 read as the most a page holds.
+pub fn export_from_pb(r: v1::ExportTasksRequest) -> Result<Export, Status> {
+    let after = match (r.after_owner.is_empty(), r.after_task_id.is_empty()) {
+        (true, true) => None,
+        (false, false) => Some((r.after_owner, r.after_task_id)),
+        _ => {
+            return Err(Status::invalid_argument(
+                "after_owner and after_task_id are given together or not at all",
+            ))
+        }
+    };
+    let max_records = match r.max_records {
+        0 => taskmesh_host::backup::MAX_PAGE_RECORDS,
+        n => n as usize,
+    };
+    Ok(Export {
+        shard: r.shard,
+        after,
+        max_records,
+    })
+}
+
+/// An import as sent on the wire; a malformed record refuses the whole import.
+pub fn import_from_pb(r: v1::ImportTasksRequest) -> Result<Import, Status> {
+    let records = r
+        .records
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            record_from_pb(p)
+                .ok_or_else(|| Status::invalid_argument(format!("record {i} is malformed")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Import {
+        shard: r.shard,
+        records,
+    })
+}
+
+/// The wire form of an export page.
+pub fn exported_to_pb(page: ExportedPage) -> v1::ExportTasksResponse {
+    v1::ExportTasksResponse {
+        records: page.records.into_iter().map(record_to_pb).collect(),
+        done: page.last,
+    }
+}
+
+/// The `Apply` response that carries a leader's answer; its strings move into it.
+pub fn answer_to_pb(a: Answer) -> v1::ApplyResponse {
+    use apply_response::Answer as W;
+    let answer = match a {
+        Answer::Create(c) => W::Create(v1::CreateTaskResponse {
+            task: Some(view_to_pb(c.task)),
+            created: c.fresh,
+        }),
+        Answer::Cancel(task) => W::Cancel(v1::CancelTaskResponse {
+            task: Some(view_to_pb(task)),
+        }),
+        Answer::List(l) => W::List(v1::ListTasksResponse {
+            tasks: l.tasks.into_iter().map(view_to_pb).collect(),
+            more: l.more,
+        }),
+        Answer::Deliver(delivered) => W::Deliver(v1::DeliverResponseResponse { delivered }),
+        Answer::Claim(claimed) => W::Claim(v1::ClaimMessageResponse { claimed }),
+        Answer::Pending(requests) => W::Pending(v1::PendingRequestsResponse {
+            requests_json: requests.iter().map(|j| j.to_vec()).collect(),
+        }),
+        Answer::Members(m) => W::Members(v1::ShardMembersResponse {
+            voters: m.voters,
+            learners: m.learners,
+        }),
+        Answer::Export(page) => W::Export(exported_to_pb(page)),
+        Answer::Import(inserted) => W::Import(v1::ImportTasksResponse { inserted }),
+    };
+    v1::ApplyResponse {
+        answer: Some(answer),
+    }
+}
+
+/// A leader's answer from the wire; a malformed one (a task without a status, a record that
+/// does not decode, no answer) is [`HostError::Internal`].
+pub fn answer_from_pb(r: v1::ApplyResponse) -> Result<Answer, HostError> {
+    use apply_response::Answer as W;
+    Ok(match r.answer {
+        None => return Err(malformed("an answer without its operation's")),
+        Some(W::Create(c)) => Answer::Create(Created {
+            task: view_of(c.task)?,
+            fresh: c.created,
+        }),
+        Some(W::Cancel(c)) => Answer::Cancel(view_of(c.task)?),
+        Some(W::List(l)) => Answer::List(Listed {
+            tasks: l
+                .tasks
+                .into_iter()
+                .map(|t| view_of(Some(t)))
+                .collect::<Result<_, _>>()?,
+            more: l.more,
+        }),
+        Some(W::Deliver(d)) => Answer::Deliver(d.delivered),
+        Some(W::Claim(c)) => Answer::Claim(c.claimed),
+        Some(W::Pending(p)) => Answer::Pending(p.requests_json.into_iter().map(Arc::new).collect()),
+        Some(W::Members(m)) => Answer::Members(GroupMembers {
+            voters: m.voters,
+            learners: m.learners,
+        }),
+        Some(W::Export(e)) => Answer::Export(ExportedPage {
+            records: e
+                .records
+                .into_iter()
+                .map(|r| record_of(Some(r)))
+                .collect::<Result<_, _>>()?,
+            last: e.done,
+        }),
+        Some(W::Import(i)) => Answer::Import(i.inserted),
+    })
+}
+
+fn malformed(what: &str) -> HostError {
+    HostError::Internal(format!("malformed answer from a peer: {what}"))
+}
+
+/// A record a peer sent; one that does not decode is [`HostError::Internal`].
+pub fn record_of(r: Option<v1::TaskRecord>) -> Result<TaskRecord, HostError> {
+    r.and_then(record_from_pb)
+        .ok_or_else(|| malformed("a task record"))
+}
+
+/// A task a peer sent; one that does not decode is [`HostError::Internal`].
+pub fn view_of(v: Option<v1::TaskView>) -> Result<TaskView, HostError> {
+    v.and_then(view_from_pb).ok_or_else(|| malformed("a task"))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use taskmesh_mcp::ErrorObject;
+    use taskmesh_task::{ClientCaps, TaskStatus, ToolRequest};
+
+    use super::*;
+
+    fn view(id: &str) -> TaskView {
+        TaskView {
+            task_id: id.into(),
+            owner: "alice".into(),
+            session: Some("s".into()),
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at_ms: 1,
+            last_updated_at_ms: 2,
+            ttl_ms: Some(3),
+            poll_interval_ms: 4,
+            updated_index: 5,
+        }
+    }
+
+    fn record(id: &str) -> TaskRecord {
+        TaskRecord {
+            task_id: id.into(),
+            owner: "alice".into(),
+            session: None,
+            status: TaskStatus::Completed,
+            status_message: None,
+            created_at_ms: 1,
+            last_updated_at_ms: 2,
+            ttl_ms: None,
+            poll_interval_ms: 3,
+            request: ToolRequest {
+                tool: "t".into(),
+                arguments_json: "{}".into(),
+                progress_token_json: None,
+                client: ClientCaps::default(),
+                answers_json: None,
+                traceparent: None,
+            },
+            outcome: None,
+            exec_term: 4,
+            updated_index: 5,
+            upstream_task: None,
+        }
+    }
+
+    /// Every operation reaches the leader as it was sent, with its shard.
+    #[test]
+    fn every_operation_crosses_the_wire_unchanged() {
+        let ops: Vec<Op> = vec![
+            Op::Create(NewTask {
+                task_id: "t1".into(),
+                owner: "alice".into(),
+                session: Some("s".into()),
+                tool: "slow_compute".into(),
+                arguments_json: r#"{"seconds":1}"#.into(),
+                progress_token: Some(json!("p1")),
+                ttl_ms: Some(60_000),
+                client: ClientCaps {
+                    elicitation: true,
+                    sampling: false,
+                },
+                answers_json: Some(r#"{"k":{"action":"accept"}}"#.into()),
+                traceparent: None,
+            }),
+            Op::Cancel(Cancel {
+                task_id: "t1".into(),
+                owner: "alice".into(),
+            }),
+            Op::List(List {
+                shard: 7,
+                owner: "alice".into(),
+                after: Some("t0".into()),
+                limit: 50,
+            }),
+            Op::Deliver(Deliver {
+                task_id: "t1".into(),
+                owner: "alice".into(),
+                request_id: "tm-t1-1".into(),
+                outcome: Ok(json!({"action": "accept"})),
+            }),
+            Op::Deliver(Deliver {
+                task_id: "t1".into(),
+                owner: "alice".into(),
+                request_id: "tm-t1-2".into(),
+                outcome: Err(ErrorObject::new(-1, "declined")),
+            }),
+            Op::Claim(Claim {
+                task_id: "t1".into(),
+                request_id: "tm-t1-1".into(),
+                release: true,
+            }),
+            Op::Pending(Pending {
+                task_id: "t1".into(),
+                owner: "alice".into(),
+            }),
+            Op::Members(Members { shard: 7 }),
+            Op::Export(Export {
+                shard: 7,
+                after: Some(("alice".into(), "t0".into())),
+                max_records: 10,
+            }),
+            Op::Import(Import {
+                shard: 7,
+                records: vec![record("t2")],
+            }),
+        ];
+        for op in ops {
+            let (shard, back) = op_from_pb(op_to_pb(7, &op)).unwrap();
+            assert_eq!(shard, 7);
+            assert_eq!(format!("{back:?}"), format!("{op:?}"));
+        }
+    }
+
+    /// Every answer reaches the caller as the leader gave it.
+    #[test]
+    fn every_answer_crosses_the_wire_unchanged() {
+        let answers = vec![
+            Answer::Create(Created {
+                task: view("t1"),
+                fresh: true,
+            }),
+            Answer::Cancel(view("t1")),
+            Answer::List(Listed {
+                tasks: vec![view("t1"), view("t2")],
+                more: true,
+            }),
+            Answer::Deliver(true),
+            Answer::Claim(false),
+            Answer::Pending(vec![Arc::new(b"{}".to_vec())]),
+            Answer::Members(GroupMembers {
+                voters: vec![1, 2],
+                learners: vec![3],
+            }),
+            Answer::Export(ExportedPage {
+                records: vec![record("t3")],
+                last: true,
+            }),
+            Answer::Import(4),
+        ];
+        for a in answers {
+            let shown = format!("{a:?}");
+            let back = answer_from_pb(answer_to_pb(a)).unwrap();
+            assert_eq!(format!("{back:?}"), shown);
+        }
+    }
+
+    /// What a peer sends is checked as a client's request is: nothing malformed is applied.
+    #[test]
+    fn malformed_operations_are_refused() {
+        let refused = |op: apply_request::Op| {
+            let s = op_from_pb(v1::ApplyRequest { op: Some(op) }).unwrap_err();
+            assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+        };
+        let create = |args: &str| v1::CreateTaskRequest {
+            task_id: "t".into(),
+            request: Some(v1::ToolRequest {
+                tool: "x".into(),
+                arguments_json: args.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        refused(apply_request::Op::Create(create("[1, 2")));
+        refused(apply_request::Op::Create(create("[]")));
+        refused(apply_request::Op::Create(v1::CreateTaskRequest::default()));
+        refused(apply_request::Op::Deliver(v1::DeliverResponseRequest {
+            response_json: b"{\"jsonrpc\":\"2.0\",\"method\":\"x\"}".to_vec(),
+            ..Default::default()
+        }));
+        refused(apply_request::Op::Export(v1::ExportTasksRequest {
+            after_owner: "alice".into(),
+            ..Default::default()
+        }));
+        refused(apply_request::Op::Import(v1::ImportTasksRequest {
+            shard: 0,
+            records: vec![v1::TaskRecord::default()],
+        }));
+        let none = op_from_pb(v1::ApplyRequest { op: None }).unwrap_err();
+        assert_eq!(none.code(), tonic::Code::InvalidArgument);
+        assert!(op_from_pb(v1::ApplyRequest {
+            op: Some(apply_request::Op::Create(create(" {\"a\": 1}"))),
+        })
+        .is_ok());
+    }
+}
