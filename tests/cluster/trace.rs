@@ -93,7 +93,7 @@ fn find<'a>(spans: &'a [Span], name: &str, instance: Option<&str>) -> Option<&'a
 
 /// With `[tracing]` on and `sample_ratio = 0`, a request that carries a sampled W3C
 /// `traceparent` is traced across the cluster: node 1's server span continues the client's
-/// trace, the shard leader's `CreateTask` span is its child, the task's execution on the leader
+/// trace, the shard leader's `Apply` span of the create is its child, the task's execution on the leader
 /// is a span under that, and a forwarded poll's batched read is a span under the poll's. A
 /// request without a `traceparent`, or with an unsampled one, makes no span anywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,7 +189,9 @@ async fn a_sampled_request_is_traced_across_nodes_into_its_task() {
         assert_eq!(gateway.attr("gen_ai.tool.name"), Some("slow_compute"));
         assert_eq!(gateway.attr("http.response.status_code"), Some("200"));
         let exec = find(&t, "execute_tool slow_compute", None).unwrap();
-        let forwarded = find(&t, "taskmesh.v1.TaskService/CreateTask", None);
+        let forwarded = t.iter().find(|s| {
+            s.name == "taskmesh.v1.TaskService/Apply" && s.attr("taskmesh.operation") == Some("create")
+        });
         let Some(leader_create) = forwarded else {
             // Node 1 leads this task's shard: its execution is under node 1's span directly.
             assert_eq!(exec.instance, "node-1", "{t:#?}");

@@ -3,6 +3,9 @@
 //! [`taskmesh_rpc::trace`]), so a forwarded request can be followed from the gateway node's
 //! log to the leader's. A debug span: it costs nothing unless the log filter asks for it.
 //!
+//! An `Apply` call names its operation in the `taskmesh-op` metadata entry ([`OPERATION_KEY`]):
+//! both spans carry it (`op`, `taskmesh.operation`).
+//!
 //! A call that carries a sampled `traceparent` (a traced request, see [`taskmesh_telemetry`])
 //! also gets an OpenTelemetry server span under it, named after the call, and is served in that
 //! span's context: what the call causes (a task's executions, further calls) is traced under it.
@@ -14,6 +17,10 @@ use taskmesh_telemetry::{KeyValue, Span, SpanKind};
 use tonic::codegen::http;
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
+
+/// The metadata entry in which a `TaskService.Apply` call names its operation (`create`,
+/// `cancel`, ...; see `taskmesh_host::Op::name`).
+pub const OPERATION_KEY: &str = "taskmesh-op";
 
 /// Wraps a gRPC server's services (see [`Traced`]); add it with `Server::builder().layer(..)`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -48,9 +55,15 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let op = request
+            .headers()
+            .get(OPERATION_KEY)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let span = tracing::debug_span!(
             "peer",
             rpc = request.uri().path(),
+            op = op.as_deref(),
             trace_id = tracing::field::Empty
         );
         if !span.is_disabled() {
@@ -69,13 +82,14 @@ where
             .and_then(|parent| {
                 Span::start_under(SpanKind::Server, Some(parent), || {
                     let path = request.uri().path();
-                    (
-                        path.trim_start_matches('/').to_owned(),
-                        vec![
-                            KeyValue::new("rpc.system", "grpc"),
-                            KeyValue::new("rpc.method", path.to_owned()),
-                        ],
-                    )
+                    let mut attributes = vec![
+                        KeyValue::new("rpc.system", "grpc"),
+                        KeyValue::new("rpc.method", path.to_owned()),
+                    ];
+                    if let Some(op) = op {
+                        attributes.push(KeyValue::new("taskmesh.operation", op));
+                    }
+                    (path.trim_start_matches('/').to_owned(), attributes)
                 })
             });
         let served = self.inner.call(request).instrument(span);

@@ -23,6 +23,7 @@ use tonic::transport::Channel;
 use super::reads::{send_gets, GetBatching, PeerReads, MAX_GET_BATCH};
 use crate::convert::ops::{answer_from_pb, op_to_pb, record_of, view_of};
 use crate::convert::{error_from_status, record_from_pb};
+use crate::traced::OPERATION_KEY;
 
 /// Messages of a remote result attachment (elicitations, progress) that may wait for the
 /// local session to take them, as the host's own `attach_buffer` does for a local one.
@@ -186,7 +187,12 @@ impl Peers {
     pub async fn apply(&self, id: u64, shard: u32, op: &Op) -> Result<Answer, HostError> {
         let req = op_to_pb(shard, op);
         let r = self
-            .call(id, shard, req, |mut c, r| async move { c.apply(r).await })
+            .call(id, shard, req, |mut c, mut r| async move {
+                // Named for the leader's span of the call (see `TraceLayer`).
+                r.metadata_mut()
+                    .insert(OPERATION_KEY, tonic::metadata::MetadataValue::from_static(op.name()));
+                c.apply(r).await
+            })
             .await?;
         answer_from_pb(r)
     }
