@@ -190,7 +190,8 @@ async fn a_sampled_request_is_traced_across_nodes_into_its_task() {
         assert_eq!(gateway.attr("http.response.status_code"), Some("200"));
         let exec = find(&t, "execute_tool slow_compute", None).unwrap();
         let forwarded = t.iter().find(|s| {
-            s.name == "taskmesh.v1.TaskService/Apply" && s.attr("taskmesh.operation") == Some("create")
+            s.name == "taskmesh.v1.TaskService/Apply"
+                && s.attr("taskmesh.operation") == Some("create")
         });
         let Some(leader_create) = forwarded else {
             // Node 1 leads this task's shard: its execution is under node 1's span directly.

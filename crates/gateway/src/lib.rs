@@ -19,6 +19,7 @@ mod metrics;
 pub mod modern;
 pub mod relay;
 pub mod resume;
+mod service;
 pub mod session;
 pub mod sign;
 mod slots;
@@ -28,7 +29,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use taskmesh_host::ops::{Cancel, Claim};
 use taskmesh_host::HostEvent;
 use taskmesh_router::Router;
 use taskmesh_tools::{ToolRegistry, ToolResult};
@@ -274,73 +274,6 @@ impl Gateway {
     /// (`{resultType: "complete"}`), as at shutdown; streams opened afterwards end at once.
     pub fn end_subscriptions(&self) {
         self.listeners.end_all();
-    }
-
-    /// Create a task on its shard's leader, within its owner's creation rate
-    /// (`limits.tasks_per_minute`: past it `-32001`, nothing created).
-    pub(crate) async fn create_task(
-        &self,
-        new: taskmesh_host::NewTask,
-    ) -> Result<taskmesh_host::Created, taskmesh_mcp::jsonrpc::ErrorObject> {
-        if !self.limits.allow_task(&new.owner) {
-            let e = taskmesh_mcp::jsonrpc::ErrorObject::new(
-                taskmesh_mcp::jsonrpc::CAPACITY_EXCEEDED,
-                "too many tasks created: this principal reached limits.tasks_per_minute; retry later",
-            );
-            audit::record("task_created", &new.task_id, &audit::refused(e.code));
-            return Err(e);
-        }
-        let task_id = new.task_id.clone();
-        match self.router.run(new).await {
-            Ok(created) => {
-                if created.fresh {
-                    metrics::tasks_created();
-                    audit::record("task_created", &task_id, "ok");
-                }
-                Ok(created)
-            }
-            Err(e) => {
-                let e = wire::host_error(&e);
-                audit::record("task_created", &task_id, &audit::refused(e.code));
-                Err(e)
-            }
-        }
-    }
-
-    /// Whether this node's GET stream of the task's session is the one to send the task's
-    /// request `request_id` (asked of the shard's leader; false when it cannot be reached).
-    /// With `release`, a granted claim is given back.
-    pub(crate) async fn claim(&self, task_id: &str, request_id: &str, release: bool) -> bool {
-        self.router
-            .run(Claim {
-                task_id: task_id.to_string(),
-                request_id: request_id.to_string(),
-                release,
-            })
-            .await
-            .unwrap_or(false)
-    }
-
-    /// Cancel one of `principal`'s tasks (audited).
-    pub(crate) async fn cancel_task(
-        &self,
-        task_id: &str,
-        principal: &str,
-    ) -> Result<taskmesh_task::TaskView, taskmesh_host::HostError> {
-        let r = self
-            .router
-            .run(Cancel {
-                task_id: task_id.to_string(),
-                owner: principal.to_string(),
-            })
-            .await;
-        let outcome = match &r {
-            Ok(_) => "ok".to_string(),
-            Err(e) => audit::refused(wire::host_error(e).code),
-        };
-        metrics::cancel(&r);
-        audit::record("task_cancelled", task_id, &outcome);
-        r
     }
 
     /// The node begins to stop: from now on it is not ready (`GET /readyz` answers 503), so

@@ -113,14 +113,19 @@ impl Host {
         if !shard.read_local(|st| st.get(task_id).is_some_and(|r| r.owner == owner)) {
             return Ok(Vec::new());
         }
+        Ok(self.waiting_on(task_id).await)
+    }
+
+    /// The requests the actor of `task_id` on this node waits on; none without an actor.
+    pub(crate) async fn waiting_on(&self, task_id: &str) -> Vec<std::sync::Arc<Vec<u8>>> {
         let Some(actor) = self.actor(task_id) else {
-            return Ok(Vec::new());
+            return Vec::new();
         };
         let (reply, answer) = oneshot::channel();
         if actor.cast(TaskMsg::Pending(reply)).is_err() {
-            return Ok(Vec::new());
+            return Vec::new();
         }
-        Ok(answer.await.unwrap_or_default())
+        answer.await.unwrap_or_default()
     }
 
     /// A GET stream of the task's session asks to carry the task's request `request_id`;

@@ -43,7 +43,7 @@ pub use config::HostConfig;
 pub use error::HostError;
 pub use ops::{Answer, Op, Operation};
 pub use taskmesh_shard::Quiet;
-pub use types::{Attachment, Created, Ended, HostEvent, NewTask, ShardStatus, Stamped};
+pub use types::{Attachment, Created, Ended, HostEvent, NewTask, ShardStatus, Stamped, TaskRead};
 
 use shards::Hosted;
 

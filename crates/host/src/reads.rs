@@ -5,9 +5,9 @@
 //! another node through the task service); `cancel` and `attach` use the same owner-scoped
 //! read first.
 
-use taskmesh_task::{TaskRecord, TaskView};
+use taskmesh_task::{TaskRecord, TaskStatus, TaskView};
 
-use crate::{now_ms, Host, HostError};
+use crate::{now_ms, Host, HostError, TaskRead};
 
 /// Reads of other principals' tasks audited per minute on a node; past it they are counted,
 /// not logged (a scan cannot flood the log).
@@ -24,6 +24,39 @@ impl Host {
     ) -> Result<TaskView, HostError> {
         self.read_task(shard_id, task_id, owner, |r| TaskView::from(r))
             .await
+    }
+
+    /// A linearizable read of one of `owner`'s tasks with what a client that polls for
+    /// everything needs (protocol 2026-07-28's `tasks/get`): a terminal task with its outcome,
+    /// an `input_required` one with the requests it waits on, any other as its view. Without
+    /// `detail`, just the view, as [`Host::get`].
+    pub async fn read(
+        &self,
+        shard_id: u32,
+        task_id: &str,
+        owner: &str,
+        detail: bool,
+    ) -> Result<TaskRead, HostError> {
+        if !detail {
+            return self.get(shard_id, task_id, owner).await.map(TaskRead::Task);
+        }
+        // Only a terminal record is copied whole (its outcome is the answer).
+        let read = self
+            .read_task(shard_id, task_id, owner, |r| {
+                if r.status.is_terminal() {
+                    TaskRead::Ended(Box::new(r.clone()))
+                } else {
+                    TaskRead::Task(TaskView::from(r))
+                }
+            })
+            .await?;
+        Ok(match read {
+            TaskRead::Task(task) if task.status == TaskStatus::InputRequired => {
+                let requests = self.waiting_on(task_id).await;
+                TaskRead::Waiting { task, requests }
+            }
+            read => read,
+        })
     }
 
     /// A linearizable read of one of `owner`'s tasks through `f` (which sees the whole record

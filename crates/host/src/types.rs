@@ -103,6 +103,22 @@ pub struct Created {
     pub fresh: bool,
 }
 
+/// What a read of a task found ([`crate::Host::read`]).
+#[derive(Debug, Clone)]
+pub enum TaskRead {
+    /// The task as it stands (any status when the read asked for no detail).
+    Task(TaskView),
+    /// An `input_required` task and the requests it waits on, serialised, in the order sent.
+    Waiting {
+        /// The task.
+        task: TaskView,
+        /// The requests.
+        requests: Vec<Arc<Vec<u8>>>,
+    },
+    /// A terminal task, with its outcome.
+    Ended(Box<TaskRecord>),
+}
+
 /// A `tasks/result` attachment.
 pub enum Attachment {
     /// The task is terminal: answer at once.

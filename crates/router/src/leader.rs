@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use taskmesh_host::ops::{task_shard, List, Listed};
-use taskmesh_host::{Answer, Attachment, Host, HostError, Op, Operation};
+use taskmesh_host::{Answer, Attachment, Host, HostError, Op, Operation, TaskRead};
 use taskmesh_task::TaskView;
 
 use crate::remote::Peers;
@@ -65,6 +65,26 @@ impl Router {
             match t {
                 Target::Local(host) => host.get(shard, task_id, owner).await,
                 Target::Remote { peers, id } => peers.get(id, shard, task_id, owner).await,
+            }
+        })
+        .await
+    }
+
+    /// Read `owner`'s task on its shard's leader with `detail` (see
+    /// [`Host::read`](taskmesh_host::Host::read)): with it, a terminal task comes with its
+    /// outcome and an `input_required` one with the requests it waits on, in one round trip.
+    /// Batched with the polls, as [`Router::get`].
+    pub async fn read(
+        &self,
+        task_id: &str,
+        owner: &str,
+        detail: bool,
+    ) -> Result<TaskRead, HostError> {
+        let shard = task_shard(task_id, self.shards)?;
+        self.on_leader(shard, |t| async move {
+            match t {
+                Target::Local(host) => host.read(shard, task_id, owner, detail).await,
+                Target::Remote { peers, id } => peers.read(id, shard, task_id, owner, detail).await,
             }
         })
         .await

@@ -15,7 +15,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::convert::ops::{answer_to_pb, op_from_pb};
-use crate::convert::{error_to_pb, error_to_status, record_to_pb, view_to_pb};
+use crate::convert::{error_to_pb, error_to_status, read_to_pb, record_to_pb, view_to_pb};
 
 /// Resolves a node id to the MCP-independent gRPC address peers can reach it at.
 pub type AddressBook = Arc<dyn Fn(u64) -> Option<String> + Send + Sync>;
@@ -97,7 +97,7 @@ async fn answer_reads(
                 )
             })
             .flatten();
-        let read = host.get(g.shard, &g.task_id, &g.owner);
+        let read = host.read(g.shard, &g.task_id, &g.owner, g.detail);
         async move {
             let read = read.await;
             drop(span);
@@ -109,7 +109,7 @@ async fn answer_reads(
         .into_iter()
         .map(|r| v1::GetTaskResult {
             outcome: Some(match r {
-                Ok(task) => v1::get_task_result::Outcome::Task(view_to_pb(task)),
+                Ok(read) => read_to_pb(read),
                 Err(e) => v1::get_task_result::Outcome::Error(error_to_pb(&e, |id| book(id))),
             }),
         })

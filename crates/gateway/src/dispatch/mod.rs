@@ -19,7 +19,6 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{json, Value};
-use taskmesh_host::ops::Deliver;
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId, REQUEST_CANCELLED};
 use taskmesh_mcp::{params, ServerRequestId};
 use tokio::sync::mpsc;
@@ -182,13 +181,7 @@ pub fn response(
                 let gw = gw.clone();
                 let owner = cx.principal.clone();
                 tokio::spawn(async move {
-                    let answer = Deliver {
-                        task_id,
-                        owner,
-                        request_id: s.clone(),
-                        outcome,
-                    };
-                    if !gw.router.run(answer).await.unwrap_or(false) {
+                    if !gw.deliver(&owner, &task_id, s.clone(), outcome).await {
                         tracing::debug!(request_id = %s, "answer for no waiting task");
                     }
                 });

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use taskmesh_host::{now_ms, Attachment, HostError};
+use taskmesh_host::{now_ms, Attachment};
 use taskmesh_mcp::jsonrpc::{ErrorObject, RequestId};
 use taskmesh_mcp::{params, ListTasksResult};
 use tokio::sync::mpsc;
@@ -18,35 +18,12 @@ use tokio_util::sync::CancellationToken;
 use super::{answer, begin_cancellable, err, Cx, Reply};
 use crate::delivery::{JsonMessage, Kind};
 use crate::resume::ResultOrigin;
+use crate::service::task_id_param;
 use crate::{wire, Gateway};
 
 /// The longest a new `tasks/result` waits for the streams it takes over to let go of their
 /// task (their producers end at once; this only bounds a stuck one).
 const TAKE_OVER_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
-
-fn task_id_param(p: &Map<String, Value>) -> Result<&str, ErrorObject> {
-    params::req_str(p, "taskId")
-}
-
-/// The client-facing error of a failed task operation; unknown ids are counted for the
-/// enumeration watch.
-fn task_error(gw: &Gateway, cx: &Cx, task_id: &str, e: &HostError) -> ErrorObject {
-    if matches!(e, HostError::NotFound) {
-        gw.limits.failed_lookup(&cx.principal, task_id);
-    }
-    wire::host_error(e)
-}
-
-/// A task operation's answer: the flat Task object, or the client-facing error.
-fn flat_task(
-    gw: &Gateway,
-    cx: &Cx,
-    task_id: &str,
-    r: Result<taskmesh_task::TaskView, HostError>,
-) -> Result<taskmesh_mcp::Task, ErrorObject> {
-    let r = r.map_err(|e| task_error(gw, cx, task_id, &e))?;
-    Ok(wire::task(&r))
-}
 
 pub(super) async fn tasks_get(
     gw: &Arc<Gateway>,
@@ -54,7 +31,7 @@ pub(super) async fn tasks_get(
     p: &Map<String, Value>,
 ) -> Result<taskmesh_mcp::Task, ErrorObject> {
     let task_id = task_id_param(p)?;
-    flat_task(gw, cx, task_id, gw.router.get(task_id, &cx.principal).await)
+    Ok(wire::task(&gw.get_task(&cx.principal, task_id).await?))
 }
 
 pub(super) async fn tasks_cancel(
@@ -63,12 +40,10 @@ pub(super) async fn tasks_cancel(
     p: &Map<String, Value>,
 ) -> Result<taskmesh_mcp::Task, ErrorObject> {
     let task_id = task_id_param(p)?;
-    flat_task(
-        gw,
-        cx,
-        task_id,
-        gw.cancel_task(task_id, &cx.principal).await,
-    )
+    match gw.cancel_task(task_id, &cx.principal).await {
+        Ok(task) => Ok(wire::task(&task)),
+        Err(e) => Err(gw.task_error(&cx.principal, task_id, &e)),
+    }
 }
 
 /// A signed `tasks/list` cursor (one-letter JSON keys: it travels in every next-page request).
@@ -151,7 +126,7 @@ pub(crate) async fn tasks_result(
     }
     let attachment = match gw.router.attach(&task_id, &cx.principal).await {
         Ok(a) => a,
-        Err(e) => return err(&id, &task_error(gw, cx, &task_id, &e)),
+        Err(e) => return err(&id, &gw.task_error(&cx.principal, &task_id, &e)),
     };
     let (mut messages, mut done) = match attachment {
         Attachment::Terminal(r) => {

@@ -32,10 +32,8 @@ use axum::http::{header, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
-use taskmesh_host::ops::Pending;
-use taskmesh_host::{Attachment, HostError};
+use taskmesh_host::{HostError, TaskRead};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
-use taskmesh_task::{TaskStatus, TaskView};
 use tokio::sync::Notify;
 
 use super::{complete, missing_extension, tasks, with_server_info, Declared, EXTENSION};
@@ -330,27 +328,12 @@ async fn detailed(
     principal: &str,
     task_id: &str,
 ) -> Option<(Map<String, Value>, u64, bool)> {
-    let view: TaskView = gw.router.get(task_id, principal).await.ok()?;
-    if view.status == TaskStatus::InputRequired {
-        let pending = gw
-            .router
-            .run(Pending {
-                task_id: task_id.to_string(),
-                owner: principal.to_string(),
-            })
-            .await
-            .ok()?;
-        let mut d = tasks::live(&view);
-        d.insert("inputRequests".into(), tasks::input_requests(&pending));
-        return Some((d, view.updated_index, false));
-    }
-    if !view.status.is_terminal() {
-        return Some((tasks::live(&view), view.updated_index, false));
-    }
-    match gw.router.attach(task_id, principal).await.ok()? {
-        Attachment::Terminal(r) => Some((tasks::terminal(&r), r.updated_index, true)),
-        Attachment::Live { task, .. } => Some((tasks::live(&task), task.updated_index, false)),
-    }
+    let read = gw.router.read(task_id, principal, true).await.ok()?;
+    let (index, terminal) = match &read {
+        TaskRead::Task(t) | TaskRead::Waiting { task: t, .. } => (t.updated_index, false),
+        TaskRead::Ended(r) => (r.updated_index, true),
+    };
+    Some((tasks::detailed(&read), index, terminal))
 }
 
 /// The stream of an accepted listen request `id` (see the module doc).

@@ -42,8 +42,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde_json::{json, Map, Value};
-use taskmesh_host::ops::{Deliver, Pending};
-use taskmesh_host::{Attachment, HostError, NewTask};
+use taskmesh_host::{HostError, NewTask, TaskRead};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, METHOD_NOT_FOUND};
 use taskmesh_mcp::{params, LogLevel, TaskSupport};
 use taskmesh_router::mint_task_id;
@@ -53,6 +52,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
+use crate::service::task_id_param;
 use crate::{wire, Gateway};
 
 /// The protocol version of this generation.
@@ -551,14 +551,6 @@ fn discover() -> Value {
     })
 }
 
-/// A lookup's failure as the client sees it; unknown ids count for the enumeration watch.
-fn task_error(gw: &Gateway, principal: &str, task_id: &str, e: &HostError) -> ErrorObject {
-    if matches!(e, HostError::NotFound) {
-        gw.limits.failed_lookup(principal, task_id);
-    }
-    wire::host_error(e)
-}
-
 async fn tools_call(
     gw: &Arc<Gateway>,
     principal: &str,
@@ -696,44 +688,18 @@ async fn tools_call(
 /// them; more are dropped.
 const PROGRESS_BUFFER: usize = 64;
 
-fn task_id_param(p: &Map<String, Value>) -> Result<&str, ErrorObject> {
-    params::req_str(p, "taskId")
-}
-
-/// `tasks/get`: the `DetailedTask`, its outcome inline once terminal.
+/// `tasks/get`: the `DetailedTask`, its outcome inline once terminal, the requests it waits on
+/// while `input_required` (one read on the task's leader).
 async fn tasks_get(
     gw: &Arc<Gateway>,
     principal: &str,
     p: &Map<String, Value>,
 ) -> Result<Answer, ErrorObject> {
     let task_id = task_id_param(p)?;
-    let view = gw
-        .router
-        .get(task_id, principal)
-        .await
-        .map_err(|e| task_error(gw, principal, task_id, &e))?;
-    if view.status == taskmesh_task::TaskStatus::InputRequired {
-        let pending = gw
-            .router
-            .run(Pending {
-                task_id: task_id.to_string(),
-                owner: principal.to_string(),
-            })
-            .await
-            .map_err(|e| task_error(gw, principal, task_id, &e))?;
-        let mut d = tasks::live(&view);
-        d.insert("inputRequests".into(), tasks::input_requests(&pending));
-        return Ok(Answer::Value(complete(d)));
-    }
-    if !view.status.is_terminal() {
-        return Ok(Answer::Working(view));
-    }
-    // Terminal: the outcome comes with the record.
-    match gw.router.attach(task_id, principal).await {
-        Ok(Attachment::Terminal(r)) => Ok(Answer::Value(complete(tasks::terminal(&r)))),
-        Ok(Attachment::Live { task, .. }) => Ok(Answer::Value(complete(tasks::live(&task)))),
-        Err(e) => Err(task_error(gw, principal, task_id, &e)),
-    }
+    Ok(match gw.read_task(principal, task_id).await? {
+        TaskRead::Task(task) => Answer::Working(task),
+        read => Answer::Value(complete(tasks::detailed(&read))),
+    })
 }
 
 /// `tasks/update`: each answer of `inputResponses` goes to the request of the task it is keyed
@@ -750,21 +716,11 @@ async fn tasks_update(
         .ok_or_else(|| {
             ErrorObject::invalid_params("Invalid params: 'inputResponses' must be an object")
         })?;
-    gw.router
-        .get(task_id, principal)
-        .await
-        .map_err(|e| task_error(gw, principal, task_id, &e))?;
+    gw.get_task(principal, task_id).await?;
     for (key, answer) in responses {
         let taken = gw
-            .router
-            .run(Deliver {
-                task_id: task_id.to_string(),
-                owner: principal.to_string(),
-                request_id: key.clone(),
-                outcome: Ok(answer.clone()),
-            })
-            .await
-            .unwrap_or(false);
+            .deliver(principal, task_id, key.clone(), Ok(answer.clone()))
+            .await;
         if !taken {
             tracing::debug!(task_id, key = %key, "tasks/update answer for no pending request; ignored");
         }
@@ -781,7 +737,7 @@ async fn tasks_cancel(
     let task_id = task_id_param(p)?;
     match gw.cancel_task(task_id, principal).await {
         Ok(_) | Err(HostError::Terminal(_)) => Ok(complete(Map::new())),
-        Err(e) => Err(task_error(gw, principal, task_id, &e)),
+        Err(e) => Err(gw.task_error(principal, task_id, &e)),
     }
 }
 

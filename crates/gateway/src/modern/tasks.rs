@@ -10,6 +10,7 @@
 //! `resultType: "complete"` as every result of this generation does.
 
 use serde_json::{json, Map, Value};
+use taskmesh_host::TaskRead;
 use taskmesh_mcp::time::rfc3339_ms;
 use taskmesh_task::{Outcome, TaskRecord, TaskStatus, TaskView};
 
@@ -101,6 +102,20 @@ impl<'a> WorkingAnswer<'a> {
 /// The `DetailedTask` of a task that is not terminal.
 pub(crate) fn live(v: &TaskView) -> Map<String, Value> {
     task_object(v, v.status)
+}
+
+/// The `DetailedTask` of what a read found: a live task's fields, with `inputRequests` while
+/// it is `input_required`, and a terminal one's outcome inline.
+pub(crate) fn detailed(read: &TaskRead) -> Map<String, Value> {
+    match read {
+        TaskRead::Task(task) => live(task),
+        TaskRead::Waiting { task, requests } => {
+            let mut d = live(task);
+            d.insert("inputRequests".into(), input_requests(requests));
+            d
+        }
+        TaskRead::Ended(record) => terminal(record),
+    }
 }
 
 /// `inputRequests` of an `input_required` task: each request the task waits on, keyed by its

@@ -3,7 +3,9 @@
 
 pub mod ops;
 
-use taskmesh_host::HostError;
+use std::sync::Arc;
+
+use taskmesh_host::{HostError, TaskRead};
 use taskmesh_rpc::v1;
 use taskmesh_task::{ClientCaps, Outcome, TaskRecord, TaskStatus, TaskView, ToolRequest};
 
@@ -60,6 +62,40 @@ pub fn view_from_pb(v: v1::TaskView) -> Option<TaskView> {
         poll_interval_ms: v.poll_interval_ms,
         updated_index: v.updated_index,
     })
+}
+
+/// The wire form of a read's answer (a `ReadTasks` result); its strings move into it.
+pub fn read_to_pb(r: TaskRead) -> v1::get_task_result::Outcome {
+    use v1::get_task_result::Outcome as W;
+    match r {
+        TaskRead::Task(task) => W::Task(view_to_pb(task)),
+        TaskRead::Waiting { task, requests } => W::Waiting(v1::WaitingTask {
+            task: Some(view_to_pb(task)),
+            requests_json: requests.iter().map(|j| j.to_vec()).collect(),
+        }),
+        TaskRead::Ended(record) => W::Ended(record_to_pb(*record)),
+    }
+}
+
+/// A read's answer from a peer; a malformed one (or none) is [`HostError::Internal`], an
+/// error the peer's [`HostError`] for `shard`.
+pub fn read_from_pb(
+    shard: u32,
+    r: Option<v1::get_task_result::Outcome>,
+) -> Result<TaskRead, HostError> {
+    use v1::get_task_result::Outcome as W;
+    match r {
+        Some(W::Task(t)) => ops::view_of(Some(t)).map(TaskRead::Task),
+        Some(W::Waiting(w)) => Ok(TaskRead::Waiting {
+            task: ops::view_of(w.task)?,
+            requests: w.requests_json.into_iter().map(Arc::new).collect(),
+        }),
+        Some(W::Ended(r)) => ops::record_of(Some(r)).map(|r| TaskRead::Ended(Box::new(r))),
+        Some(W::Error(e)) => Err(error_from_pb(shard, &e)),
+        None => Err(HostError::Internal(
+            "a peer answered fewer reads than it was asked".into(),
+        )),
+    }
 }
 
 /// The wire form of a record; the record's strings move into it (no copy).

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use parking_lot::RwLock;
-use taskmesh_host::{Answer, Attachment, Ended, HostError, Op, Stamped};
+use taskmesh_host::{Answer, Attachment, Ended, HostError, Op, Stamped, TaskRead};
 use taskmesh_rpc::dial::Dialer;
 use taskmesh_rpc::trace;
 use taskmesh_rpc::v1::{self, task_service_client::TaskServiceClient};
@@ -189,17 +189,19 @@ impl Peers {
         let r = self
             .call(id, shard, req, |mut c, mut r| async move {
                 // Named for the leader's span of the call (see `TraceLayer`).
-                r.metadata_mut()
-                    .insert(OPERATION_KEY, tonic::metadata::MetadataValue::from_static(op.name()));
+                r.metadata_mut().insert(
+                    OPERATION_KEY,
+                    tonic::metadata::MetadataValue::from_static(op.name()),
+                );
                 c.apply(r).await
             })
             .await?;
         answer_from_pb(r)
     }
 
-    /// Read a task on node `id`. Reads that wait for the same node at the same time go out
-    /// together as one batch on the node's `ReadTasks` stream (see [`GetBatching`]); each gets
-    /// its own answer.
+    /// Read a task on node `id` (its view). Reads that wait for the same node at the same time
+    /// go out together as one batch on the node's `ReadTasks` stream (see [`GetBatching`]);
+    /// each gets its own answer.
     pub async fn get(
         &self,
         id: u64,
@@ -207,6 +209,22 @@ impl Peers {
         task_id: &str,
         owner: &str,
     ) -> Result<TaskView, HostError> {
+        match self.read(id, shard, task_id, owner, false).await? {
+            TaskRead::Task(task) | TaskRead::Waiting { task, .. } => Ok(task),
+            TaskRead::Ended(record) => Ok(TaskView::from(&*record)),
+        }
+    }
+
+    /// Read a task on node `id`, with `detail` as [`Host::read`](taskmesh_host::Host::read)
+    /// says, batched as [`Peers::get`].
+    pub async fn read(
+        &self,
+        id: u64,
+        shard: u32,
+        task_id: &str,
+        owner: &str,
+        detail: bool,
+    ) -> Result<TaskRead, HostError> {
         let reads = {
             let mut gets = self.gets.lock();
             match gets.get(&id) {
@@ -232,6 +250,7 @@ impl Peers {
             task_id: task_id.into(),
             trace_id: trace::current().unwrap_or(0),
             traceparent: taskmesh_telemetry::current_traceparent().unwrap_or_default(),
+            detail,
         };
         let (tx, rx) = oneshot::channel();
         let start = {

@@ -10,14 +10,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use taskmesh_host::HostError;
+use taskmesh_host::{HostError, TaskRead};
 use taskmesh_rpc::v1::{self, task_service_client::TaskServiceClient};
-use taskmesh_task::TaskView;
 use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 
-use crate::convert::ops::view_of;
-use crate::convert::{error_from_pb, error_from_status};
+use crate::convert::{error_from_status, read_from_pb};
 
 /// The most reads one `ReadTasks` batch may carry (the server refuses more).
 pub const MAX_GET_BATCH: usize = 4096;
@@ -46,7 +44,7 @@ impl Default for GetBatching {
 
 pub(super) type GetWaiter = (
     v1::GetTaskRequest,
-    oneshot::Sender<Result<TaskView, HostError>>,
+    oneshot::Sender<Result<TaskRead, HostError>>,
 );
 
 /// The reads waiting for one node, and how many batches to it are under way.
@@ -209,16 +207,7 @@ pub(super) async fn send_gets(reads: Arc<PeerReads>, max_items: usize, timeout: 
             Ok(results) => {
                 let mut results = results.into_iter();
                 for (tx, shard) in waiters.into_iter().zip(shards) {
-                    let answer = match results.next().and_then(|r| r.outcome) {
-                        Some(v1::get_task_result::Outcome::Task(t)) => view_of(Some(t)),
-                        Some(v1::get_task_result::Outcome::Error(e)) => {
-                            Err(error_from_pb(shard, &e))
-                        }
-                        None => Err(HostError::Internal(
-                            "a peer answered fewer reads than it was asked".into(),
-                        )),
-                    };
-                    let _ = tx.send(answer);
+                    let _ = tx.send(read_from_pb(shard, results.next().and_then(|r| r.outcome)));
                 }
             }
             Err(status) => {

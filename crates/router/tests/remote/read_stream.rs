@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use taskmesh_host::HostError;
+use taskmesh_host::ops::Cancel;
+use taskmesh_host::{HostError, NewTask, TaskRead};
 use taskmesh_router::remote::{Peers, MAX_GET_BATCH};
 use taskmesh_rpc::v1::{self, get_task_result::Outcome, task_service_client::TaskServiceClient};
+use taskmesh_task::TaskStatus;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -22,6 +24,7 @@ fn get(owner: &str, task_id: &str) -> v1::GetTaskRequest {
         task_id: task_id.into(),
         trace_id: 0,
         traceparent: String::new(),
+        detail: false,
     }
 }
 
@@ -30,6 +33,7 @@ fn outcome(r: &v1::GetTaskResult) -> Value {
     match r.outcome.as_ref().unwrap() {
         Outcome::Task(t) => json!({ "task": t.task_id }),
         Outcome::Error(e) => json!({ "error": e.kind }),
+        other => panic!("a read without detail answers a task or an error: {other:?}"),
     }
 }
 
@@ -137,5 +141,77 @@ async fn a_gateway_reads_through_the_stream_and_opens_a_new_one_after_it_ends() 
     // The node is back at the same address: the next reads open a new stream.
     let server = serve(&host, &addr);
     read_all(peers.clone()).await;
+    server.shutdown_background();
+}
+
+/// A read with detail answers, in the one batched round trip, what a 2026-07-28 `tasks/get`
+/// shows: the requests an `input_required` task waits on, and a terminal task's record with
+/// its outcome; a read without detail still answers the view alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detailed_read_brings_the_pending_requests_or_the_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(dir.path()).await;
+    let addr = free_addr();
+    let server = serve(&host, &addr);
+    let peers = Peers::new(HashMap::from([(1, addr.clone())]), Duration::from_secs(30)).unwrap();
+
+    match peers.read(1, 0, TASK, "alice", true).await.unwrap() {
+        TaskRead::Task(t) => assert_eq!(t.status, TaskStatus::Working),
+        other => panic!("a working task reads as its view: {other:?}"),
+    }
+
+    // A task that asks its client for a confirmation.
+    const ASKING: &str = "00000000000000000000000000000abc";
+    let mut new = NewTask {
+        task_id: ASKING.into(),
+        owner: "alice".into(),
+        session: None,
+        tool: "confirm_delete".into(),
+        arguments_json: json!({"filename": "a.txt"}).to_string(),
+        progress_token: None,
+        ttl_ms: None,
+        client: Default::default(),
+        answers_json: None,
+        traceparent: None,
+    };
+    new.client.elicitation = true;
+    host.create(0, new).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let requests = loop {
+        match peers.read(1, 0, ASKING, "alice", true).await.unwrap() {
+            TaskRead::Waiting { task, requests } => {
+                assert_eq!(task.status, TaskStatus::InputRequired);
+                break requests;
+            }
+            TaskRead::Task(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            other => panic!("the task should come to wait on its client: {other:?}"),
+        }
+    };
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let request: Value = serde_json::from_slice(&requests[0]).unwrap();
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    match peers.read(1, 0, ASKING, "alice", false).await.unwrap() {
+        TaskRead::Task(t) => assert_eq!(t.status, TaskStatus::InputRequired),
+        other => panic!("without detail, the view alone: {other:?}"),
+    }
+    assert!(matches!(
+        peers.read(1, 0, ASKING, "mallory", true).await,
+        Err(HostError::NotFound)
+    ));
+
+    let cancel = Cancel {
+        task_id: TASK.into(),
+        owner: "alice".into(),
+    };
+    host.apply(0, cancel.into()).await.unwrap();
+    match peers.read(1, 0, TASK, "alice", true).await.unwrap() {
+        TaskRead::Ended(r) => {
+            assert_eq!(r.status, TaskStatus::Cancelled);
+            assert_eq!(r.task_id, TASK);
+        }
+        other => panic!("a terminal task reads as its record: {other:?}"),
+    }
     server.shutdown_background();
 }
