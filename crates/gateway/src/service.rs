@@ -98,21 +98,21 @@ impl Gateway {
         principal: &str,
         task_id: &str,
     ) -> Result<TaskView, ErrorObject> {
-        self.router
-            .get(task_id, principal)
+        self.read_task(principal, task_id, false)
             .await
-            .map_err(|e| self.task_error(principal, task_id, &e))
+            .map(TaskRead::into_view)
     }
 
-    /// One of `principal`'s tasks with its outcome once terminal and the requests it waits on
-    /// while `input_required`, in one round trip to its leader.
+    /// One of `principal`'s tasks; with `detail`, with its outcome once terminal and the
+    /// requests it waits on while `input_required`, in one round trip to its leader.
     pub(crate) async fn read_task(
         &self,
         principal: &str,
         task_id: &str,
+        detail: bool,
     ) -> Result<TaskRead, ErrorObject> {
         self.router
-            .read(task_id, principal, true)
+            .read(task_id, principal, detail)
             .await
             .map_err(|e| self.task_error(principal, task_id, &e))
     }

@@ -6,10 +6,10 @@
 
 use serde_json::Value;
 use taskmesh_mcp::ErrorObject;
-use taskmesh_task::{TaskRecord, TaskView};
+
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{Attachment, Host, HostError, TaskMsg};
+use crate::{Attachment, Host, HostError, TaskMsg, TaskRead};
 
 impl Host {
     /// Attach a `tasks/result` reader to a task.
@@ -27,23 +27,9 @@ impl Host {
             .entry(task_id.to_string())
             .or_default()
             .push(done_tx);
-        // Only a terminal record is copied whole (its outcome is the answer).
-        enum Seen {
-            Live(TaskView),
-            Terminal(Box<TaskRecord>),
-        }
-        let read = self
-            .read_task(shard_id, task_id, owner, |r| {
-                if r.status.is_terminal() {
-                    Seen::Terminal(Box::new(r.clone()))
-                } else {
-                    Seen::Live(TaskView::from(r))
-                }
-            })
-            .await;
-        let task = match read {
-            Ok(Seen::Live(task)) => task,
-            Ok(Seen::Terminal(terminal)) => {
+        let task = match self.read_outcome(shard_id, task_id, owner).await {
+            Ok(TaskRead::Task(task) | TaskRead::Waiting { task, .. }) => task,
+            Ok(TaskRead::Ended(terminal)) => {
                 drop(done_rx);
                 self.drop_closed_waiters(task_id);
                 return Ok(Attachment::Terminal(*terminal));

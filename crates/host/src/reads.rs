@@ -40,23 +40,31 @@ impl Host {
         if !detail {
             return self.get(shard_id, task_id, owner).await.map(TaskRead::Task);
         }
-        // Only a terminal record is copied whole (its outcome is the answer).
-        let read = self
-            .read_task(shard_id, task_id, owner, |r| {
-                if r.status.is_terminal() {
-                    TaskRead::Ended(Box::new(r.clone()))
-                } else {
-                    TaskRead::Task(TaskView::from(r))
-                }
-            })
-            .await?;
-        Ok(match read {
+        Ok(match self.read_outcome(shard_id, task_id, owner).await? {
             TaskRead::Task(task) if task.status == TaskStatus::InputRequired => {
                 let requests = self.waiting_on(task_id).await;
                 TaskRead::Waiting { task, requests }
             }
             read => read,
         })
+    }
+
+    /// A linearizable read of one of `owner`'s tasks: a terminal one as its record (the only
+    /// case the record is copied whole: its outcome is the answer), any other as its view.
+    pub(crate) async fn read_outcome(
+        &self,
+        shard_id: u32,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<TaskRead, HostError> {
+        self.read_task(shard_id, task_id, owner, |r| {
+            if r.status.is_terminal() {
+                TaskRead::Ended(Box::new(r.clone()))
+            } else {
+                TaskRead::Task(TaskView::from(r))
+            }
+        })
+        .await
     }
 
     /// A linearizable read of one of `owner`'s tasks through `f` (which sees the whole record

@@ -119,6 +119,16 @@ pub enum TaskRead {
     Ended(Box<TaskRecord>),
 }
 
+impl TaskRead {
+    /// The task's view, whatever else was read.
+    pub fn into_view(self) -> TaskView {
+        match self {
+            TaskRead::Task(task) | TaskRead::Waiting { task, .. } => task,
+            TaskRead::Ended(record) => TaskView::from(&*record),
+        }
+    }
+}
+
 /// A `tasks/result` attachment.
 pub enum Attachment {
     /// The task is terminal: answer at once.

@@ -60,14 +60,9 @@ impl Router {
     /// [`MAX_TASK_ID_LEN`](crate::MAX_TASK_ID_LEN), is [`HostError::NotFound`] without asking
     /// any node. Not an [`Operation`]: polls forwarded to one peer travel together in batches.
     pub async fn get(&self, task_id: &str, owner: &str) -> Result<TaskView, HostError> {
-        let shard = task_shard(task_id, self.shards)?;
-        self.on_leader(shard, |t| async move {
-            match t {
-                Target::Local(host) => host.get(shard, task_id, owner).await,
-                Target::Remote { peers, id } => peers.get(id, shard, task_id, owner).await,
-            }
-        })
-        .await
+        self.read(task_id, owner, false)
+            .await
+            .map(TaskRead::into_view)
     }
 
     /// Read `owner`'s task on its shard's leader with `detail` (see

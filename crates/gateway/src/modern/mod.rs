@@ -76,7 +76,11 @@ pub const MISSING_CAPABILITY: i64 = -32021;
 /// The request's protocol version is not served.
 pub const UNSUPPORTED_VERSION: i64 = -32022;
 
-const VERSION_HEADER: &str = crate::http::VERSION_HEADER;
+/// Header carrying the client's protocol version (`MCP-Protocol-Version`), in lower case. Both
+/// generations read it: here it must name the request's `_meta` version; with a 2025-11-25
+/// session ([`crate::http`]) it is optional and, when sent, must be supported and, after
+/// `initialize`, equal the session's.
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
 const METHOD_HEADER: &str = "mcp-method";
 const NAME_HEADER: &str = "mcp-name";
 
@@ -696,7 +700,7 @@ async fn tasks_get(
     p: &Map<String, Value>,
 ) -> Result<Answer, ErrorObject> {
     let task_id = task_id_param(p)?;
-    Ok(match gw.read_task(principal, task_id).await? {
+    Ok(match gw.read_task(principal, task_id, true).await? {
         TaskRead::Task(task) => Answer::Working(task),
         read => Answer::Value(complete(tasks::detailed(&read))),
     })

@@ -209,10 +209,9 @@ impl Peers {
         task_id: &str,
         owner: &str,
     ) -> Result<TaskView, HostError> {
-        match self.read(id, shard, task_id, owner, false).await? {
-            TaskRead::Task(task) | TaskRead::Waiting { task, .. } => Ok(task),
-            TaskRead::Ended(record) => Ok(TaskView::from(&*record)),
-        }
+        self.read(id, shard, task_id, owner, false)
+            .await
+            .map(TaskRead::into_view)
     }
 
     /// Read a task on node `id`, with `detail` as [`Host::read`](taskmesh_host::Host::read)
