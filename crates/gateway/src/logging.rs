@@ -17,8 +17,7 @@ use serde_json::{json, Map, Value};
 use taskmesh_mcp::{ErrorObject, LogLevel};
 use taskmesh_rpc::v1::{self, stream_service_client::StreamServiceClient};
 
-use crate::dispatch::Cx;
-use crate::session::SessionClaims;
+use crate::session::{Cx, SessionClaims};
 use crate::Gateway;
 
 /// How long a level learnt from the session's home is used before it is asked again.

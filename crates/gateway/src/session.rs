@@ -6,7 +6,8 @@
 //! its id goes into the ended-session tree (durable on the node) and is answered 404 from then
 //! on. A session's open GET streams are registered here so that task messages and status
 //! notifications reach them. The log level a session set (`logging/setLevel`) is kept by its
-//! home node, durably, until the session ends.
+//! home node, durably, until the session ends. [`Cx`] is who asks in a request and in which
+//! session: [`crate::http`] makes it, dispatch and the log filter (`logging.rs`) read it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -83,6 +84,36 @@ pub struct SessionClaims {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// Who is asking, in which session.
+pub struct Cx {
+    /// Principal of the caller, from its bearer token (`anonymous` when authentication is off).
+    /// The session must belong to it, and the tasks it creates are owned by it.
+    pub principal: String,
+    /// (session id, its claims); `None` only for `initialize`.
+    pub session: Option<(String, SessionClaims)>,
+}
+
+impl Cx {
+    pub(crate) fn version(&self) -> &str {
+        self.session
+            .as_ref()
+            .map(|(_, c)| c.version.as_str())
+            .unwrap_or(taskmesh_mcp::V2025_11_25)
+    }
+    pub(crate) fn tasks_enabled(&self) -> bool {
+        taskmesh_mcp::version_has_tasks(self.version())
+    }
+    pub(crate) fn session_id(&self) -> Option<&str> {
+        self.session.as_ref().map(|(id, _)| id.as_str())
+    }
+    pub(crate) fn nonce(&self) -> &str {
+        self.session
+            .as_ref()
+            .map(|(_, c)| c.nonce.as_str())
+            .unwrap_or("")
+    }
 }
 
 /// The sessions seen by this node: mints and checks signed session ids, records ended ones

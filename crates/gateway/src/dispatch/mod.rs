@@ -24,38 +24,8 @@ use taskmesh_mcp::{params, ServerRequestId};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::session::SessionClaims;
+pub use crate::session::Cx;
 use crate::Gateway;
-
-/// Who is asking, in which session.
-pub struct Cx {
-    /// Principal of the caller, from its bearer token (`anonymous` when authentication is off).
-    /// The session must belong to it, and the tasks it creates are owned by it.
-    pub principal: String,
-    /// (session id, its claims); `None` only for `initialize`.
-    pub session: Option<(String, SessionClaims)>,
-}
-
-impl Cx {
-    fn version(&self) -> &str {
-        self.session
-            .as_ref()
-            .map(|(_, c)| c.version.as_str())
-            .unwrap_or(taskmesh_mcp::V2025_11_25)
-    }
-    fn tasks_enabled(&self) -> bool {
-        taskmesh_mcp::version_has_tasks(self.version())
-    }
-    fn session_id(&self) -> Option<&str> {
-        self.session.as_ref().map(|(id, _)| id.as_str())
-    }
-    fn nonce(&self) -> &str {
-        self.session
-            .as_ref()
-            .map(|(_, c)| c.nonce.as_str())
-            .unwrap_or("")
-    }
-}
 
 /// What the transport sends back.
 pub enum Reply {
