@@ -24,16 +24,14 @@ use crate::audit;
 use crate::auth::{Identity, Operation, Refusal};
 use crate::delivery::JsonMessage;
 use crate::dispatch::{self, Cx, Reply};
-use crate::resume::{self, EventId, Opening, Out, Reader, ResumeError};
-use crate::session::{OpenedStream, SessionClaims};
+use crate::resume::{self, open_get_reader, primes, EventId, Opening, Out, Reader, ResumeError};
+use crate::session::SessionClaims;
 use crate::{metrics, relay, slots, Gateway};
 
 /// Header carrying the signed session id (`Mcp-Session-Id`), in lower case. Every request
 /// but `initialize` must send it; the `initialize` answer carries the new one.
 pub const SESSION_HEADER: &str = "mcp-session-id";
-/// Header carrying the client's protocol version (`MCP-Protocol-Version`), in lower case.
-/// Optional; when sent it must be supported and, after `initialize`, equal the session's.
-pub const VERSION_HEADER: &str = "mcp-protocol-version";
+pub use crate::modern::VERSION_HEADER;
 
 /// The axum router serving `/mcp`.
 pub fn router(gw: Arc<Gateway>) -> axum::Router {
@@ -641,13 +639,6 @@ async fn respond(gw: &Arc<Gateway>, cx: &Cx, reply: Reply, id: Option<&RequestId
     }
 }
 
-/// Whether a session's streams start with a priming event and may be closed on purpose: the
-/// 2025-11-25 transport has both; a client of an earlier version may not expect an event
-/// without data.
-fn primes(claims: &SessionClaims) -> bool {
-    claims.version.as_str() >= taskmesh_mcp::V2025_11_25
-}
-
 /// Where an SSE response reads its events: a stream this node holds, or one another node
 /// holds, relayed.
 enum Source {
@@ -846,50 +837,6 @@ fn too_many_streams() -> Response {
     r.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     r
-}
-
-/// A new GET stream of the session held by this node, read from its start; `None` when the
-/// session holds its limit of them, every one read.
-pub(crate) fn open_get_reader(
-    gw: &Arc<Gateway>,
-    id: &str,
-    claims: &SessionClaims,
-) -> Option<Reader> {
-    match gw.sessions.open_stream(id) {
-        Some(OpenedStream {
-            rx,
-            tx,
-            carried,
-            present,
-            gone,
-        }) => {
-            // When the stream ends, the requests it carried that are still unanswered go to
-            // the task's next `tasks/result` stream: the client may not have read them.
-            let gw2 = gw.clone();
-            tokio::spawn(async move {
-                tx.closed().await;
-                drop(tx);
-                let carried = std::mem::take(&mut *carried.lock());
-                for (task_id, request_id) in carried {
-                    gw2.claim(&task_id, &request_id, true).await;
-                }
-            });
-            let reader = gw.hub.open(
-                Opening {
-                    session: id,
-                    primes: primes(claims),
-                    origin: None,
-                    presence: Some(present),
-                    gone: Some(gone),
-                    released: None,
-                },
-                None,
-                rx,
-            );
-            Some(reader)
-        }
-        None => None,
-    }
 }
 
 async fn handle_delete(

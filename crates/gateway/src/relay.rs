@@ -83,7 +83,7 @@ impl StreamService for StreamGrpc {
             .sessions
             .check(&session)
             .ok_or_else(|| Status::not_found("no such live session"))?;
-        let reader = crate::http::open_get_reader(&gw, &session, &claims).ok_or_else(|| {
+        let reader = crate::resume::open_get_reader(&gw, &session, &claims).ok_or_else(|| {
             Status::resource_exhausted("the session holds its limit of GET streams")
         })?;
         Ok(Response::new(forward(reader)))

@@ -14,6 +14,11 @@
 //! window passes without a reconnection the stream ends as if its client had gone: its
 //! producer sees the stream closed. A new reader of a stream replaces the one before it, so one
 //! stream is never sent on two connections.
+//!
+//! A session's GET stream is opened on its home node by `open_get_reader` (`get.rs`), for
+//! this node's `GET /mcp` and for a peer's (`StreamService.OpenStream`).
+
+mod get;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +34,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::session::JsonMessage;
+
+pub(crate) use get::{open_get_reader, primes};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
