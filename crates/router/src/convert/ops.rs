@@ -300,11 +300,7 @@ pub fn answer_from_pb(r: v1::ApplyResponse) -> Result<Answer, HostError> {
         }),
         Some(W::Cancel(c)) => Answer::Cancel(view_of(c.task)?),
         Some(W::List(l)) => Answer::List(Listed {
-            tasks: l
-                .tasks
-                .into_iter()
-                .map(|t| view_of(Some(t)))
-                .collect::<Result<_, _>>()?,
+            tasks: each(l.tasks, view_of)?,
             more: l.more,
         }),
         Some(W::Deliver(d)) => Answer::Deliver(d.delivered),
@@ -315,15 +311,19 @@ pub fn answer_from_pb(r: v1::ApplyResponse) -> Result<Answer, HostError> {
             learners: m.learners,
         }),
         Some(W::Export(e)) => Answer::Export(ExportedPage {
-            records: e
-                .records
-                .into_iter()
-                .map(|r| record_of(Some(r)))
-                .collect::<Result<_, _>>()?,
+            records: each(e.records, record_of)?,
             last: e.done,
         }),
         Some(W::Import(i)) => Answer::Import(i.inserted),
     })
+}
+
+/// Every item of a list a peer sent, read by `read`; the first malformed one fails the whole.
+fn each<T, U>(
+    items: Vec<T>,
+    read: fn(Option<T>) -> Result<U, HostError>,
+) -> Result<Vec<U>, HostError> {
+    items.into_iter().map(|i| read(Some(i))).collect()
 }
 
 fn malformed(what: &str) -> HostError {
