@@ -41,7 +41,8 @@ use taskmesh_shard::{Heard, Quiet, QuietLead};
 use tonic::Status;
 
 use crate::channels::PeerChannels;
-use crate::registry::{HostedGroup, ReplicaRegistry};
+use crate::listings::Listing;
+use crate::registry::{addressed_here, HostedGroup, ReplicaRegistry};
 
 /// How a node beats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,50 +61,6 @@ pub struct BeatConfig {
     /// How long a peer may go unheard before the quiet followers of its groups check their
     /// silence bounds (each at least this): the shortest election timeout.
     pub silence: Duration,
-}
-
-/// The groups a node leads quiescently among those one peer is a member of, in group order:
-/// the `groups`, `terms` and `commits` of a full beat.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Listing {
-    groups: Vec<u32>,
-    terms: Vec<u64>,
-    commits: Vec<u64>,
-}
-
-impl Listing {
-    fn push(&mut self, group: u32, lead: QuietLead) {
-        self.groups.push(group);
-        self.terms.push(lead.term);
-        self.commits.push(lead.commit);
-    }
-
-    fn entries(&self) -> impl Iterator<Item = (u32, u64, u64)> + '_ {
-        self.groups
-            .iter()
-            .zip(&self.terms)
-            .zip(&self.commits)
-            .map(|((g, t), c)| (*g, *t, *c))
-    }
-}
-
-/// What a node heard from each peer's beats (the receiving side).
-#[derive(Default)]
-pub(crate) struct PeerListings {
-    peers: Mutex<HashMap<u64, PeerListing>>,
-}
-
-/// The last listing of one peer's beats.
-#[derive(Default)]
-struct PeerListing {
-    /// When the peer's beats were last heard; kept for as long as the node runs, so every
-    /// replica that follows one of its groups quietly holds this one.
-    heard: Heard,
-    /// The number of `listing` (0: none held).
-    id: u64,
-    listing: Listing,
-    /// [`ReplicaRegistry::seen`] when `listing` was last applied to the groups.
-    seen: (u64, u64),
 }
 
 /// A quiescent leader, as the node's round keeps it.
@@ -495,7 +452,7 @@ pub fn receive(
     registry: &ReplicaRegistry,
     req: &pb::BeatRequest,
 ) -> Result<pb::BeatResponse, Status> {
-    crate::server::addressed_here(node_id, req.target)?;
+    addressed_here(node_id, req.target)?;
     if req.terms.len() != req.groups.len() || req.commits.len() != req.groups.len() {
         return Err(Status::invalid_argument(format!(
             "a beat lists {} groups, {} terms and {} commits",

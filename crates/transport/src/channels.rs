@@ -21,6 +21,7 @@ use tonic::transport::{Channel, Endpoint};
 use taskmesh_rpc::dial::Dialer;
 
 use crate::error::TransportError;
+use crate::heartbeat_queues::{Queues, DEFAULT_BATCH};
 
 /// How many addresses of one peer the pool keeps channels for.
 pub const MAX_ADDRS_PER_PEER: usize = 4;
@@ -45,7 +46,7 @@ pub(crate) struct Inner {
     dialer: Dialer,
     peers: RwLock<HashMap<u64, Peer>>,
     /// The queues of coalesced heartbeats (see `heartbeats.rs`).
-    heartbeats: crate::heartbeats::Queues,
+    heartbeats: Queues,
     /// Heartbeats one coalesced call carries at most.
     heartbeat_batch: usize,
 }
@@ -71,8 +72,8 @@ impl PeerChannels {
                 connect_timeout,
                 dialer,
                 peers: RwLock::new(HashMap::new()),
-                heartbeats: crate::heartbeats::Queues::default(),
-                heartbeat_batch: crate::heartbeats::DEFAULT_BATCH,
+                heartbeats: Queues::default(),
+                heartbeat_batch: DEFAULT_BATCH,
             }),
         }
     }
@@ -125,7 +126,7 @@ impl PeerChannels {
         self.inner.heartbeat_batch
     }
 
-    pub(crate) fn heartbeat_queues(&self) -> &crate::heartbeats::Queues {
+    pub(crate) fn heartbeat_queues(&self) -> &Queues {
         &self.inner.heartbeats
     }
 

@@ -16,40 +16,23 @@
 //! Calls with entries are not batched: they are larger, and one group's entries must not wait
 //! for another's.
 
-use std::collections::HashMap;
 use std::sync::Weak;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use taskmesh_rpc::v1 as pb;
 use taskmesh_rpc::v1::raft_transport_client::RaftTransportClient;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use crate::channels::PeerChannels;
+use crate::heartbeat_queues::Item;
 
-/// Heartbeats one call carries at most, unless the pool says otherwise
-/// ([`PeerChannels::with_heartbeat_batch`]).
-pub const DEFAULT_BATCH: usize = 1024;
 /// How many batches' worth of heartbeats may wait for one peer; past it a heartbeat fails at
 /// once (as unreachable).
 const QUEUED_BATCHES: usize = 16;
 /// How many batch calls to one peer may be under way at once: a batch is answered when its
 /// slowest heartbeat is, and must not hold back the heartbeats queued behind it for long.
 pub const BATCHES_IN_FLIGHT: usize = 4;
-
-/// One heartbeat waiting to be sent.
-struct Item {
-    request: pb::AppendEntriesRequest,
-    ttl: Duration,
-    reply: oneshot::Sender<Result<Vec<u8>, Status>>,
-}
-
-/// The queues of a node's heartbeats, one per peer and address.
-#[derive(Default)]
-pub(crate) struct Queues {
-    queues: Mutex<HashMap<(u64, String), mpsc::Sender<Item>>>,
-}
 
 impl PeerChannels {
     /// Send `request` (an AppendEntries without entries) to node `target` at `addr` with the

@@ -2,7 +2,9 @@
 //!
 //! A node hosts groups of two kinds (task shards and the metadata group), whose Raft types
 //! differ. The registry holds each as a [`HostedGroup`]: the four Raft calls on serialised
-//! requests, so the server needs no knowledge of what a group replicates.
+//! requests, so the server needs no knowledge of what a group replicates. Every call it
+//! receives, the node beat's included, is first checked to be meant for this node
+//! (`addressed_here`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,6 +20,18 @@ use serde::Serialize;
 use taskmesh_shard::types::{Snapshot, Vote};
 use taskmesh_shard::{Group, GroupState, Heard, Quiet, QuietLead, ShardReplica};
 use tonic::Status;
+
+use crate::listings::PeerListings;
+
+/// A call meant for node `target` that reached node `node_id`: refused unless they are one.
+pub(crate) fn addressed_here(node_id: u64, target: u64) -> Result<(), Status> {
+    if target == node_id {
+        return Ok(());
+    }
+    Err(Status::failed_precondition(format!(
+        "this is node {node_id}, not node {target}"
+    )))
+}
 
 /// A hosted group as the transport server sees it: each call takes openraft's request as JSON
 /// and answers openraft's response as JSON, or a status (see the proto file).
@@ -208,8 +222,8 @@ pub struct ReplicaRegistry {
     groups: Arc<RwLock<HashMap<u32, Arc<dyn HostedGroup>>>>,
     /// Counts the insertions and removals.
     generation: Arc<AtomicU64>,
-    /// The last listing of each peer's beats (see `beat.rs`).
-    listings: Arc<crate::beat::PeerListings>,
+    /// The last listing of each peer's beats (see `beat.rs` and `listings.rs`).
+    listings: Arc<PeerListings>,
 }
 
 impl ReplicaRegistry {
@@ -242,7 +256,7 @@ impl ReplicaRegistry {
     }
 
     /// What this node's beats heard from each peer.
-    pub(crate) fn listings(&self) -> &crate::beat::PeerListings {
+    pub(crate) fn listings(&self) -> &PeerListings {
         &self.listings
     }
 

@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::config::TransportConfig;
 use crate::error::TransportError;
-use crate::registry::{HostedGroup, ReplicaRegistry};
+use crate::registry::{addressed_here, HostedGroup, ReplicaRegistry};
 
 /// The most memory reserved up front for an arriving snapshot; beyond that it grows as the
 /// chunks arrive, so a header announcing a huge size costs nothing until the data comes.
@@ -31,16 +31,6 @@ const SNAPSHOT_PREALLOC_BYTES: u64 = 64 * 1024 * 1024;
 
 /// How often the server pings an idle peer connection, and how long it waits for the answer.
 const KEEPALIVE: Duration = Duration::from_secs(2);
-
-/// A call meant for node `target` that reached node `node_id`: refused unless they are one.
-pub(crate) fn addressed_here(node_id: u64, target: u64) -> Result<(), Status> {
-    if target == node_id {
-        return Ok(());
-    }
-    Err(Status::failed_precondition(format!(
-        "this is node {node_id}, not node {target}"
-    )))
-}
 
 /// The Raft transport service of node `node_id`, delivering to the replicas of a registry.
 #[derive(Clone)]
