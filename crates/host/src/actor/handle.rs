@@ -1,0 +1,247 @@
+//! What a task actor does with each of its messages ([`TaskMsg`]): the host's (a reader
+//! attaching, a GET stream claiming a request, a client's answer, stop), its tool's (a request
+//! to the client, progress, a log message, an upstream task to follow, the outcome) and its own
+//! (a write retry). Ractor hands each message to [`super::TaskActor`], whose `handle` runs
+//! [`handle_msg`] in a boxed future; a status change it needs goes through `write.rs`.
+
+use std::sync::Arc;
+
+use ractor::{ActorProcessingErr, ActorRef};
+use serde_json::{json, Map, Value};
+use taskmesh_mcp::jsonrpc::{self, RequestId};
+use taskmesh_mcp::{ServerRequestId, META_RELATED_TASK};
+use taskmesh_task::{Applied, Command, TaskStatus};
+
+use super::write::{again, deliver, request_seq, write};
+use super::{finish_of, AfterWrite, Carrier, Pending, State, TaskMsg};
+use crate::now_ms;
+
+/// The status message of a task whose call an upstream server runs as its own task.
+const FOLLOWING: &str = "The upstream server runs the call as a task; following it.";
+
+/// Handle one message of a task actor.
+pub(super) async fn handle_msg(
+    myself: ActorRef<TaskMsg>,
+    msg: TaskMsg,
+    st: &mut State,
+) -> Result<(), ActorProcessingErr> {
+    match msg {
+        TaskMsg::Attach(sink) => {
+            // Exactly once per stream: a request goes to the new stream unless an open stream
+            // carries it (a GET stream that claimed it, or a `tasks/result` stream still open).
+            st.sinks.retain(|(_, s)| !s.is_closed());
+            let number = st.next_sink;
+            st.next_sink += 1;
+            let open: Vec<u64> = st.sinks.iter().map(|(n, _)| *n).collect();
+            // In the order they were sent (the map has none).
+            let mut pending: Vec<(&String, &mut Pending)> = st.pending.iter_mut().collect();
+            pending.sort_by_key(|(id, _)| request_seq(id));
+            for (_, p) in pending {
+                let carried = match p.carrier {
+                    Carrier::GetStream => true,
+                    Carrier::Sink(n) => open.contains(&n),
+                    Carrier::Unclaimed => false,
+                };
+                if !carried && sink.try_send(again(&p.json)).is_ok() {
+                    p.carrier = Carrier::Sink(number);
+                }
+            }
+            st.sinks.push((number, sink));
+        }
+        TaskMsg::Claim {
+            request_id,
+            release,
+            reply,
+        } => {
+            st.sinks.retain(|(_, s)| !s.is_closed());
+            let claimed = match st.pending.get_mut(&request_id) {
+                Some(p) if release && p.carrier == Carrier::GetStream => {
+                    // The GET stream ended: an attached `tasks/result` stream takes it now,
+                    // or the next one to attach.
+                    p.carrier = Carrier::Unclaimed;
+                    for (number, s) in &st.sinks {
+                        if s.try_send(again(&p.json)).is_ok() {
+                            p.carrier = Carrier::Sink(*number);
+                            break;
+                        }
+                    }
+                    false
+                }
+                Some(p) if !release && p.carrier == Carrier::Unclaimed => {
+                    p.carrier = Carrier::GetStream;
+                    true
+                }
+                _ => false,
+            };
+            let _ = reply.send(claimed);
+        }
+        TaskMsg::Outbound {
+            method,
+            params,
+            reply,
+        } => {
+            if st.outcome.is_some() {
+                return Ok(()); // the tool finished: `reply` drops, the request fails
+            }
+            let id = ServerRequestId::Task {
+                task_id: st.task_id.clone(),
+                seq: st.next_request,
+            }
+            .to_string();
+            st.next_request += 1;
+            let mut params = match params {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            };
+            jsonrpc::put_meta(
+                &mut params,
+                META_RELATED_TASK,
+                json!({ "taskId": st.task_id }),
+            );
+            let json = Arc::new(jsonrpc::request(
+                &RequestId::String(id.clone()),
+                method,
+                &Value::Object(params),
+            ));
+            if st.wanted.0 != TaskStatus::InputRequired {
+                let msg = format!("Waiting for the client to answer {method}.");
+                st.wanted = (TaskStatus::InputRequired, Some(msg));
+                st.asked_at = Some(std::time::Instant::now());
+            }
+            st.after_write.push(AfterWrite::Deliver { id, json, reply });
+            write(&myself, st, false).await;
+        }
+        TaskMsg::Response {
+            request_id,
+            outcome,
+        } => {
+            let Some(Pending { reply, .. }) = st.pending.remove(&request_id) else {
+                tracing::debug!(task_id = %st.task_id, request_id = %request_id, "answer to no pending request");
+                return Ok(());
+            };
+            let still_asking = !st.pending.is_empty()
+                || st
+                    .after_write
+                    .iter()
+                    .any(|a| matches!(a, AfterWrite::Deliver { .. }));
+            if !still_asking && st.wanted.0 == TaskStatus::InputRequired {
+                st.wanted = (
+                    TaskStatus::Working,
+                    Some("The task is in progress.".to_string()),
+                );
+                if let Some(since) = st.asked_at.take() {
+                    taskmesh_metrics::metrics::histogram!(
+                        taskmesh_metrics::names::INPUT_REQUIRED_WAIT
+                    )
+                    .record(since.elapsed().as_secs_f64());
+                }
+            }
+            st.after_write.push(AfterWrite::Reply { reply, outcome });
+            write(&myself, st, false).await;
+        }
+        TaskMsg::Progress {
+            progress,
+            total,
+            message,
+        } => {
+            if let Some(token) = &st.progress_token {
+                let mut params = json!({ "progressToken": token, "progress": progress });
+                if let Some(t) = total {
+                    params["total"] = json!(t);
+                }
+                if let Some(m) = message {
+                    params["message"] = json!(m);
+                }
+                params["_meta"] = json!({ META_RELATED_TASK: { "taskId": st.task_id } });
+                let json = Arc::new(jsonrpc::notification("notifications/progress", &params));
+                deliver(st, json, None);
+            }
+        }
+        TaskMsg::Log {
+            level,
+            logger,
+            data,
+        } => {
+            // Filtered by the session's level where it is framed for the client.
+            let mut params = json!({ "level": level.as_str(), "data": data });
+            if let Some(l) = logger {
+                params["logger"] = json!(l);
+            }
+            params["_meta"] = json!({ META_RELATED_TASK: { "taskId": st.task_id } });
+            let json = Arc::new(jsonrpc::notification("notifications/message", &params));
+            deliver(st, json, None);
+        }
+        TaskMsg::Pending(reply) => {
+            let mut pending: Vec<(&String, &Pending)> = st.pending.iter().collect();
+            pending.sort_by_key(|(id, _)| request_seq(id));
+            let _ = reply.send(pending.into_iter().map(|(_, p)| p.json.clone()).collect());
+        }
+        TaskMsg::Follow {
+            upstream_task,
+            reply,
+        } => {
+            // The status stays; while it is `working` its message says the task is followed
+            // upstream. (Otherwise the message is the one wanted, if the log holds that
+            // status, else none until the status write that follows.)
+            if st.recorded == TaskStatus::Working && st.wanted.0 == TaskStatus::Working {
+                st.wanted.1 = Some(FOLLOWING.to_string());
+            }
+            let message = if st.wanted.0 == st.recorded {
+                st.wanted.1.clone()
+            } else {
+                None
+            };
+            let cmd = Command::Follow {
+                task_id: st.task_id.clone(),
+                term: st.term,
+                upstream_task,
+                message,
+                at_ms: now_ms(),
+            };
+            let answer = match st.host.shard(st.shard) {
+                Ok(shard) => match shard.propose(cmd).await {
+                    Ok(Applied::Updated { .. }) => Ok(()),
+                    Ok(other) => {
+                        tracing::debug!(task_id = %st.task_id, result = ?other, "upstream task not recorded: the execution is superseded; stopping");
+                        st.cancel.cancel();
+                        myself.stop(None);
+                        Err(format!("not recorded: {other:?}"))
+                    }
+                    Err(e) => {
+                        tracing::warn!(task_id = %st.task_id, shard = st.shard, error = %e,
+                            "the upstream task could not be recorded; a failover now applies the resume policy");
+                        Err(e.to_string())
+                    }
+                },
+                Err(_) => Err("the task's shard is no longer hosted here".to_string()),
+            };
+            let _ = reply.send(answer);
+        }
+        TaskMsg::Done(result) => {
+            let max = st.host.inner.cfg.max_result_bytes;
+            let (status, message, outcome) = finish_of(&result, max);
+            st.outcome = Some(Command::Finish {
+                task_id: st.task_id.clone(),
+                term: st.term,
+                status,
+                message: Some(message),
+                outcome,
+                at_ms: now_ms(),
+            });
+            // The tool has ended: nothing waits for a status change any more.
+            st.after_write.clear();
+            write(&myself, st, false).await;
+        }
+        TaskMsg::Retry => {
+            if st.retry_pause.is_some() {
+                write(&myself, st, true).await;
+            }
+        }
+        TaskMsg::Stop => {
+            st.ended.cancel();
+            st.cancel.cancel();
+            myself.stop(None);
+        }
+    }
+    Ok(())
+}

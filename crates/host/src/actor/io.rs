@@ -1,0 +1,85 @@
+//! The running tool's side of its task ([`ToolIo`]): progress, requests to the client, log
+//! messages and an upstream task to follow. The tool calls these from its own tokio task; each
+//! becomes a [`TaskMsg`] cast to the task's actor, which answers through the `oneshot` the
+//! message carries.
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use ractor::ActorRef;
+use serde_json::Value;
+use taskmesh_mcp::jsonrpc::ErrorObject;
+use taskmesh_tools::{ToolIo, ToolResult};
+use tokio::sync::oneshot;
+
+use super::TaskMsg;
+
+/// The [`ToolIo`] of a task's tool: each call becomes a message to the task's actor.
+pub(super) struct ActorIo {
+    pub(super) actor: ActorRef<TaskMsg>,
+}
+
+impl ToolIo for ActorIo {
+    fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        let _ = self.actor.cast(TaskMsg::Progress {
+            progress,
+            total,
+            message,
+        });
+    }
+
+    fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {
+        let (reply, rx) = oneshot::channel();
+        let sent = self
+            .actor
+            .cast(TaskMsg::Outbound {
+                method,
+                params,
+                reply,
+            })
+            .is_ok();
+        async move {
+            if !sent {
+                return Err(ErrorObject::internal("the task stopped"));
+            }
+            rx.await
+                .unwrap_or_else(|_| Err(ErrorObject::internal("the task stopped")))
+        }
+        .boxed()
+    }
+
+    fn log(
+        &self,
+        level: taskmesh_mcp::LogLevel,
+        logger: Option<String>,
+        data: Value,
+    ) -> BoxFuture<'static, ()> {
+        let _ = self.actor.cast(TaskMsg::Log {
+            level,
+            logger,
+            data,
+        });
+        Box::pin(async {})
+    }
+
+    fn record_upstream_task(
+        &self,
+        upstream_task: String,
+    ) -> BoxFuture<'static, Result<(), String>> {
+        let (reply, rx) = oneshot::channel();
+        let sent = self
+            .actor
+            .cast(TaskMsg::Follow {
+                upstream_task,
+                reply,
+            })
+            .is_ok();
+        async move {
+            if !sent {
+                return Err("the task stopped".to_string());
+            }
+            rx.await
+                .unwrap_or_else(|_| Err("the task stopped".to_string()))
+        }
+        .boxed()
+    }
+}
