@@ -532,6 +532,32 @@ async fn the_live_task_cap_per_principal_leaves_room_for_the_others() {
     assert!(created, "a freed slot serves its principal again");
 }
 
+/// A refused create takes no slot and gives none back: 40 creates in a row by one principal
+/// capped at 3 (the node's cap far above) admit exactly the first 3 and refuse every other,
+/// and 3 tasks live.
+#[tokio::test]
+async fn refused_creates_leave_the_per_principal_cap_where_it_was() {
+    let s = Server::start(
+        TASKMESH,
+        &format!("{AUTH}\n[tasks]\nmax_live_tasks = 100\nmax_live_tasks_per_principal = 3\n"),
+    );
+    let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
+    let create = json!({"name":"slow_compute","arguments":{"seconds":3600},"task":{}});
+    let mut outcomes = String::new();
+    for _ in 0..40 {
+        let r = alice.call("tools/call", create.clone()).await;
+        if r.get("result").is_some() {
+            outcomes.push('+');
+        } else {
+            assert_eq!(r["error"]["code"], -32001, "{r}");
+            outcomes.push('-');
+        }
+    }
+    assert_eq!(outcomes, format!("+++{}", "-".repeat(37)));
+    let listed = alice.ok("tasks/list", json!({})).await;
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 3, "{listed}");
+}
+
 #[tokio::test]
 async fn a_result_over_the_size_limit_fails_the_task_and_names_the_limit() {
     let s = Server::start(TASKMESH, "[tasks]\nmax_result_bytes = 1024\n");
