@@ -27,7 +27,7 @@ use crate::dispatch::{self, Cx, Reply};
 use crate::limits::WrongToken;
 use crate::resume::{self, EventId, Opening, Out, Reader, ResumeError};
 use crate::session::{OpenedStream, SessionClaims};
-use crate::{metrics, relay, slots, Gateway};
+use crate::{metrics, relay, slots, wire, Gateway};
 
 /// Header carrying the signed session id (`Mcp-Session-Id`), in lower case. Every request
 /// but `initialize` must send it; the `initialize` answer carries the new one.
@@ -327,7 +327,7 @@ async fn handle_post(
     };
     let msg = match jsonrpc::parse_message(&body) {
         Ok(m) => m,
-        Err(e) => return rpc_error(StatusCode::BAD_REQUEST, None, &e.to_error()),
+        Err(e) => return rpc_error(wire::envelope_status(&e), e.id(), &e.to_error()),
     };
     let (operation, method, request_id) = match &msg {
         Message::Request { method, id, .. } => {
