@@ -502,7 +502,9 @@ pub async fn serve(
         },
     )
     .with_context(|| format!("opening the write-ahead log in {}", data_dir.display()))?;
-    let store = Store::new(db.clone(), wal);
+    let snapshots = taskmesh_shard::storage::SnapshotDir::open(&data_dir.join("snapshots"))
+        .with_context(|| format!("opening the snapshot directory in {}", data_dir.display()))?;
+    let store = Store::new(db.clone(), wal, snapshots);
     let clustered = !cfg.cluster.peers.is_empty();
 
     let tools = Arc::new(ToolRegistry::new());
