@@ -8,6 +8,7 @@
 use serde_json::json;
 
 mod delivery;
+mod descriptors;
 mod hostile;
 mod input;
 mod modern;

@@ -293,6 +293,89 @@ async fn jsonrpc_error_table_changes_nothing() {
     assert_eq!(list["tasks"], json!([]));
 }
 
+/// A number out of range (`1e400`: valid JSON, beyond any float) in a request's params is
+/// invalid params naming the field, answered with the request's id, on both protocol
+/// generations alike; a notification's gets the same error without an id. Nothing is created.
+#[tokio::test]
+async fn numbers_out_of_range_are_invalid_params_naming_the_field() {
+    use taskmesh_testkit::modern::{Modern, V as MODERN};
+    let s = Server::start(TASKMESH, AUTH);
+    let c = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
+    let modern = Modern::new(&s.url, Some("alice-token-1"), true);
+    // `params` as JSON text, with every 424242 (a placeholder) written as `number`.
+    let call = |id: Value, params: Value, number: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+            .to_string()
+            .replace("424242", number)
+    };
+    let ttl = json!({"name": "slow_compute", "arguments": {"seconds": 1}, "task": {"ttl": 424242}});
+    let arg = json!({"name": "slow_compute", "arguments": {"seconds": 424242}, "task": {}});
+    let deep = json!({"name": "slow_compute", "arguments": {"seconds": 1, "x": [1, {"y": 424242}]}, "task": {}});
+    let cases = [
+        (json!(41), ttl.clone(), "1e400", "task.ttl"),
+        (json!("s-2"), arg.clone(), "-1e400", "arguments.seconds"),
+        (json!(43), deep.clone(), "1.5E+309", "arguments.x[1].y"),
+    ];
+    for (id, params, number, field) in &cases {
+        // 2025-11-25, in a session.
+        let r = c.post(&call(id.clone(), params.clone(), number), &[]).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v = r.json();
+        assert_eq!(v["id"], *id, "{v}");
+        assert_eq!(v["error"]["code"], -32602, "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("'{field}'")), "{v}");
+        // 2026-07-28, without a session.
+        let mut params = params.clone();
+        params["_meta"] = modern.meta();
+        let r = taskmesh_testkit::http()
+            .post(&s.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("authorization", "Bearer alice-token-1")
+            .header("mcp-protocol-version", MODERN)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "slow_compute")
+            .body(call(id.clone(), params, number))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["id"], *id, "{v}");
+        assert_eq!(v["error"]["code"], -32602, "{v}");
+        assert_eq!(v["error"]["message"].as_str().unwrap(), message, "{v}");
+    }
+    // A notification has no id to answer with: HTTP 400, the same error, a null id.
+    let note =
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1e400}}"#;
+    let r = c.post(note, &[]).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["id"], Value::Null, "{v}");
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'requestId'"),
+        "{v}"
+    );
+    // A body that is not JSON stays a parse error, whatever numbers it holds; nothing was
+    // created, and the server serves on.
+    let r = c
+        .post(
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":1e400"#,
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32700, "{}", r.body);
+    let listed = c.ok("tasks/list", json!({})).await;
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 0, "{listed}");
+    assert_eq!(modern.send("server/discover", json!({})).await.status, 200);
+}
+
 #[tokio::test]
 async fn older_protocol_versions_are_plain_tools_servers() {
     let s = Server::start(TASKMESH, "");

@@ -532,6 +532,32 @@ async fn the_live_task_cap_per_principal_leaves_room_for_the_others() {
     assert!(created, "a freed slot serves its principal again");
 }
 
+/// A refused create takes no slot and gives none back: 40 creates in a row by one principal
+/// capped at 3 (the node's cap far above) admit exactly the first 3 and refuse every other,
+/// and 3 tasks live.
+#[tokio::test]
+async fn refused_creates_leave_the_per_principal_cap_where_it_was() {
+    let s = Server::start(
+        TASKMESH,
+        &format!("{AUTH}\n[tasks]\nmax_live_tasks = 100\nmax_live_tasks_per_principal = 3\n"),
+    );
+    let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
+    let create = json!({"name":"slow_compute","arguments":{"seconds":3600},"task":{}});
+    let mut outcomes = String::new();
+    for _ in 0..40 {
+        let r = alice.call("tools/call", create.clone()).await;
+        if r.get("result").is_some() {
+            outcomes.push('+');
+        } else {
+            assert_eq!(r["error"]["code"], -32001, "{r}");
+            outcomes.push('-');
+        }
+    }
+    assert_eq!(outcomes, format!("+++{}", "-".repeat(37)));
+    let listed = alice.ok("tasks/list", json!({})).await;
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 3, "{listed}");
+}
+
 #[tokio::test]
 async fn a_result_over_the_size_limit_fails_the_task_and_names_the_limit() {
     let s = Server::start(TASKMESH, "[tasks]\nmax_result_bytes = 1024\n");
@@ -583,16 +609,61 @@ async fn wrong_tokens_are_bounded_per_address() {
     let r = guess.post(&ping, &[]).await;
     assert_eq!(r.status, 429, "{}", r.body);
     assert_eq!(r.headers["retry-after"], "60");
-    let r = alice.post(&ping, &[]).await;
-    assert_eq!(
-        r.status, 429,
-        "a right token is not checked either: {}",
-        r.body
-    );
     let create = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
         "name":"slow_compute","arguments":{"seconds":1},"task":{}}})
     .to_string();
-    assert_eq!(alice.post(&create, &[]).await.status, 429);
+    let mut bad = alice.clone();
+    bad.token = Some("guess-4".into());
+    assert_eq!(bad.post(&create, &[]).await.status, 429);
+    let listed = alice.ok("tasks/list", json!({})).await;
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 0, "{listed}");
+}
+
+/// Many clients share one address (a proxy, a NAT): a request whose token verifies is served
+/// from an address locked out for others' wrong tokens, while a wrong token from it is still
+/// refused with 429, neither counted nor audited again.
+#[tokio::test]
+async fn a_valid_token_is_served_from_an_address_locked_for_wrong_tokens() {
+    let s = Server::start(
+        TASKMESH,
+        &format!("{AUTH}\n[log]\nformat = \"json\"\nlevel = \"info\"\n"),
+    );
+    let alice = Client::connect(&s.url, Some("alice-token-1"), V, json!({})).await;
+    let ping = json!({"jsonrpc":"2.0","id":1,"method":"ping"}).to_string();
+    let mut guess = alice.clone();
+    let mut statuses = Vec::new();
+    for i in 0..30 {
+        guess.token = Some(format!("wrong-token-{i}"));
+        statuses.push(guess.post(&ping, &[]).await.status);
+    }
+    // The default limit is 20 wrong tokens a minute.
+    assert_eq!(statuses[..20], [401; 20]);
+    assert_eq!(statuses[20..], [429; 10]);
+    let r = alice.post(&ping, &[]).await;
+    assert_eq!(r.status, 200, "a valid token is served: {}", r.body);
+    assert_eq!(r.json()["result"], json!({}), "{}", r.body);
+    let task = alice
+        .start_task("slow_compute", json!({"seconds": 0.01}))
+        .await;
+    alice.wait_status(&task, "completed").await;
+    guess.token = Some("wrong-token-30".into());
+    let r = guess.post(&ping, &[]).await;
+    assert_eq!(r.status, 429, "a wrong one is still refused: {}", r.body);
+    assert_eq!(r.headers["retry-after"], "60");
+    // A request without a token still learns how to authenticate.
+    guess.token = None;
+    let r = guess.post(&ping, &[]).await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    // The first wrong token and the lock are audited, nothing after it.
+    let log = s.log_text();
+    let count = |event: &str| {
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["target"] == "audit" && v["fields"]["event"] == event)
+            .count()
+    };
+    assert_eq!(count("auth_failed"), 1, "{log}");
+    assert_eq!(count("auth_failures_locked"), 1, "{log}");
 }
 
 /// Past `limits.tasks_per_minute` a principal's creates answer `-32001` on either protocol

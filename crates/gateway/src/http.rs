@@ -24,9 +24,10 @@ use crate::audit;
 use crate::auth::{Identity, Operation, Refusal};
 use crate::delivery::JsonMessage;
 use crate::dispatch::{self, Cx, Reply};
+use crate::limits::WrongToken;
 use crate::resume::{self, open_get_reader, primes, EventId, Opening, Out, Reader, ResumeError};
 use crate::session::SessionClaims;
-use crate::{metrics, relay, slots, Gateway};
+use crate::{metrics, relay, slots, wire, Gateway};
 
 /// Header carrying the signed session id (`Mcp-Session-Id`), in lower case. Every request
 /// but `initialize` must send it; the `initialize` answer carries the new one.
@@ -90,9 +91,14 @@ fn origin_allowed(gw: &Gateway, headers: &HeaderMap) -> bool {
     })
 }
 
-/// The caller, or the 401 (503 when the token could not be checked now) to send; the
-/// [`Refusal`] too, for the count of wrong tokens.
-async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Identity, (Response, Refusal)> {
+/// The caller, or the 401 (503 when the token could not be checked now) to send. A wrong token
+/// counts towards its address's `limits.failed_auth_per_minute`; past it, it gets 429 instead,
+/// neither counted nor audited (see [`crate::limits`]).
+async fn authenticate(
+    gw: &Gateway,
+    peer: Option<std::net::IpAddr>,
+    headers: &HeaderMap,
+) -> Result<Identity, Response> {
     let refusal = match gw
         .auth
         .authenticate(headers.get(header::AUTHORIZATION))
@@ -102,6 +108,13 @@ async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Identity, (Re
         Err(r) => r,
     };
     let response = match &refusal {
+        Refusal::Invalid(why) if gw.limits.wrong_token(peer, why) == WrongToken::Locked => {
+            metrics::refused(429, "failed_auth_lockout");
+            too_many(
+                "Too Many Requests: too many wrong tokens from this address (limits.failed_auth_per_minute)",
+                "60",
+            )
+        }
         Refusal::Missing | Refusal::Invalid(_) => {
             let error = matches!(refusal, Refusal::Invalid(_)).then_some("invalid_token");
             metrics::refused(401, error.unwrap_or("no_token"));
@@ -123,7 +136,7 @@ async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Identity, (Re
             r
         }
     };
-    Err((response, refusal))
+    Err(response)
 }
 
 /// The 403 for a caller whose token lacks scopes `operation` requires (audited as
@@ -204,8 +217,8 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Peer {
     }
 }
 
-/// Common front checks (origin, a caller locked out for wrong tokens, authentication, the
-/// request rate); the caller on success.
+/// Common front checks (origin, authentication, the request rate); the caller on success. A
+/// token that verifies is heard whatever others sent from its address.
 async fn front(
     gw: &Gateway,
     peer: Option<std::net::IpAddr>,
@@ -218,42 +231,7 @@ async fn front(
             "Forbidden: Origin not allowed",
         ));
     }
-    // An address that sent too many wrong tokens is not heard until its minute is over:
-    // neither a wrong nor a right token is checked for it.
-    if let Some(ip) = peer {
-        if gw.limits.auth_locked(ip) {
-            metrics::refused(429, "failed_auth_lockout");
-            return Err(too_many(
-                "Too Many Requests: too many wrong tokens from this address (limits.failed_auth_per_minute)",
-                "60",
-            ));
-        }
-    }
-    let identity = authenticate(gw, headers)
-        .await
-        .map_err(|(response, refusal)| {
-            if let Refusal::Invalid(why) = &refusal {
-                tracing::debug!(reason = %why, "token refused");
-                // The first wrong token of an address in its minute is audited (and the one
-                // that locks it out): a guesser cannot flood the log.
-                if peer.is_none_or(|ip| gw.limits.auth_failed(ip)) {
-                    tracing::warn!(
-                        target: "audit",
-                        event = "auth_failed",
-                        principal = "",
-                        issuer = "",
-                        node = gw.router.host().node_id(),
-                        method = "",
-                        request_id = "",
-                        task_id = "",
-                        outcome = %why,
-                        peer = ?peer,
-                        "a bearer token was refused"
-                    );
-                }
-            }
-            response
-        })?;
+    let identity = authenticate(gw, peer, headers).await?;
     if !gw.limits.allow_request(&identity.principal) {
         metrics::refused(429, "request_rate");
         return Err(too_many(
@@ -347,7 +325,7 @@ async fn handle_post(
     };
     let msg = match jsonrpc::parse_message(&body) {
         Ok(m) => m,
-        Err(e) => return rpc_error(StatusCode::BAD_REQUEST, None, &e.to_error()),
+        Err(e) => return rpc_error(wire::envelope_status(&e), e.id(), &e.to_error()),
     };
     let (operation, method, request_id) = match &msg {
         Message::Request { method, id, .. } => {

@@ -80,8 +80,9 @@ pub struct GatewayConfig {
     pub tasks_per_minute: u32,
     /// Sessions (`initialize`) one principal may open per minute on this node; 0 = no limit.
     pub sessions_per_minute: u32,
-    /// Wrong bearer tokens one client address may send within a minute; past it the address
-    /// gets HTTP 429 (no token checked) until its minute is over; 0 = unlimited.
+    /// Wrong bearer tokens one client address may send within a minute; past it its wrong
+    /// tokens get HTTP 429, uncounted and unaudited, until its minute is over, while a token
+    /// that verifies is served; 0 = unlimited.
     pub failed_auth_per_minute: u32,
     /// Unknown-task lookups per minute per principal above which an audit warning is logged
     /// (at most one a minute per principal); 0 = never.

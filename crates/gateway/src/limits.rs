@@ -1,14 +1,31 @@
 //! Per-principal limits: a token-bucket request rate (HTTP 429 past it), the tasks and the
 //! sessions a principal may create per minute (`-32001` past them), and a watch on bursts
 //! of lookups of unknown task ids (enumeration attempts), reported as audit warnings; and per
-//! client address, a cap on wrong tokens (guessing), past which the address is not heard for
-//! the rest of its minute.
+//! client address, a cap on wrong tokens (guessing).
+//!
+//! Past the cap (`limits.failed_auth_per_minute`), the address's wrong tokens are not heard
+//! for the rest of its minute: each is answered 429 and is neither counted nor audited, so a
+//! guesser can neither flood the log nor learn anything from the answer but that it is locked
+//! out. Every token is still verified, and one that verifies is served: many clients may share
+//! an address (a proxy, a NAT), and one client's mistakes must not lock the others out. What
+//! keeps a token from being guessed is its length; the cap bounds the log and the work a
+//! guesser makes, not the guessing itself.
 
 use std::num::NonZeroU32;
 
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 use crate::GatewayConfig;
+
+/// What a wrong token from an address comes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WrongToken {
+    /// Counted towards the address's limit: answered 401 as any wrong token.
+    Counted,
+    /// The address is past its limit for the rest of its minute: answered 429, nothing counted
+    /// or audited.
+    Locked,
+}
 
 /// Wrong tokens from one address within its current minute.
 struct Failures {
@@ -76,23 +93,46 @@ impl Limits {
         allow(self.sessions.as_ref(), principal)
     }
 
-    /// Whether `ip` sent `limits.failed_auth_per_minute` wrong tokens within its minute.
-    pub(crate) fn auth_locked(&self, ip: std::net::IpAddr) -> bool {
-        let Some((limit, by_ip)) = &self.failed_auth else {
-            return false;
+    /// A wrong token (refused for `why`) from `peer`: [`WrongToken::Locked`] when the address
+    /// sent `limits.failed_auth_per_minute` of them within its minute already (then nothing is
+    /// counted or audited), else it is counted, and audited when it is the address's first of
+    /// its minute (every one when no limit counts them, or the address is unknown); the one that
+    /// reaches the limit is audited as `auth_failures_locked`.
+    pub(crate) fn wrong_token(&self, peer: Option<std::net::IpAddr>, why: &str) -> WrongToken {
+        let first = match (peer, &self.failed_auth) {
+            (Some(ip), Some((limit, by_ip))) => match self.count_wrong_token(ip, *limit, by_ip) {
+                Some(first) => first,
+                None => return WrongToken::Locked,
+            },
+            _ => true,
         };
-        by_ip
-            .lock()
-            .get(&ip)
-            .is_some_and(|f| f.since.elapsed() < AUTH_WINDOW && f.count >= *limit)
+        tracing::debug!(reason = %why, "token refused");
+        if first {
+            tracing::warn!(
+                target: "audit",
+                event = "auth_failed",
+                principal = "",
+                issuer = "",
+                node = self.node,
+                method = "",
+                request_id = "",
+                task_id = "",
+                outcome = %why,
+                peer = ?peer,
+                "a bearer token was refused"
+            );
+        }
+        WrongToken::Counted
     }
 
-    /// Count a wrong token from `ip`; the one that reaches the limit is audited. Whether it is
-    /// the first of the address's minute (or no limit counts them: then every one is).
-    pub(crate) fn auth_failed(&self, ip: std::net::IpAddr) -> bool {
-        let Some((limit, by_ip)) = &self.failed_auth else {
-            return true;
-        };
+    /// Count a wrong token from `ip` within its minute: whether it is the first of the minute,
+    /// or `None` (nothing counted) when the address reached `limit` already.
+    fn count_wrong_token(
+        &self,
+        ip: std::net::IpAddr,
+        limit: u32,
+        by_ip: &parking_lot::Mutex<std::collections::HashMap<std::net::IpAddr, Failures>>,
+    ) -> Option<bool> {
         let mut by_ip = by_ip.lock();
         if by_ip.len() >= AUTH_TRACKED {
             by_ip.retain(|_, f| f.since.elapsed() < AUTH_WINDOW);
@@ -108,8 +148,11 @@ impl Limits {
                 count: 0,
             };
         }
+        if f.count >= limit {
+            return None;
+        }
         f.count += 1;
-        if f.count == *limit {
+        if f.count == limit {
             tracing::warn!(
                 target: "audit",
                 event = "auth_failures_locked",
@@ -119,13 +162,13 @@ impl Limits {
                 method = "",
                 request_id = "",
                 task_id = "",
-                outcome = "address locked out for the rest of its minute",
+                outcome = "wrong tokens from this address refused for the rest of its minute",
                 peer = %ip,
                 failures = f.count,
-                "too many wrong tokens from one address; not heard for the rest of its minute"
+                "too many wrong tokens from one address; its wrong tokens are refused with 429 for the rest of its minute"
             );
         }
-        f.count == 1
+        Some(f.count == 1)
     }
 
     /// Count a lookup of an unknown (or foreign, or expired) task id.
@@ -164,4 +207,40 @@ fn allow(limiter: Option<&DefaultKeyedRateLimiter<String>>, principal: &str) -> 
         l.retain_recent();
     }
     ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_past_its_wrong_tokens_is_locked_and_no_other_is() {
+        let cfg = GatewayConfig {
+            failed_auth_per_minute: 3,
+            ..GatewayConfig::default()
+        };
+        let limits = Limits::new(&cfg, 1);
+        let guesser: std::net::IpAddr = [127, 0, 0, 1].into();
+        let other: std::net::IpAddr = [127, 0, 0, 2].into();
+        let seen: Vec<_> = (0..6)
+            .map(|_| limits.wrong_token(Some(guesser), "not a configured token"))
+            .collect();
+        assert_eq!(seen[..3], [WrongToken::Counted; 3]);
+        assert_eq!(seen[3..], [WrongToken::Locked; 3]);
+        assert_eq!(limits.wrong_token(Some(other), "x"), WrongToken::Counted);
+        // Without an address, or without a limit, nothing locks.
+        for _ in 0..5 {
+            assert_eq!(limits.wrong_token(None, "x"), WrongToken::Counted);
+        }
+        let open = Limits::new(
+            &GatewayConfig {
+                failed_auth_per_minute: 0,
+                ..GatewayConfig::default()
+            },
+            1,
+        );
+        for _ in 0..50 {
+            assert_eq!(open.wrong_token(Some(guesser), "x"), WrongToken::Counted);
+        }
+    }
 }

@@ -1,12 +1,25 @@
 //! Domain -> wire: task views as MCP `Task` objects, host errors as JSON-RPC errors, stored
-//! outcomes as `tasks/result` answers.
+//! outcomes as `tasks/result` answers; the HTTP status of a body that is no usable message.
 
+use axum::http::StatusCode;
 use serde_json::{json, Map, Value};
 use taskmesh_host::HostError;
-use taskmesh_mcp::jsonrpc::{self, ErrorObject, CAPACITY_EXCEEDED, INTERNAL_ERROR, INVALID_PARAMS};
+use taskmesh_mcp::jsonrpc::{
+    self, EnvelopeError, ErrorObject, CAPACITY_EXCEEDED, INTERNAL_ERROR, INVALID_PARAMS,
+};
 use taskmesh_mcp::time::rfc3339_ms;
 use taskmesh_mcp::{Task, WireStatus, META_RELATED_TASK};
 use taskmesh_task::{Outcome, TaskRecord, TaskStatus, TaskView};
+
+/// The HTTP status of a body that is no usable message: 400, but 200 for a request whose params
+/// cannot be read (answered, with its id, like any other `-32602`, on either protocol
+/// generation).
+pub(crate) fn envelope_status(e: &EnvelopeError) -> StatusCode {
+    match e.id() {
+        Some(_) => StatusCode::OK,
+        None => StatusCode::BAD_REQUEST,
+    }
+}
 
 /// The MCP status string of a task status (one for one).
 pub fn wire_status(s: TaskStatus) -> WireStatus {

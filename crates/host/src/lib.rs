@@ -11,8 +11,9 @@
 //!
 //! The operations live by what they do: `create.rs` (admission and the create proposal),
 //! `reads.rs` (get, list), `attach.rs` (a `tasks/result` reader attaching, a client's answer
-//! reaching the task), `shards.rs` (hosting replicas, their loops and their status); cancel,
-//! the actor handles and shutdown stay here with the host's state.
+//! reaching the task), `shards.rs` (hosting replicas, their loops and their status), `slots.rs`
+//! (live-task slots and their admission); cancel, the actor handles and shutdown stay here with
+//! the host's state.
 
 pub mod actor;
 mod attach;
@@ -24,10 +25,10 @@ mod events;
 pub mod ops;
 mod reads;
 mod shards;
+mod slots;
 mod types;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -76,9 +77,9 @@ pub(crate) struct Inner {
     /// Tasks this node is creating: proposed, and their actor not yet running. The reconciler
     /// leaves them to the create.
     pub(crate) starting: Mutex<HashSet<String>>,
-    pub(crate) live: AtomicUsize,
-    /// Live tasks by owner (for `max_live_tasks_per_principal`).
-    pub(crate) live_by_owner: Mutex<HashMap<String, usize>>,
+    /// The live-task slots, in all and by owner (`tasks.max_live_tasks`,
+    /// `tasks.max_live_tasks_per_principal`).
+    pub(crate) slots: Mutex<slots::Slots>,
     pub(crate) waiters: Mutex<HashMap<String, Vec<oneshot::Sender<Ended>>>>,
     pub(crate) events: broadcast::Sender<HostEvent>,
     /// (minute, reads of other principals' tasks in it), for their audit's rate limit.
@@ -99,6 +100,7 @@ impl Host {
     /// [`Host::add_shard`]). Call [`Host::start`] to begin serving.
     pub fn new(cfg: HostConfig, tools: Arc<ToolRegistry>, shard_count: u32) -> Self {
         let (events, _) = broadcast::channel(cfg.event_buffer.max(16));
+        let slots = slots::Slots::new(cfg.max_live_tasks, cfg.max_live_tasks_per_principal);
         Self {
             inner: Arc::new(Inner {
                 cfg,
@@ -108,8 +110,7 @@ impl Host {
                 started: std::sync::atomic::AtomicBool::new(false),
                 actors: Mutex::new(HashMap::new()),
                 starting: Mutex::new(HashSet::new()),
-                live: AtomicUsize::new(0),
-                live_by_owner: Mutex::new(HashMap::new()),
+                slots: Mutex::new(slots),
                 waiters: Mutex::new(HashMap::new()),
                 events,
                 foreign_lookups: Mutex::new((0, 0)),
@@ -119,39 +120,21 @@ impl Host {
 
     /// Take a live-task slot for a task of `owner`: within `max_live_tasks` and
     /// `max_live_tasks_per_principal` when `admit` (a new task), regardless of them when not (a
-    /// task admitted earlier that is resumed here).
+    /// task admitted earlier that is resumed here). A refusal takes nothing.
     pub(crate) fn take_slot(&self, owner: &str, admit: bool) -> Result<(), HostError> {
-        let limit = self.inner.cfg.max_live_tasks;
-        let node = self
-            .inner
-            .live
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (!admit || n < limit).then_some(n + 1)
-            });
-        if node.is_err() {
-            return Err(HostError::Capacity { limit });
-        }
-        let per = self.inner.cfg.max_live_tasks_per_principal;
-        let mut by_owner = self.inner.live_by_owner.lock();
-        let n = by_owner.entry(owner.to_string()).or_default();
-        if admit && per > 0 && *n >= per {
-            drop(by_owner);
-            self.give_slot(owner);
-            return Err(HostError::Capacity { limit: per });
-        }
-        *n += 1;
-        Ok(())
+        self.inner
+            .slots
+            .lock()
+            .take(owner, admit)
+            .map_err(|refused| HostError::Capacity {
+                limit: refused.limit(),
+            })
     }
 
     /// Give back a slot [`Host::take_slot`] took for a task of `owner`.
     pub(crate) fn give_slot(&self, owner: &str) {
-        self.inner.live.fetch_sub(1, Ordering::AcqRel);
-        let mut by_owner = self.inner.live_by_owner.lock();
-        if let Some(n) = by_owner.get_mut(owner) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                by_owner.remove(owner);
-            }
+        if !self.inner.slots.lock().give(owner) {
+            tracing::error!(principal = %owner, "a live-task slot was given back that was not held");
         }
     }
 
@@ -183,7 +166,7 @@ impl Host {
 
     /// Number of live task actors on this node.
     pub fn live_tasks(&self) -> usize {
-        self.inner.live.load(Ordering::Relaxed)
+        self.inner.slots.lock().live()
     }
 
     /// The local replica of `shard`; a shard this node does not host answers `NotLeader`

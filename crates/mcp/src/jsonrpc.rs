@@ -1,7 +1,11 @@
 //! JSON-RPC 2.0 envelope: classification of an incoming body and serialisation of answers.
 //!
 //! MCP 2025-06-18 and later forbid batches; a JSON array is answered with `-32600` like any
-//! other value that is not a single JSON-RPC message.
+//! other value that is not a single JSON-RPC message. A message that is JSON but holds a number
+//! no parameter can take (`1e400`) is answered `-32602` with its id, naming the field
+//! (`values.rs`).
+
+mod values;
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -105,7 +109,7 @@ pub enum Message {
 }
 
 /// Why a body is not a usable JSON-RPC message. The gateway answers these with an error whose
-/// id is `null`.
+/// id is [`EnvelopeError::id`]: `null` but for a request whose params cannot be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EnvelopeError {
     /// The body is empty or not JSON; answered with `-32700`.
@@ -115,15 +119,36 @@ pub enum EnvelopeError {
     /// `jsonrpc`, a null request id, ...); answered with `-32600`.
     #[error("Invalid Request: {0}")]
     Invalid(String),
+    /// A valid message whose `params` hold a value no parameter can take (a number beyond the
+    /// range of a double, such as `1e400`); answered with `-32602` naming the field, and the
+    /// request's id (none for a notification).
+    #[error("Invalid params: {message}")]
+    Params {
+        /// The request's id; `None` for a notification.
+        id: Option<RequestId>,
+        /// What is wrong, naming the field by its path in `params` (`task.ttl`).
+        message: String,
+    },
 }
 
 impl EnvelopeError {
-    /// The JSON-RPC error to answer with: `-32700` for `Parse`, `-32600` for `Invalid`, with
-    /// this error's text as the message.
+    /// The JSON-RPC error to answer with: `-32700` for `Parse`, `-32600` for `Invalid`,
+    /// `-32602` for `Params`, with this error's text as the message.
     pub fn to_error(&self) -> ErrorObject {
+        let code = match self {
+            EnvelopeError::Parse(_) => PARSE_ERROR,
+            EnvelopeError::Invalid(_) => INVALID_REQUEST,
+            EnvelopeError::Params { .. } => INVALID_PARAMS,
+        };
+        ErrorObject::new(code, self.to_string())
+    }
+
+    /// The id to answer with: the request's, when it could be read and the message is a
+    /// request.
+    pub fn id(&self) -> Option<&RequestId> {
         match self {
-            EnvelopeError::Parse(_) => ErrorObject::new(PARSE_ERROR, self.to_string()),
-            EnvelopeError::Invalid(_) => ErrorObject::new(INVALID_REQUEST, self.to_string()),
+            EnvelopeError::Params { id, .. } => id.as_ref(),
+            EnvelopeError::Parse(_) | EnvelopeError::Invalid(_) => None,
         }
     }
 }
@@ -180,23 +205,17 @@ pub fn parse_message(body: &[u8]) -> Result<Message, EnvelopeError> {
     }
     let env: RawEnvelope<'_> = match serde_json::from_slice(body) {
         Ok(env) => env,
+        // JSON of the wrong shape.
+        Err(e) if e.classify() == serde_json::error::Category::Data => {
+            return Err(EnvelopeError::Invalid(e.to_string()))
+        }
         // Not JSON (a syntax error: also a string that is not Unicode, such as a lone
-        // surrogate escape), or JSON of the wrong shape.
+        // surrogate escape), or JSON with a value that cannot be built (a number out of range).
         Err(e) => {
-            return Err(match e.classify() {
-                serde_json::error::Category::Data => EnvelopeError::Invalid(e.to_string()),
-                _ => EnvelopeError::Parse(e.to_string()),
-            })
+            return Err(values::unreadable(body).unwrap_or(EnvelopeError::Parse(e.to_string())))
         }
     };
-    match env.jsonrpc.map(|v| v.get()) {
-        Some("\"2.0\"") => {}
-        _ => return Err(EnvelopeError::Invalid("\"jsonrpc\" must be \"2.0\"".into())),
-    }
-    let id = match env.id {
-        None => None,
-        Some(raw) => Some(parse_id(raw)?),
-    };
+    let id = envelope_id(env.jsonrpc, env.id)?;
     if let Some(params) = &env.params {
         if !params.is_object() && !params.is_array() {
             return Err(EnvelopeError::Invalid(
@@ -241,6 +260,19 @@ pub fn parse_message(body: &[u8]) -> Result<Message, EnvelopeError> {
         },
         _ => Err(EnvelopeError::Invalid("missing \"method\"".into())),
     }
+}
+
+/// The message's id, after checking its `jsonrpc`: `None` without one, `Some(None)` for a
+/// null one.
+fn envelope_id(
+    jsonrpc: Option<&RawValue>,
+    id: Option<&RawValue>,
+) -> Result<Option<Option<RequestId>>, EnvelopeError> {
+    match jsonrpc.map(|v| v.get()) {
+        Some("\"2.0\"") => {}
+        _ => return Err(EnvelopeError::Invalid("\"jsonrpc\" must be \"2.0\"".into())),
+    }
+    id.map(parse_id).transpose()
 }
 
 /// `Ok(None)` for a null id.
@@ -420,6 +452,79 @@ mod tests {
             code(br#"{"jsonrpc":"2.0","id":1,"method":7}"#),
             INVALID_REQUEST
         );
+    }
+
+    #[test]
+    fn a_number_out_of_range_is_invalid_params_naming_the_field_with_the_id() {
+        let params = |body: &str| match parse_message(body.as_bytes()) {
+            Err(e) => (e.to_error(), e.id().cloned()),
+            Ok(m) => panic!("{body} parsed as {m:?}"),
+        };
+        let (e, id) = params(
+            r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"t","task":{"ttl":1e400}}}"#,
+        );
+        assert_eq!(e.code, INVALID_PARAMS);
+        assert!(e.message.contains("'task.ttl'"), "{e:?}");
+        assert_eq!(id, Some(RequestId::Number(9)));
+        // Wherever it is: a tool argument deep in arrays and objects, a negative one, the id
+        // after the params.
+        let (e, id) = params(
+            r#"{"params":{"arguments":{"a":[0,{"b":-2.5e999}]}},"method":"tools/call","id":"x","jsonrpc":"2.0"}"#,
+        );
+        assert_eq!(e.code, INVALID_PARAMS);
+        assert!(e.message.contains("'arguments.a[1].b'"), "{e:?}");
+        assert_eq!(id, Some(RequestId::String("x".into())));
+        // A notification has no id to answer with.
+        let (e, id) = params(
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1E309}}"#,
+        );
+        assert_eq!(e.code, INVALID_PARAMS);
+        assert!(e.message.contains("'requestId'"), "{e:?}");
+        assert_eq!(id, None);
+        // A long path is cut short.
+        let key = "k".repeat(500);
+        let (e, _) = params(&format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"{key}":1e400}}}}"#
+        ));
+        assert!(e.message.len() < 300, "{e:?}");
+        // Numbers at the edge of the range are read.
+        let m = parse_message(
+            br#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1.7976931348623157e308,"b":1e-400}}"#,
+        )
+        .unwrap();
+        assert!(matches!(m, Message::Request { .. }));
+    }
+
+    #[test]
+    fn the_envelope_is_checked_before_the_values() {
+        let code = |b: &str| parse_message(b.as_bytes()).unwrap_err().to_error().code;
+        let id = |b: &str| parse_message(b.as_bytes()).unwrap_err().id().cloned();
+        for body in [
+            r#"{"jsonrpc":"1.0","id":1,"method":"m","params":{"a":1e400}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"m","params":{"a":1e400}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"params":{"a":1e400}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":1e400}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":[1e400]}}"#,
+        ] {
+            assert_eq!(code(body), INVALID_REQUEST, "{body}");
+            assert_eq!(id(body), None, "{body}");
+        }
+        // Not JSON stays a parse error, whatever numbers it holds; so does a string that is not
+        // Unicode met before the number.
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1e400"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"b":"\ud800","a":1e400}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1e400,}}"#,
+        ] {
+            assert_eq!(code(body), PARSE_ERROR, "{body}");
+        }
+        // Nesting past the parser's limit stays a parse error too.
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"a":{}1e400{}}}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert_eq!(code(&deep), PARSE_ERROR);
     }
 
     proptest::proptest! {

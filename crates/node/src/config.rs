@@ -215,8 +215,8 @@ pub struct LimitsConfig {
     /// Sessions (`initialize`) one principal may open per minute on this node; past it
     /// `-32001`. 0 (the default) = no limit.
     pub sessions_per_minute: u32,
-    /// Wrong bearer tokens one client address may send within a minute; past it the
-    /// address gets HTTP 429 until its minute is over. Default 20; 0 = unlimited.
+    /// Wrong bearer tokens one client address may send within a minute; past it its wrong
+    /// tokens get 429 (valid ones are served) until its minute is over. Default 20; 0 = unlimited.
     pub failed_auth_per_minute: u32,
     /// Cancellable requests (plain `tools/call`, held `tasks/result`) one session may have in
     /// flight at once; more are refused with `-32001`. At least 1.

@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod descriptors;
 pub mod listener;
 
 use std::collections::BTreeMap;
@@ -472,6 +473,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     cfg.validate()?;
+    descriptors::raise_soft_limit();
     if cfg.metrics.enabled {
         // Before any handle is taken (the gateway's and the host's are taken on first use).
         taskmesh_metrics::install()?;
@@ -500,7 +502,9 @@ pub async fn serve(
         },
     )
     .with_context(|| format!("opening the write-ahead log in {}", data_dir.display()))?;
-    let store = Store::new(db.clone(), wal);
+    let snapshots = taskmesh_shard::storage::SnapshotDir::open(&data_dir.join("snapshots"))
+        .with_context(|| format!("opening the snapshot directory in {}", data_dir.display()))?;
+    let store = Store::new(db.clone(), wal, snapshots);
     let clustered = !cfg.cluster.peers.is_empty();
 
     let tools = Arc::new(ToolRegistry::new());
@@ -547,6 +551,7 @@ pub async fn serve(
         .await
         .with_context(|| format!("binding {}", cfg.listen))?;
     let local: SocketAddr = listener.local_addr()?;
+    let bounds = listener::Bounds::of(&cfg.http);
     let tls = match &cfg.http.tls {
         None => None,
         Some(t) => {
@@ -576,11 +581,6 @@ pub async fn serve(
         }
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let bounds = listener::Bounds {
-        max_connections: cfg.http.max_connections,
-        header_read_timeout: Duration::from_millis(cfg.http.header_read_timeout_ms),
-        max_header_bytes: cfg.http.max_header_bytes,
-    };
     let server = tokio::spawn(listener::serve(listener, app, bounds, tls, async move {
         let _ = stop_rx.await;
     }));

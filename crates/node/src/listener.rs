@@ -3,7 +3,9 @@
 //! nothing.
 //!
 //! - At most `http.max_connections` connections are open at once; one more is closed as soon
-//!   as it is accepted.
+//!   as it is accepted. The value is kept within the open-file limit less a reserve
+//!   ([`crate::descriptors`]), so accepting never fails for want of a descriptor and a new
+//!   client never waits in the listen queue behind idle connections.
 //! - With `[http.tls]`, every connection is TLS (HTTP/1.1 or HTTP/2 by ALPN), with the newest
 //!   good certificate of the configured files; the handshake must end within
 //!   `http.header_read_timeout_ms`.
@@ -41,6 +43,18 @@ pub struct Bounds {
     /// The most bytes a request's head may take (HTTP/1: the parser's buffer, 431 past it;
     /// HTTP/2: the header list).
     pub max_header_bytes: usize,
+}
+
+impl Bounds {
+    /// The bounds `[http]` sets, `max_connections` fitted to the open-file limit in force
+    /// ([`crate::descriptors::connection_limit`]).
+    pub fn of(http: &crate::config::HttpConfig) -> Self {
+        Self {
+            max_connections: crate::descriptors::connection_limit(http.max_connections),
+            header_read_timeout: Duration::from_millis(http.header_read_timeout_ms),
+            max_header_bytes: http.max_header_bytes,
+        }
+    }
 }
 
 /// The listener's TLS, when it serves HTTPS.

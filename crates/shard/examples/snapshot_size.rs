@@ -35,7 +35,8 @@ fn record(i: usize) -> TaskRecord {
 fn open_store(dir: &std::path::Path) -> Result<taskmesh_shard::Store, Box<dyn std::error::Error>> {
     let db = sled::Config::new().path(dir.join("db")).open()?;
     let wal = taskmesh_shard::storage::Wal::open(&dir.join("wal"), Default::default())?;
-    Ok(taskmesh_shard::Store::new(db, wal))
+    let snapshots = taskmesh_shard::storage::SnapshotDir::open(&dir.join("snapshots"))?;
+    Ok(taskmesh_shard::Store::new(db, wal, snapshots))
 }
 
 #[tokio::main]

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::storage::{Store, Wal, WalConfig};
+use crate::storage::{SnapshotDir, Store, Wal, WalConfig};
 
 /// How long [`open_db`] keeps trying to open a database that is still locked: the file lock of
 /// a dropped handle (a stopped node, a restarted replica) may stay held for a moment after the
@@ -32,13 +32,24 @@ pub async fn open_db(path: &Path, configure: impl Fn(sled::Config) -> sled::Conf
 }
 
 /// Open a node's storage under `dir`: the sled database in `dir/db` (with the settings
-/// `configure` adds, waiting as [`open_db`] does) and the write-ahead log in `dir/wal`
-/// (waiting the same way while a dropped log's thread still holds its lock).
+/// `configure` adds, waiting as [`open_db`] does), the write-ahead log in `dir/wal`
+/// (waiting the same way while a dropped log's thread still holds its lock) and the snapshot
+/// directory `dir/snapshots`.
 pub async fn open_store(dir: &Path, configure: impl Fn(sled::Config) -> sled::Config) -> Store {
+    open_store_with(dir, configure, WalConfig::default()).await
+}
+
+/// [`open_store`] with the write-ahead log's settings given (small segments, say, so that a
+/// test sees them filled, closed and deleted).
+pub async fn open_store_with(
+    dir: &Path,
+    configure: impl Fn(sled::Config) -> sled::Config,
+    wal_config: WalConfig,
+) -> Store {
     let db = open_db(&dir.join("db"), configure).await;
     let deadline = tokio::time::Instant::now() + OPEN_DB_WAIT;
     let wal = loop {
-        match Wal::open(&dir.join("wal"), WalConfig::default()) {
+        match Wal::open(&dir.join("wal"), wal_config.clone()) {
             Ok(wal) => break wal,
             Err(_) if tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(OPEN_DB_PAUSE).await;
@@ -46,5 +57,11 @@ pub async fn open_store(dir: &Path, configure: impl Fn(sled::Config) -> sled::Co
             Err(e) => panic!("cannot open the log in {}: {e}", dir.display()),
         }
     };
-    Store::new(db, wal)
+    let snapshots = SnapshotDir::open(&dir.join("snapshots")).unwrap_or_else(|e| {
+        panic!(
+            "cannot open the snapshot directory in {}: {e}",
+            dir.display()
+        )
+    });
+    Store::new(db, wal, snapshots)
 }

@@ -5,7 +5,7 @@
 //! metadata group a [`taskmesh_meta::ClusterMeta`] (its log carries
 //! [`taskmesh_meta::MetaCommand`]s). [`Group<S>`] is the openraft type configuration of a group
 //! of state `S`, so a task shard's log cannot carry a metadata command, nor the reverse: the
-//! types differ. How each state is laid out in sled is in [`crate::storage`].
+//! types differ. How each state is laid out on disk is in [`crate::storage`].
 
 use std::cmp::Ordering;
 use std::fmt;

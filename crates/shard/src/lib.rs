@@ -1,10 +1,10 @@
 //! One Raft group per logical shard, and the metadata group.
 //!
 //! A [`ShardReplica`] is this node's member of one group: an openraft `Raft` whose state is a
-//! [`GroupState`], held in memory for reads and kept durable in the node's [`Store`] (its write-ahead log and
-//! sled database). A
-//! task shard's log carries [`taskmesh_task::Command`]s and its state is a
-//! [`taskmesh_task::ShardState`] (the default); the metadata group's log carries
+//! [`GroupState`], held in memory for reads and kept durable in the node's [`Store`] (its
+//! write-ahead log and its snapshot files). A task shard's log carries
+//! [`taskmesh_task::Command`]s and its state is a [`taskmesh_task::ShardState`] (the
+//! default); the metadata group's log carries
 //! [`taskmesh_meta::MetaCommand`]s and its state is a [`taskmesh_meta::ClusterMeta`]
 //! ([`MetaReplica`]). See [`group`] for why the two cannot mix, [`storage`] for the on-disk
 //! layout and its durability rules, and [`network`] for how a transport between nodes plugs in.

@@ -544,6 +544,7 @@ async fn a_log_kept_in_database_trees_moves_into_the_write_ahead_log() {
         let committed = wal.meta(3, MetaKey::Committed).expect("a committed id");
         raft.insert("committed", committed).expect("insert");
         db.drop_tree("shard/3/sm").expect("drop");
+        store.snapshots().remove(3).expect("remove");
         wal.drop_group(3).expect("drop");
         store.flush().await.expect("flush");
         records
@@ -577,7 +578,8 @@ async fn a_log_kept_in_database_trees_moves_into_the_write_ahead_log() {
 
 /// A state machine tree of an earlier version kept the state itself: a key per record
 /// (`rec/{task id}`), the applied id (`meta/applied`) and the membership (`meta/membership`).
-/// Opening it keeps that state as a snapshot instead, and the old keys go.
+/// Opening it keeps that state as a snapshot instead, in the group's snapshot file, and the
+/// tree goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_kept_key_by_key_becomes_a_snapshot() {
     use openraft::async_runtime::WatchReceiver;
@@ -633,19 +635,85 @@ async fn a_state_kept_key_by_key_becomes_a_snapshot() {
         .expect("a snapshot was kept");
     assert_eq!(snapshot.meta.last_log_id, applied);
     assert_eq!(snapshot.meta.last_membership, membership);
-    let tree = store.db().open_tree("shard/3/sm").expect("tree");
-    let keys: Vec<String> = tree
-        .iter()
-        .keys()
-        .map(|k| String::from_utf8_lossy(&k.expect("key")).into_owned())
-        .collect();
-    assert_eq!(keys, vec!["snap/data", "snap/meta"]);
+    assert!(!has_tree(&store, "shard/3/sm"));
+    let (meta, _) = store
+        .snapshots()
+        .read(3)
+        .expect("read")
+        .expect("a snapshot file");
+    assert_eq!(meta.last_log_id, applied);
     drop(sm);
     let reopened = <StateMachineStore>::open(&store, 3, 16)
         .await
         .expect("reopen sm");
     assert_eq!(state(&reopened), records);
     assert_eq!(reopened.last_applied(), applied);
+}
+
+fn has_tree(store: &Store, name: &str) -> bool {
+    store
+        .db()
+        .tree_names()
+        .iter()
+        .any(|n| n.as_ref() == name.as_bytes())
+}
+
+/// A version before this one kept each group's latest snapshot in its state machine tree
+/// (`snap/meta`, `snap/data`), where sled never gave back the space of the ones it replaced.
+/// Opening the group reads that snapshot, moves it into the group's snapshot file and drops
+/// the tree; the state is the same, and later snapshots go to the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_kept_in_the_database_moves_into_its_file() {
+    let dir = TempDir::new().expect("tempdir");
+    let before = {
+        let (store, replica) = start(dir.path(), config()).await;
+        for i in 0..5 {
+            replica
+                .propose(create(&format!("t{i}")))
+                .await
+                .expect("create");
+        }
+        replica.trigger_snapshot().await.expect("snapshot");
+        let records = all_records(&replica);
+        replica.shutdown().await.expect("shutdown");
+        drop(replica);
+        // Lay the snapshot out as the earlier version did.
+        let (meta, data) = store
+            .snapshots()
+            .read(3)
+            .expect("read")
+            .expect("a snapshot");
+        let tree = store.db().open_tree("shard/3/sm").expect("tree");
+        tree.insert("snap/meta", serde_json::to_vec(&meta).expect("json"))
+            .expect("insert");
+        tree.insert("snap/data", data).expect("insert");
+        store.snapshots().remove(3).expect("remove");
+        store.flush().await.expect("flush");
+        records
+    };
+    assert_eq!(before.len(), 5);
+
+    let store = open_db(dir.path()).await;
+    let replica = <ShardReplica>::open(store.clone(), config())
+        .await
+        .expect("open");
+    assert_eq!(all_records(&replica), before);
+    assert!(!has_tree(&store, "shard/3/sm"));
+    assert!(store.snapshots().read(3).expect("read").is_some());
+    replica.wait_leader(WAIT).await.expect("leader");
+    replica.propose(create("t9")).await.expect("create after");
+    replica.trigger_snapshot().await.expect("snapshot");
+    replica.shutdown().await.expect("shutdown");
+    drop(replica);
+    drop(store);
+
+    let store = open_db(dir.path()).await;
+    let replica = <ShardReplica>::open(store.clone(), config())
+        .await
+        .expect("reopen");
+    assert_eq!(all_records(&replica).len(), 6);
+    assert!(!has_tree(&store, "shard/3/sm"));
+    replica.shutdown().await.expect("shutdown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

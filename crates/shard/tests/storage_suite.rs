@@ -1,6 +1,6 @@
 //! Runs openraft's own storage conformance suite against the log store (over the write-ahead
-//! log) and the state machine (over sled): with the log's latest entries kept in memory, with
-//! so few kept that most reads miss them, and with none.
+//! log) and the state machine (over its snapshot file): with the log's latest entries kept in
+//! memory, with so few kept that most reads miss them, and with none.
 
 // A test binary: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
@@ -8,7 +8,7 @@
 use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::type_config::TypeConfigExt;
 use openraft::StorageError;
-use taskmesh_shard::storage::{LogStore, StateMachineStore, Store, Wal, WalConfig};
+use taskmesh_shard::storage::{LogStore, SnapshotDir, StateMachineStore, Store, Wal, WalConfig};
 use taskmesh_shard::TypeConfig;
 use tempfile::TempDir;
 
@@ -25,7 +25,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledBuil
         let dir = TempDir::new().map_err(fail)?;
         let db = sled::open(dir.path().join("db")).map_err(|e| fail(e.into()))?;
         let wal = Wal::open(&dir.path().join("wal"), WalConfig::default()).map_err(fail)?;
-        let store = Store::new(db, wal);
+        let snapshots = SnapshotDir::open(&dir.path().join("snapshots")).map_err(fail)?;
+        let store = Store::new(db, wal, snapshots);
         let (log, _) = <LogStore>::open(&store, 7, self.recent_bytes)
             .await
             .map_err(fail)?;

@@ -16,7 +16,12 @@
 //! the records of deleted segments did. A closed segment is deleted once no group has a live
 //! entry in it (all purged or truncated), after the writes that made them dead are durable:
 //! one group that stays idle holds on to the few segments with its entries, not to those
-//! written after them.
+//! written after them. The purge, truncation or drop that kills a segment asks the sync thread
+//! for that sync itself, so an idle node lets go of it without waiting for another write. The
+//! active segment is closed early when nothing in it lives any more and it has grown well
+//! past its checkpoint ([`IDLE_ROLL_MIN_BYTES`]): once every group has let go of its
+//! entries, the log is one segment holding a checkpoint. [`Wal::held_bytes`] tells a group
+//! what its entries keep on disk, for deciding when compacting its log pays.
 //!
 //! Opening the log reads every segment in order and replays its records. A record cut short
 //! or failing its CRC at the end of the last segment is a write that did not finish before a
@@ -25,18 +30,26 @@
 //! failed `fdatasync` is unknown.
 
 mod record;
+mod replay;
+mod state;
+mod sync;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
-use record::{Read, Record, ENTRY_PREFIX_LEN, HEADER_LEN};
+use record::{Record, ENTRY_PREFIX_LEN, HEADER_LEN};
+#[cfg(test)]
+use state::segment_path;
+use state::{corrupt, GroupLog, Loc, State};
+use sync::{sync_loop, Waiter};
+
+pub use state::IDLE_ROLL_MIN_BYTES;
 
 /// The small values a group keeps besides its entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,242 +107,6 @@ impl Default for WalConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Position(u64);
 
-/// Where an entry's bytes lie.
-#[derive(Debug, Clone, Copy)]
-struct Loc {
-    segment: u64,
-    offset: u32,
-    len: u32,
-}
-
-/// What the log holds for one group.
-#[derive(Debug, Default)]
-struct GroupLog {
-    meta: [Option<Box<[u8]>>; META_KEYS],
-    /// The last purged index and its entry's id.
-    purged: Option<(u64, Box<[u8]>)>,
-    /// The index of `locs[0]`.
-    first: u64,
-    locs: VecDeque<Loc>,
-}
-
-impl GroupLog {
-    /// The index the next appended entry must have, when the log constrains it.
-    fn next_index(&self) -> Option<u64> {
-        if !self.locs.is_empty() {
-            Some(self.first + self.locs.len() as u64)
-        } else {
-            self.purged.as_ref().map(|(p, _)| p + 1)
-        }
-    }
-
-    /// The index right after the log's end: the next entry's, or where the next would go.
-    fn end(&self) -> u64 {
-        self.next_index().unwrap_or(0)
-    }
-
-    /// Remove the entries from `from` on; returns where they were.
-    fn truncate(&mut self, from: u64) -> Vec<Loc> {
-        if self.locs.is_empty() || from >= self.first + self.locs.len() as u64 {
-            return Vec::new();
-        }
-        let keep = from.saturating_sub(self.first) as usize;
-        self.locs.drain(keep..).collect()
-    }
-
-    /// Remove the entries up to `upto` and remember it as purged; returns where they were.
-    fn purge(&mut self, upto: u64, id: &[u8]) -> Vec<Loc> {
-        if self.purged.as_ref().is_some_and(|(p, _)| *p >= upto) {
-            return Vec::new();
-        }
-        let drop = (upto + 1)
-            .saturating_sub(self.first)
-            .min(self.locs.len() as u64);
-        let removed = self.locs.drain(..drop as usize).collect();
-        // A log that starts past `upto + 1` keeps its first index.
-        self.first = if self.locs.is_empty() {
-            upto + 1
-        } else {
-            self.first + drop
-        };
-        self.purged = Some((upto, id.into()));
-        removed
-    }
-}
-
-struct State {
-    dir: PathBuf,
-    segment_bytes: u64,
-    segments: BTreeMap<u64, Arc<File>>,
-    active_id: u64,
-    active: Arc<File>,
-    active_len: u64,
-    /// Bytes written since the log was opened: the position of the last write's end.
-    written: u64,
-    groups: HashMap<u32, GroupLog>,
-    /// How many live entries each segment holds (absent: none).
-    live: HashMap<u64, u64>,
-    /// Why the log stopped, after a failed write or sync.
-    failed: Option<String>,
-    /// Records being written, reused between writes.
-    scratch: Vec<u8>,
-    /// Holds the directory's lock while the log is open.
-    _lock: File,
-}
-
-/// Count bytes written to the log in the node's metrics.
-fn count_written(bytes: u64) {
-    static WRITTEN: std::sync::LazyLock<taskmesh_metrics::metrics::Counter> =
-        std::sync::LazyLock::new(|| {
-            taskmesh_metrics::metrics::counter!(taskmesh_metrics::names::WAL_WRITTEN_BYTES)
-        });
-    WRITTEN.increment(bytes);
-}
-
-fn segment_path(dir: &Path, id: u64) -> PathBuf {
-    dir.join(format!("{id:020}.wal"))
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-fn stopped(why: &str) -> io::Error {
-    io::Error::other(format!(
-        "the write-ahead log stopped after an earlier failure: {why}"
-    ))
-}
-
-impl State {
-    fn check(&self) -> io::Result<()> {
-        match &self.failed {
-            Some(why) => Err(stopped(why)),
-            None => Ok(()),
-        }
-    }
-
-    /// Count entries that are no longer live out of their segments.
-    fn forget(&mut self, removed: &[Loc]) {
-        for loc in removed {
-            if let Some(n) = self.live.get_mut(&loc.segment) {
-                *n -= 1;
-                if *n == 0 {
-                    self.live.remove(&loc.segment);
-                }
-            }
-        }
-    }
-
-    fn group(&mut self, group: u32) -> io::Result<&mut GroupLog> {
-        self.groups.get_mut(&group).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("group {group} has no log here"),
-            )
-        })
-    }
-
-    /// Write the records in `self.scratch` at the end of the log (starting a new segment
-    /// first if this one is full) and return the offset they start at in the active segment.
-    fn write_scratch(&mut self) -> io::Result<u64> {
-        self.check()?;
-        let len = self.scratch.len() as u64;
-        if self.active_len > 0 && self.active_len + len > self.segment_bytes {
-            let records = std::mem::take(&mut self.scratch);
-            let rolled = self.roll();
-            self.scratch = records;
-            rolled?;
-        }
-        let at = self.active_len;
-        if let Err(e) = self.active.write_all_at(&self.scratch, at) {
-            self.failed = Some(format!("writing segment {}: {e}", self.active_id));
-            return Err(e);
-        }
-        self.active_len += len;
-        self.written += len;
-        count_written(len);
-        Ok(at)
-    }
-
-    /// Close the active segment (made durable first, so that the log on disk stays a prefix
-    /// of what was written) and start the next one with a checkpoint: every group, its small
-    /// values and where its log ends.
-    fn roll(&mut self) -> io::Result<()> {
-        let result = (|| {
-            self.active.sync_data()?;
-            let id = self.active_id + 1;
-            let file = Arc::new(
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .open(segment_path(&self.dir, id))?,
-            );
-            sync_dir(&self.dir)?;
-            let mut checkpoint = Vec::new();
-            Record::CheckpointBegin.encode(&mut checkpoint)?;
-            let mut groups: Vec<_> = self.groups.iter().collect();
-            groups.sort_by_key(|(g, _)| **g);
-            for (&group, log) in groups {
-                Record::Register { group }.encode(&mut checkpoint)?;
-                for (i, value) in log.meta.iter().enumerate() {
-                    if let Some(data) = value {
-                        Record::Meta {
-                            group,
-                            key: i as u8,
-                            data,
-                        }
-                        .encode(&mut checkpoint)?;
-                    }
-                }
-                if let Some((upto, id)) = &log.purged {
-                    Record::Purge {
-                        group,
-                        upto: *upto,
-                        id,
-                    }
-                    .encode(&mut checkpoint)?;
-                }
-                // What a deleted segment truncated stays truncated when an older one is
-                // replayed before this.
-                Record::Truncate {
-                    group,
-                    from: log.end(),
-                }
-                .encode(&mut checkpoint)?;
-            }
-            Record::CheckpointEnd.encode(&mut checkpoint)?;
-            file.write_all_at(&checkpoint, 0)?;
-            self.segments.insert(id, file.clone());
-            self.active_id = id;
-            self.active = file;
-            self.active_len = checkpoint.len() as u64;
-            self.written += checkpoint.len() as u64;
-            count_written(checkpoint.len() as u64);
-            Ok(())
-        })();
-        if let Err(e) = &result {
-            self.failed = Some(format!("starting segment {}: {e}", self.active_id + 1));
-        }
-        result
-    }
-
-    /// The closed segments that hold no live entry of any group.
-    fn dead_segments(&self) -> Vec<u64> {
-        self.segments
-            .range(..self.active_id)
-            .map(|(id, _)| *id)
-            .filter(|id| !self.live.contains_key(id))
-            .collect()
-    }
-}
-
-/// A request to learn when the log is durable up to a position.
-struct Waiter {
-    upto: u64,
-    done: Box<dyn FnOnce(io::Result<()>) + Send>,
-}
-
 struct Shared {
     state: Arc<Mutex<State>>,
     synced: Arc<AtomicU64>,
@@ -349,125 +126,6 @@ impl std::fmt::Debug for Wal {
     }
 }
 
-fn lock_dir(dir: &Path) -> io::Result<File> {
-    use std::os::fd::AsRawFd;
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(dir.join("LOCK"))?;
-    // SAFETY: flock on a file descriptor this function owns; it only reads the descriptor.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(
-            e.kind(),
-            format!(
-                "the write-ahead log in {} is in use by another process ({e})",
-                dir.display()
-            ),
-        ));
-    }
-    Ok(file)
-}
-
-fn corrupt(why: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, why)
-}
-
-/// A group's log as read back from the segments, before it is checked for holes.
-#[derive(Default)]
-struct Replayed {
-    meta: [Option<Box<[u8]>>; META_KEYS],
-    purged: Option<(u64, Box<[u8]>)>,
-    entries: BTreeMap<u64, Loc>,
-}
-
-impl Replayed {
-    fn into_log(self, group: u32) -> io::Result<GroupLog> {
-        let mut entries = self.entries;
-        if let Some((p, _)) = &self.purged {
-            entries = entries.split_off(&(p + 1));
-        }
-        let first = match (entries.keys().next(), &self.purged) {
-            (Some(first), _) => *first,
-            (None, Some((p, _))) => p + 1,
-            (None, None) => 0,
-        };
-        let mut locs = VecDeque::with_capacity(entries.len());
-        for (i, (index, loc)) in entries.into_iter().enumerate() {
-            if index != first + i as u64 {
-                return Err(corrupt(format!(
-                    "group {group}: a hole in the log before index {index}"
-                )));
-            }
-            locs.push_back(loc);
-        }
-        Ok(GroupLog {
-            meta: self.meta,
-            purged: self.purged,
-            first,
-            locs,
-        })
-    }
-}
-
-/// The groups as the records read so far left them.
-#[derive(Default)]
-struct Replay {
-    groups: HashMap<u32, Replayed>,
-    /// Inside a checkpoint: the groups it named so far.
-    checkpoint: Option<std::collections::HashSet<u32>>,
-}
-
-fn replay_record(replay: &mut Replay, record: Record<'_>, loc: Option<Loc>) {
-    let groups = &mut replay.groups;
-    match record {
-        Record::CheckpointBegin => replay.checkpoint = Some(Default::default()),
-        Record::CheckpointEnd => {
-            // A group the checkpoint does not name had no log when it was written.
-            if let Some(named) = replay.checkpoint.take() {
-                groups.retain(|g, _| named.contains(g));
-            }
-        }
-        Record::Register { group } => {
-            groups.entry(group).or_default();
-            if let Some(named) = &mut replay.checkpoint {
-                named.insert(group);
-            }
-        }
-        Record::Drop { group } => {
-            groups.remove(&group);
-        }
-        Record::Entry { group, index, .. } => {
-            if let (Some(g), Some(loc)) = (groups.get_mut(&group), loc) {
-                // Writing an index ends the log there: what followed it was truncated.
-                g.entries.split_off(&index);
-                g.entries.insert(index, loc);
-            }
-        }
-        Record::Truncate { group, from } => {
-            if let Some(g) = groups.get_mut(&group) {
-                g.entries.split_off(&from);
-            }
-        }
-        Record::Purge { group, upto, id } => {
-            if let Some(g) = groups.get_mut(&group) {
-                if g.purged.as_ref().is_none_or(|(p, _)| *p < upto) {
-                    g.entries = g.entries.split_off(&(upto + 1));
-                    g.purged = Some((upto, id.into()));
-                }
-            }
-        }
-        Record::Meta { group, key, data } => {
-            if let (Some(g), Some(key)) = (groups.get_mut(&group), MetaKey::from_byte(key)) {
-                g.meta[key.byte() as usize] = Some(data.into());
-            }
-        }
-    }
-}
-
 impl Wal {
     /// Open the log in `dir` (created if missing), replaying what it holds, and start its sync
     /// thread. Fails if another process has it open, if a segment is corrupt before its end,
@@ -482,102 +140,7 @@ impl Wal {
                 ),
             ));
         }
-        std::fs::create_dir_all(dir)?;
-        let lock = lock_dir(dir)?;
-        let mut ids: Vec<u64> = std::fs::read_dir(dir)?
-            .filter_map(|e| {
-                let name = e.ok()?.file_name();
-                let id = name.to_str()?.strip_suffix(".wal")?;
-                (id.len() == 20).then(|| id.parse().ok()).flatten()
-            })
-            .collect();
-        ids.sort_unstable();
-        let mut replay = Replay::default();
-        let mut segments = BTreeMap::new();
-        let mut active_len = 0;
-        for (n, &id) in ids.iter().enumerate() {
-            let last = n + 1 == ids.len();
-            let path = segment_path(dir, id);
-            let file = OpenOptions::new().read(true).write(true).open(&path)?;
-            let bytes = std::fs::read(&path)?;
-            let mut at = 0;
-            loop {
-                match record::read_at(&bytes, at) {
-                    Read::Record(record, next) => {
-                        let loc = match record {
-                            Record::Entry { data, .. } => Some(Loc {
-                                segment: id,
-                                offset: (at + HEADER_LEN + ENTRY_PREFIX_LEN) as u32,
-                                len: data.len() as u32,
-                            }),
-                            _ => None,
-                        };
-                        replay_record(&mut replay, record, loc);
-                        at = next;
-                    }
-                    Read::End => break,
-                    Read::Torn(why) if last => {
-                        tracing::warn!(
-                            segment = %path.display(),
-                            offset = at,
-                            why,
-                            "the write-ahead log ends in a write that did not finish; cut there"
-                        );
-                        break;
-                    }
-                    Read::Torn(why) => {
-                        return Err(corrupt(format!(
-                            "{}: {why} at offset {at}, before the end of the log",
-                            path.display()
-                        )))
-                    }
-                }
-            }
-            if last && at as u64 != bytes.len() as u64 {
-                file.set_len(at as u64)?;
-                file.sync_all()?;
-            }
-            active_len = at as u64;
-            segments.insert(id, Arc::new(file));
-        }
-        let (active_id, active) = match segments.iter().next_back() {
-            Some((id, file)) => (*id, file.clone()),
-            None => {
-                let file = Arc::new(
-                    OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .create_new(true)
-                        .open(segment_path(dir, 1))?,
-                );
-                sync_dir(dir)?;
-                segments.insert(1, file.clone());
-                (1, file)
-            }
-        };
-        let groups = replay
-            .groups
-            .into_iter()
-            .map(|(g, r)| r.into_log(g).map(|log| (g, log)))
-            .collect::<io::Result<HashMap<_, _>>>()?;
-        let mut live: HashMap<u64, u64> = HashMap::new();
-        for loc in groups.values().flat_map(|g| g.locs.iter()) {
-            *live.entry(loc.segment).or_default() += 1;
-        }
-        let state = Arc::new(Mutex::new(State {
-            dir: dir.to_path_buf(),
-            segment_bytes: cfg.segment_bytes,
-            segments,
-            active_id,
-            active,
-            active_len,
-            written: 0,
-            groups,
-            live,
-            failed: None,
-            scratch: Vec::new(),
-            _lock: lock,
-        }));
+        let state = Arc::new(Mutex::new(replay::load(dir, &cfg)?));
         let synced = Arc::new(AtomicU64::new(0));
         let (requests, rx) = mpsc::channel();
         {
@@ -630,11 +193,12 @@ impl Wal {
         st.scratch.clear();
         Record::Drop { group }.encode(&mut st.scratch)?;
         st.write_scratch()?;
-        if let Some(log) = st.groups.remove(&group) {
-            let removed: Vec<Loc> = log.locs.into_iter().collect();
-            st.forget(&removed);
-        }
-        Ok(Position(st.written))
+        let removed: Vec<Loc> = st
+            .groups
+            .remove(&group)
+            .map(|log| log.locs.into_iter().collect())
+            .unwrap_or_default();
+        self.let_go(st, &removed)
     }
 
     /// Append entries, given as (index, bytes), to `group`'s log. The indexes must follow one
@@ -695,11 +259,9 @@ impl Wal {
     /// Remove `group`'s entries from index `from` on.
     pub fn truncate(&self, group: u32, from: u64) -> io::Result<Position> {
         self.write_record(group, Record::Truncate { group, from }, |st| {
-            let removed = st
-                .group(group)
+            st.group(group)
                 .map(|g| g.truncate(from))
-                .unwrap_or_default();
-            st.forget(&removed);
+                .unwrap_or_default()
         })
     }
 
@@ -707,11 +269,9 @@ impl Wal {
     /// keep `id`, the purged entry's id, as the log's last purged id.
     pub fn purge(&self, group: u32, upto: u64, id: &[u8]) -> io::Result<Position> {
         self.write_record(group, Record::Purge { group, upto, id }, |st| {
-            let removed = st
-                .group(group)
+            st.group(group)
                 .map(|g| g.purge(upto, id))
-                .unwrap_or_default();
-            st.forget(&removed);
+                .unwrap_or_default()
         })
     }
 
@@ -726,24 +286,44 @@ impl Wal {
             if let Ok(g) = st.group(group) {
                 g.meta[key.byte() as usize] = Some(data.into());
             }
+            Vec::new()
         })
     }
 
     /// Write one record about `group`, which must have a log here, then let `apply` make its
-    /// change to what the log keeps in memory.
+    /// change to what the log keeps in memory; it returns where the entries it removed were.
     fn write_record(
         &self,
         group: u32,
         record: Record<'_>,
-        apply: impl FnOnce(&mut State),
+        apply: impl FnOnce(&mut State) -> Vec<Loc>,
     ) -> io::Result<Position> {
         let mut st = self.shared.state.lock();
         st.group(group)?;
         st.scratch.clear();
         record.encode(&mut st.scratch)?;
         st.write_scratch()?;
-        apply(&mut st);
-        Ok(Position(st.written))
+        let removed = apply(&mut st);
+        self.let_go(st, &removed)
+    }
+
+    /// After a write that removed entries (`removed`: where they were), with the log's lock
+    /// held: count them out of their segments, close the active segment if nothing in it lives
+    /// any more ([`State::roll_if_idle`]), and if a segment died, ask the sync thread for a
+    /// sync, after which it deletes it. The sync thread only runs when asked, and on an idle
+    /// node nothing else may ask for a long time.
+    fn let_go(&self, mut st: MutexGuard<'_, State>, removed: &[Loc]) -> io::Result<Position> {
+        if removed.is_empty() {
+            return Ok(Position(st.written));
+        }
+        let died = st.forget(removed);
+        let rolled = st.roll_if_idle()?;
+        let at = Position(st.written);
+        drop(st);
+        if died || rolled {
+            self.when_durable(at, |_| {});
+        }
+        Ok(at)
     }
 
     /// One of `group`'s small values.
@@ -768,6 +348,14 @@ impl Wal {
         (!log.locs.is_empty()).then(|| (log.first, log.first + log.locs.len() as u64 - 1))
     }
 
+    /// The disk that `group`'s entries from index `from` on keep from being reclaimed: the
+    /// whole of every closed segment that holds one of them (a segment is deleted only once
+    /// none of its entries lives), and their own bytes in the active segment. 0 when the group
+    /// has none.
+    pub fn held_bytes(&self, group: u32, from: u64) -> u64 {
+        self.shared.state.lock().held_bytes(group, from)
+    }
+
     /// The entries of `group` with an index in `from..to`, as (index, bytes), in order; the
     /// part of the range the log does not hold is left out.
     pub fn read(&self, group: u32, from: u64, to: u64) -> io::Result<Vec<(u64, Vec<u8>)>> {
@@ -789,7 +377,7 @@ impl Wal {
                 .map(|loc| {
                     st.segments
                         .get(&loc.segment)
-                        .map(|file| (*loc, file.clone()))
+                        .map(|segment| (*loc, segment.file.clone()))
                         .ok_or_else(|| {
                             corrupt(format!(
                                 "group {group}: an entry in segment {}, which is gone",
@@ -853,73 +441,5 @@ impl Wal {
 }
 
 /// The sync thread: serve every request that queued up with one sync of the active segment,
-/// then delete the segments that were dead when the sync started.
-fn sync_loop(state: &Mutex<State>, synced: &AtomicU64, rx: &mpsc::Receiver<Waiter>) {
-    let fsync = taskmesh_metrics::metrics::histogram!(taskmesh_metrics::names::STORAGE_FSYNC);
-    let segments = taskmesh_metrics::metrics::gauge!(taskmesh_metrics::names::WAL_SEGMENTS);
-    segments.set(state.lock().segments.len() as f64);
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        batch.extend(rx.try_iter());
-        let (target, file, dead, failed) = {
-            let st = state.lock();
-            (
-                st.written,
-                st.active.clone(),
-                st.dead_segments(),
-                st.failed.clone(),
-            )
-        };
-        let result: Result<(), (io::ErrorKind, String)> = match failed {
-            Some(why) => Err((io::ErrorKind::Other, stopped(&why).to_string())),
-            None if synced.load(Ordering::Acquire) >= target => Ok(()),
-            None => {
-                let started = std::time::Instant::now();
-                let r = file.sync_data();
-                fsync.record(started.elapsed().as_secs_f64());
-                r.map_err(|e| {
-                    let why = format!("syncing the log: {e}");
-                    state.lock().failed = Some(why.clone());
-                    (e.kind(), why)
-                })
-            }
-        };
-        if result.is_ok() {
-            synced.fetch_max(target, Ordering::AcqRel);
-            if !dead.is_empty() {
-                delete_segments(state, &dead);
-            }
-        }
-        segments.set(state.lock().segments.len() as f64);
-        for w in batch {
-            debug_assert!(w.upto <= target);
-            (w.done)(
-                result
-                    .clone()
-                    .map_err(|(kind, why)| io::Error::new(kind, why)),
-            );
-        }
-    }
-}
-
-fn delete_segments(state: &Mutex<State>, dead: &[u64]) {
-    let dir = {
-        let mut st = state.lock();
-        for id in dead {
-            st.segments.remove(id);
-        }
-        st.dir.clone()
-    };
-    for id in dead {
-        let path = segment_path(&dir, *id);
-        if let Err(e) = std::fs::remove_file(&path) {
-            tracing::warn!(segment = %path.display(), error = %e, "could not delete a dead log segment");
-        }
-    }
-    if let Err(e) = sync_dir(&dir) {
-        tracing::warn!(dir = %dir.display(), error = %e, "could not sync the log directory");
-    }
-}
-
 #[cfg(test)]
 mod tests;

@@ -382,3 +382,124 @@ async fn a_purge_short_of_the_first_entry_keeps_the_log_where_it_starts() {
     assert_eq!(read_all(&wal, 1), expected(1, 5..9));
     assert_eq!(wal.purged(1), Some((2, b"p2".to_vec())));
 }
+
+fn wal_files(dir: &Path) -> Vec<(String, u64)> {
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .expect("ls")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".wal"))
+        .map(|e| {
+            let len = e.metadata().expect("metadata").len();
+            (e.file_name().to_string_lossy().into_owned(), len)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Wait until the log has `n` segments (the sync thread deletes dead ones on its own).
+async fn until_segments(wal: &Wal, n: usize) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while wal.segment_count() != n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} segments, expected {n}",
+            wal.segment_count()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Once every group has let go of its entries, the log keeps one segment holding a checkpoint:
+/// the closed segments go, and so does the active one, which is closed early because nothing
+/// in it lives. No other write is needed for that; what the groups hold stays after a reopen.
+#[tokio::test]
+async fn a_log_whose_entries_are_all_purged_shrinks_to_a_checkpoint_on_its_own() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = WalConfig {
+        segment_bytes: 4 * IDLE_ROLL_MIN_BYTES,
+    };
+    let wal = Wal::open(dir.path(), cfg.clone()).expect("open");
+    for g in [1, 2] {
+        wal.register(g).expect("register");
+        wal.set_meta(g, MetaKey::Vote, format!("vote of {g}").as_bytes())
+            .expect("meta");
+    }
+    let big = |g: u32, i: u64| vec![g as u8; 1000 + i as usize % 7];
+    // Several segments, the active one holding well over what closes it early when idle.
+    let mut next = 0;
+    let active_len = || wal_files(dir.path()).last().map_or(0, |(_, len)| *len);
+    while wal.segment_count() < 3 || active_len() < 2 * IDLE_ROLL_MIN_BYTES {
+        for g in [1, 2] {
+            wal.append(g, [(next, big(g, next))]).expect("append");
+        }
+        next += 1;
+    }
+    wal.sync(wal.position()).await.expect("sync");
+    let segments = wal.segment_count();
+    let written: u64 = wal_files(dir.path()).iter().map(|(_, len)| len).sum();
+
+    // Group 1 lets go of everything: segments holding group 2's entries stay.
+    wal.purge(1, next - 1, b"p1").expect("purge");
+    wal.sync(wal.position()).await.expect("sync");
+    assert_eq!(wal.segment_count(), segments);
+    // Group 2 too: every segment but a fresh active one goes, without another request.
+    wal.purge(2, next - 1, b"p2").expect("purge");
+    until_segments(&wal, 1).await;
+    let files = wal_files(dir.path());
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(
+        files[0].1 < 1024,
+        "the last segment holds {} of {written} bytes",
+        files[0].1
+    );
+
+    let wal = reopen(wal, dir.path(), cfg.clone());
+    for g in [1, 2] {
+        assert_eq!(wal.bounds(g), None);
+        assert_eq!(
+            wal.purged(g),
+            Some((next - 1, format!("p{g}").into_bytes()))
+        );
+        assert_eq!(
+            wal.meta(g, MetaKey::Vote),
+            Some(format!("vote of {g}").into_bytes())
+        );
+    }
+    // The logs go on after their purged index, and an empty active segment is not rolled.
+    wal.append(1, [(next, big(1, next))]).expect("append");
+    wal.purge(1, next, b"p1 again").expect("purge");
+    wal.sync(wal.position()).await.expect("sync");
+    assert_eq!(wal.segment_count(), 1);
+    let wal = reopen(wal, dir.path(), cfg);
+    assert_eq!(wal.purged(1), Some((next, b"p1 again".to_vec())));
+}
+
+/// What a group's entries keep on disk: every closed segment they lie in, whole, and their own
+/// bytes in the active one.
+#[tokio::test]
+async fn held_bytes_counts_closed_segments_whole_and_the_active_one_by_entry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::open(dir.path(), small()).expect("open");
+    wal.register(1).expect("register");
+    wal.register(2).expect("register");
+    assert_eq!(wal.held_bytes(1, 0), 0);
+    assert_eq!(wal.held_bytes(9, 0), 0);
+    // Entry 0 of group 1 in segment 1, which group 2 then fills.
+    append_range(&wal, 1, 0..1);
+    let mut next = 0;
+    while wal.segment_count() < 2 {
+        append_range(&wal, 2, next..next + 1);
+        next += 1;
+    }
+    // Entries 1 and 2 of group 1 in the active segment 2.
+    append_range(&wal, 1, 1..3);
+    let first_len = wal_files(dir.path())[0].1;
+    let own = (entry(1, 1).len() + entry(1, 2).len()) as u64;
+    assert_eq!(wal.held_bytes(1, 0), first_len + own);
+    assert_eq!(wal.held_bytes(1, 1), own);
+    assert_eq!(wal.held_bytes(1, 2), entry(1, 2).len() as u64);
+    assert_eq!(wal.held_bytes(1, 3), 0);
+    wal.purge(1, 0, b"p").expect("purge");
+    assert_eq!(wal.held_bytes(1, 0), own);
+}

@@ -2,7 +2,8 @@
 //! behind the API the rest of the node uses (propose, linearizable reads, leadership, events).
 //!
 //! Reads and their leader lease are in `read.rs`; bootstrapping, membership changes and
-//! leadership hand-over in `membership.rs`.
+//! leadership hand-over in `membership.rs`; quiescence of idle groups in `quiesce.rs`, and
+//! the compaction that gives back an idle group's log in `compact.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +26,7 @@ use crate::network::UnreachableNetwork;
 use crate::storage::{LogStore, StateMachineStore, Store};
 use crate::types::{LogId, ShardRaft, SnapshotData};
 
+mod compact;
 mod membership;
 mod quiesce;
 mod read;
@@ -74,6 +76,8 @@ struct Inner<S: GroupState> {
     proposing: std::sync::atomic::AtomicUsize,
     /// Whether the group's timers are stopped while it is idle (see `quiesce.rs`).
     quiet: quiesce::Quiescence,
+    /// Whether a compaction of the idle group is under way (see `compact.rs`).
+    compacting: std::sync::atomic::AtomicBool,
 }
 
 impl<S: GroupState> Drop for Inner<S> {
@@ -144,12 +148,13 @@ impl<S: GroupState> ShardReplica<S> {
         let raft_config = Arc::new(cfg.raft_config()?);
         let (log, created) = LogStore::open(&store, cfg.shard_id, cfg.log_cache_bytes).await?;
         if created {
-            // A state left behind by a replica of this group that was destroyed halfway (its
+            // A snapshot left behind by a replica of this group that was destroyed halfway (its
             // log went first) is not the new replica's.
             store
                 .db()
                 .drop_tree(crate::storage::tree_name(cfg.shard_id, "sm"))
                 .map_err(ShardError::storage)?;
+            store.snapshots().remove(cfg.shard_id)?;
         }
         let sm = StateMachineStore::open(&store, cfg.shard_id, cfg.event_buffer).await?;
         let raft = Raft::new(cfg.node_id, raft_config, network, log.clone(), sm.clone()).await?;
@@ -238,6 +243,7 @@ impl<S: GroupState> ShardReplica<S> {
                 leader_contact_ms: std::sync::atomic::AtomicU64::new(0),
                 proposing: std::sync::atomic::AtomicUsize::new(0),
                 quiet: quiesce::Quiescence::default(),
+                compacting: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -387,13 +393,14 @@ impl<S: GroupState> ShardReplica<S> {
         let shard = self.inner.cfg.shard_id;
         let store = &self.inner.store;
         store.wal().drop_group(shard)?;
-        // "log" and "raft" are where earlier versions kept the log.
+        // "log" and "raft" are where earlier versions kept the log, "sm" the state.
         for kind in ["log", "raft", "sm"] {
             store
                 .db()
                 .drop_tree(crate::storage::tree_name(shard, kind))
                 .map_err(ShardError::storage)?;
         }
+        store.snapshots().remove(shard)?;
         store.flush().await?;
         Ok(())
     }
@@ -401,16 +408,24 @@ impl<S: GroupState> ShardReplica<S> {
     /// Build a snapshot of everything applied so far and wait until it exists (openraft then
     /// purges the log it covers, keeping `max_in_snapshot_log_to_keep` entries).
     pub async fn trigger_snapshot(&self) -> Result<(), ShardError> {
-        let raft = &self.inner.raft;
-        let target = raft
+        let target = self
+            .inner
+            .raft
             .metrics()
             .borrow_watched()
             .last_applied
             .as_ref()
             .map(|l| l.index);
-        let Some(target) = target else {
-            return Ok(());
-        };
+        match target {
+            Some(target) => self.snapshot_covering(target).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Have openraft build a snapshot and wait until one covers log index `target` (asking
+    /// again every so often, as a request made while a build runs is dropped).
+    async fn snapshot_covering(&self, target: u64) -> Result<(), ShardError> {
+        let raft = &self.inner.raft;
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(self.inner.cfg.wait_timeout_ms);
         loop {

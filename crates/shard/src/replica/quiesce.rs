@@ -15,6 +15,8 @@
 //! - every change of any replica's mode counts in [`quiet_transitions`], so the node's round
 //!   knows when what it saw of its groups last time may be out of date.
 //!
+//! A replica that quiesces also compacts its log in the background (see `compact.rs`).
+//!
 //! Why it stays safe and live:
 //! - Quieting only stops openraft's ticker (`RuntimeConfig::tick(false)`): no heartbeats from a
 //!   leader, no election timer on a follower. Log replication, votes and reads do not depend on
@@ -310,6 +312,7 @@ impl<S: GroupState> ShardReplica<S> {
             commit = lead.commit,
             "group quiesced (leader)"
         );
+        self.compact_when_idle();
         Some(lead)
     }
 
@@ -403,6 +406,7 @@ impl<S: GroupState> ShardReplica<S> {
                 term,
                 "group quiesced (follower)"
             );
+            self.compact_when_idle();
         }
         true
     }

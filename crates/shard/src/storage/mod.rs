@@ -1,29 +1,37 @@
 //! Durable storage of a group replica (a task shard or the metadata group): the node's
-//! write-ahead log and its sled database, together a [`Store`].
+//! write-ahead log, its snapshot directory and its sled database, together a [`Store`].
 //!
 //! - The Raft log of every group, its vote, its last committed id and its last purged id are
 //!   records of the node's one write-ahead log ([`taskmesh_wal`]), keyed by the group's id:
 //!   the appends of all groups share one `fdatasync`. Each entry is stored as its JSON.
-//! - The state of each group lives in memory; its durable form is its latest snapshot,
-//!   kept in the group's sled tree `shard/{id}/sm` (`snap/meta`, `snap/data`), plus the log
-//!   after it. A snapshot's bytes are the JSON of the state's snapshot: the log position and
-//!   the state side by side ([`tasks::TaskSnapshot`]: `records`; [`meta::MetaSnapshot`]:
-//!   `cluster`).
+//! - The state of each group lives in memory; its durable form is its latest snapshot, one
+//!   file per group in the snapshot directory ([`SnapshotDir`]: `snapshots/{id}.snap`,
+//!   replaced whole by each new snapshot), plus the log after it. A snapshot's bytes are the
+//!   JSON of the state's snapshot: the log position and the state side by side
+//!   ([`tasks::TaskSnapshot`]: `records`; [`meta::MetaSnapshot`]: `cluster`).
+//! - The sled database keeps what is not a group's: the cluster identity and the sessions.
 //!
 //! Durability: an append is reported durable once the log has synced it; a vote is synced
 //! before it is acted on. An apply changes memory only and answers the proposers once the
 //! log holds the committed id durably (saved before the apply began). Opening a group
-//! restores its snapshot, and openraft re-applies the committed entries after it. The
-//! database is flushed when a snapshot is kept, before the log is purged up to it, so the
-//! log always holds what the snapshot lacks.
+//! restores its snapshot, and openraft re-applies the committed entries after it. A snapshot
+//! file is durable (synced, renamed into place, directory synced) before the log is purged up
+//! to it, so the log always holds what the snapshot lacks.
+//!
+//! Disk follows what the groups hold, not their history: a new snapshot takes the place of
+//! the old one's file, and the log's segments are deleted once the snapshots cover their
+//! entries (see [`crate::ShardReplica`]'s compaction of idle groups, which lets go of the log
+//! of a group that went quiet).
 //!
 //! Earlier versions kept each group's log in two sled trees (`shard/{id}/log`,
-//! `shard/{id}/raft`) and its state key by key in the state machine tree; opening such a
-//! group moves the log into the write-ahead log ([`LogStore::open`]) and keeps the state as
-//! a snapshot ([`StateMachineStore::open`]).
+//! `shard/{id}/raft`), its state key by key in the state machine tree `shard/{id}/sm`, and
+//! later its snapshot in that tree (`snap/meta`, `snap/data`). Opening such a group moves the
+//! log into the write-ahead log ([`LogStore::open`]) and the state or snapshot into its
+//! snapshot file, then drops the tree ([`StateMachineStore::open`]).
 
 mod log_store;
 pub mod meta;
+mod snapshots;
 mod state_machine;
 pub mod tasks;
 
@@ -33,20 +41,28 @@ use serde::{de::DeserializeOwned, Serialize};
 pub use taskmesh_wal::{Wal, WalConfig};
 
 pub use log_store::LogStore;
+pub use snapshots::SnapshotDir;
 pub use state_machine::{ShardSnapshotBuilder, StateMachineStore};
 
-/// Where a node keeps its groups: the write-ahead log (every group's Raft log) and the sled
-/// database (every group's latest snapshot). Cheap to clone.
+/// Where a node keeps its groups: the write-ahead log (every group's Raft log), the snapshot
+/// directory (every group's latest snapshot) and the sled database (what is not a group's,
+/// and what earlier versions kept there). Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Store {
     db: sled::Db,
     wal: Wal,
+    snapshots: SnapshotDir,
 }
 
 impl Store {
-    /// The store over an opened database and log.
-    pub fn new(db: sled::Db, wal: Wal) -> Self {
-        Self { db, wal }
+    /// The store over an opened database, log and snapshot directory.
+    pub fn new(db: sled::Db, wal: Wal, snapshots: SnapshotDir) -> Self {
+        Self { db, wal, snapshots }
+    }
+
+    /// The snapshot directory.
+    pub fn snapshots(&self) -> &SnapshotDir {
+        &self.snapshots
     }
 
     /// The sled database.

@@ -1,9 +1,11 @@
 //! The state machine of one group: its in-memory [`GroupState`] shared with readers, and its
-//! snapshots, kept in a sled tree. The state's durable form is its latest snapshot together
-//! with the group's log: applies change memory only, and opening the group restores the
-//! snapshot, after which openraft re-applies the committed entries past it (see [`super`]).
+//! snapshots, kept in the group's snapshot file ([`super::SnapshotDir`]). The state's durable
+//! form is its latest snapshot together with the group's log: applies change memory only, and
+//! opening the group restores the snapshot, after which openraft re-applies the committed
+//! entries past it (see [`super`]).
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
@@ -20,12 +22,12 @@ use crate::types::{
     Entry, EntryPayload, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
 };
 
-/// Where earlier versions kept the applied id and membership beside the state's own keys.
+/// Where earlier versions kept the applied id and membership beside the state's own keys (in
+/// the group's state machine tree), and later the snapshot.
 const KEY_APPLIED: &[u8] = b"meta/applied";
 const KEY_MEMBERSHIP: &[u8] = b"meta/membership";
 const KEY_SNAP_META: &[u8] = b"snap/meta";
 const KEY_SNAP_DATA: &[u8] = b"snap/data";
-const SNAP_PREFIX: &[u8] = b"snap/";
 
 /// An apply call answers its proposers after at most this many entries.
 const MAX_ENTRIES_PER_BATCH: usize = 1024;
@@ -36,6 +38,8 @@ struct Captured<S: GroupState> {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     snapshot: S::Snapshot,
+    /// How many items the state held ([`GroupState::size`]).
+    items: usize,
 }
 
 /// The in-memory state and the log position it reflects, changed together under one lock.
@@ -46,41 +50,70 @@ struct SmData<S> {
 }
 
 struct Shared<S: GroupState> {
-    db: sled::Db,
+    snapshots: super::SnapshotDir,
     wal: taskmesh_wal::Wal,
-    tree: sled::Tree,
+    group: u32,
     data: RwLock<SmData<S>>,
     events: EventFanout<S::Event>,
     /// The last log id of the latest snapshot installed from a leader (`None`: none yet).
     installed: watch::Sender<Option<LogId>>,
-    /// Serialises writes and reads of the current snapshot (meta and data are two keys).
-    snapshot_io: Mutex<()>,
+    /// The meta of the snapshot kept now (`None`: none yet). Its lock serialises writes and
+    /// reads of the snapshot file.
+    kept: Mutex<Option<SnapshotMeta>>,
+    /// The size of the kept snapshot's bytes (0: none).
+    kept_bytes: AtomicU64,
+    /// How many items the state held in the kept snapshot.
+    kept_items: AtomicU64,
     /// The group's id, the `shard` label of its snapshot metrics.
     label: String,
 }
 
 impl<S: GroupState> Shared<S> {
+    /// The kept snapshot, read from its file (blocking).
     fn current_snapshot(&self) -> io::Result<Option<Snapshot>> {
-        let _guard = self.snapshot_io.lock();
-        Ok(read_snapshot(&self.tree)?.map(|(meta, data)| Snapshot {
-            meta,
-            snapshot: data.to_vec(),
-        }))
+        let kept = self.kept.lock();
+        if kept.is_none() {
+            return Ok(None);
+        }
+        Ok(self
+            .snapshots
+            .read(self.group)?
+            .map(|(meta, snapshot)| Snapshot { meta, snapshot }))
     }
 
-    /// Store a freshly built snapshot unless a newer one is already stored.
-    fn store_built_snapshot(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
-        let _guard = self.snapshot_io.lock();
-        let current: Option<SnapshotMeta> = read_json(&self.tree, KEY_SNAP_META)?;
-        if current.is_some_and(|c| c.last_log_id >= meta.last_log_id) {
+    /// Keep `meta` and `data` as the group's snapshot, durably (blocking). A built snapshot
+    /// (`only_if_newer`) is not kept when one at least as recent already is.
+    /// `items`: how many items the snapshot's state holds.
+    fn keep(
+        &self,
+        meta: &SnapshotMeta,
+        data: &[u8],
+        items: usize,
+        only_if_newer: bool,
+    ) -> io::Result<()> {
+        let mut kept = self.kept.lock();
+        if only_if_newer
+            && kept
+                .as_ref()
+                .is_some_and(|k| k.last_log_id >= meta.last_log_id)
+        {
             return Ok(());
         }
-        let mut batch = sled::Batch::default();
-        batch.insert(KEY_SNAP_META, encode(meta)?);
-        batch.insert(KEY_SNAP_DATA, data);
-        self.tree.apply_batch(batch)?;
+        self.snapshots.write(self.group, meta, data)?;
+        *kept = Some(meta.clone());
+        self.kept_bytes.store(data.len() as u64, Ordering::Release);
+        self.kept_items.store(items as u64, Ordering::Release);
         Ok(())
     }
+}
+
+/// Run blocking file work on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(io::Error::other)?
 }
 
 /// What one apply call has done in memory and not yet answered.
@@ -100,11 +133,12 @@ impl<S: GroupState> Default for Pending<S> {
     }
 }
 
-/// The snapshot kept in a group's tree, when it has one: its meta and its bytes.
-fn read_snapshot(tree: &sled::Tree) -> io::Result<Option<(SnapshotMeta, sled::IVec)>> {
+/// The snapshot an earlier version kept in a group's tree, when it has one: its meta and its
+/// bytes.
+fn read_tree_snapshot(tree: &sled::Tree) -> io::Result<Option<(SnapshotMeta, Vec<u8>)>> {
     let meta: Option<SnapshotMeta> = read_json(tree, KEY_SNAP_META)?;
     Ok(match (meta, tree.get(KEY_SNAP_DATA)?) {
-        (Some(meta), Some(data)) => Some((meta, data)),
+        (Some(meta), Some(data)) => Some((meta, data.to_vec())),
         _ => None,
     })
 }
@@ -129,33 +163,33 @@ impl<S: GroupState> Clone for StateMachineStore<S> {
 }
 
 impl<S: GroupState> StateMachineStore<S> {
-    /// Open (or create) the state machine tree of `shard_id` in `store`'s database and rebuild
-    /// the in-memory state from its snapshot (openraft then re-applies the committed entries
-    /// past it). `event_buffer` is the capacity of the event channel.
+    /// Open the state machine of group `shard_id` in `store` and rebuild the in-memory state
+    /// from its snapshot file (openraft then re-applies the committed entries past it).
+    /// `event_buffer` is the capacity of the event channel.
     ///
-    /// A tree of an earlier version, which kept the state itself (a key per item, the applied
-    /// id and membership beside them), is turned into a snapshot of that state first.
+    /// What an earlier version kept in the group's state machine tree (the state itself, a key
+    /// per item, or its snapshot) is moved into the snapshot file first, and the tree dropped.
     pub async fn open(store: &Store, shard_id: u32, event_buffer: usize) -> io::Result<Self> {
-        let db = store.db();
-        let tree = db.open_tree(tree_name(shard_id, "sm"))?;
-        if tree.get(KEY_APPLIED)?.is_some() {
-            snapshot_legacy_state::<S>(db, &tree).await?;
-        }
-        let (state, applied, membership) = match read_snapshot(&tree)? {
+        move_out_of_tree::<S>(store, shard_id).await?;
+        let snapshots = store.snapshots().clone();
+        let found = blocking(move || snapshots.read(shard_id)).await?;
+        let (state, applied, membership, kept, kept_bytes) = match found {
             Some((meta, data)) => {
                 let state = S::restore(decode::<S::Snapshot>(&data)?);
-                (state, meta.last_log_id, meta.last_membership)
+                let (applied, membership) = (meta.last_log_id, meta.last_membership.clone());
+                (state, applied, membership, Some(meta), data.len() as u64)
             }
-            None => (S::default(), None, StoredMembership::default()),
+            None => (S::default(), None, StoredMembership::default(), None, 0),
         };
+        let kept_items = state.size() as u64;
         state.verify(applied).map_err(corrupt)?;
         let events = EventFanout::new(event_buffer);
         let (installed, _) = watch::channel(None);
         Ok(Self {
             shared: Arc::new(Shared {
-                db: db.clone(),
+                snapshots: store.snapshots().clone(),
                 wal: store.wal().clone(),
-                tree,
+                group: shard_id,
                 data: RwLock::new(SmData {
                     state,
                     applied,
@@ -163,10 +197,30 @@ impl<S: GroupState> StateMachineStore<S> {
                 }),
                 events,
                 installed,
-                snapshot_io: Mutex::new(()),
+                kept: Mutex::new(kept),
+                kept_bytes: AtomicU64::new(kept_bytes),
+                kept_items: AtomicU64::new(kept_items),
                 label: shard_id.to_string(),
             }),
         })
+    }
+
+    /// The size of the latest snapshot's bytes (0: there is none yet).
+    pub fn snapshot_bytes(&self) -> u64 {
+        self.shared.kept_bytes.load(Ordering::Acquire)
+    }
+
+    /// About how many bytes a snapshot of the state would take now: the latest snapshot's
+    /// size, scaled by how the number of items changed since it was built (its size as it is
+    /// when it held none).
+    pub fn estimated_snapshot_bytes(&self) -> u64 {
+        let bytes = self.shared.kept_bytes.load(Ordering::Acquire);
+        let items = self.shared.kept_items.load(Ordering::Acquire);
+        if items == 0 {
+            return bytes;
+        }
+        let now = self.read(|s| s.size()) as u64;
+        (u128::from(bytes) * u128::from(now) / u128::from(items)) as u64
     }
 
     /// Run `f` on the in-memory state (under a read lock held only for the call).
@@ -251,6 +305,7 @@ impl<S: GroupState> StateMachineStore<S> {
             last_applied: data.applied,
             membership: data.membership.clone(),
             snapshot: data.state.capture(data.applied, data.membership.clone()),
+            items: data.state.size(),
         }
     }
 }
@@ -303,14 +358,11 @@ impl<S: GroupState> RaftStateMachine<Group<S>> for StateMachineStore<S> {
 
         let state = S::restore(payload);
         state.verify(meta.last_log_id).map_err(corrupt)?;
-        let mut batch = sled::Batch::default();
-        batch.insert(KEY_SNAP_META, encode(meta)?);
-        batch.insert(KEY_SNAP_DATA, snapshot);
         {
-            let _guard = self.shared.snapshot_io.lock();
-            self.shared.tree.apply_batch(batch)?;
+            let (shared, meta) = (self.shared.clone(), meta.clone());
+            let items = state.size();
+            blocking(move || shared.keep(&meta, &snapshot, items, false)).await?;
         }
-        super::flush(&self.shared.db).await?;
 
         {
             let mut data = self.shared.data.write();
@@ -338,15 +390,56 @@ impl<S: GroupState> RaftStateMachine<Group<S>> for StateMachineStore<S> {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        self.shared.current_snapshot()
+        let shared = self.shared.clone();
+        blocking(move || shared.current_snapshot()).await
     }
 }
 
-/// Turn a state machine tree of an earlier version (the state's own keys, the applied id and
-/// the membership) into a snapshot of that state, kept as the current one, and delete the old
-/// keys. The snapshot is made durable before the keys go, so a crash in between only repeats
-/// this at the next open.
-async fn snapshot_legacy_state<S: GroupState>(db: &sled::Db, tree: &sled::Tree) -> io::Result<()> {
+/// Move what an earlier version kept in group `shard_id`'s state machine tree
+/// (`shard/{id}/sm`) into the group's snapshot file, then drop the tree:
+/// - the state itself, a key per item beside the applied id and the membership, is kept as a
+///   snapshot of that state;
+/// - a snapshot kept in the tree (`snap/meta`, `snap/data`) is kept as it is.
+///
+/// The file is durable before the tree goes, so a crash in between only repeats this at the
+/// next open (a file that holds a snapshot at least as recent is left as it is).
+async fn move_out_of_tree<S: GroupState>(store: &Store, shard_id: u32) -> io::Result<()> {
+    let db = store.db();
+    let name = tree_name(shard_id, "sm");
+    if !db.tree_names().iter().any(|n| n == name.as_bytes()) {
+        return Ok(());
+    }
+    let tree = db.open_tree(&name)?;
+    let found = if tree.get(KEY_APPLIED)?.is_some() {
+        Some(snapshot_legacy_state::<S>(&tree)?)
+    } else {
+        read_tree_snapshot(&tree)?
+    };
+    if let Some((meta, data)) = found {
+        let last_log_id = meta.last_log_id;
+        let snapshots = store.snapshots().clone();
+        blocking(move || {
+            let kept = snapshots.read(shard_id)?;
+            if kept.is_none_or(|(m, _)| m.last_log_id < meta.last_log_id) {
+                snapshots.write(shard_id, &meta, &data)?;
+            }
+            Ok(())
+        })
+        .await?;
+        tracing::info!(
+            shard = shard_id,
+            ?last_log_id,
+            "moved the group's snapshot out of the database into its snapshot file"
+        );
+    }
+    drop(tree);
+    db.drop_tree(name)?;
+    super::flush(db).await
+}
+
+/// A snapshot of the state an earlier version kept key by key in `tree` (the state's own keys,
+/// the applied id and the membership): its meta and its bytes.
+fn snapshot_legacy_state<S: GroupState>(tree: &sled::Tree) -> io::Result<(SnapshotMeta, Vec<u8>)> {
     let applied: Option<LogId> = read_json(tree, KEY_APPLIED)?;
     let membership: StoredMembership = read_json(tree, KEY_MEMBERSHIP)?.unwrap_or_default();
     let state = S::load_legacy(tree)?;
@@ -357,26 +450,12 @@ async fn snapshot_legacy_state<S: GroupState>(db: &sled::Db, tree: &sled::Tree) 
     };
     let mut snapshot = state.capture(applied, membership);
     S::seal(&mut snapshot);
-    let mut batch = sled::Batch::default();
-    batch.insert(KEY_SNAP_META, encode(&meta)?);
-    batch.insert(KEY_SNAP_DATA, encode(&snapshot)?);
-    tree.apply_batch(batch)?;
-    super::flush(db).await?;
-    let mut batch = sled::Batch::default();
-    for key in tree.iter().keys() {
-        let key = key?;
-        if !key.starts_with(SNAP_PREFIX) {
-            batch.remove(key);
-        }
-    }
-    tree.apply_batch(batch)?;
-    super::flush(db).await?;
     tracing::info!(
         last_applied = ?applied,
         size = state.size(),
-        "kept the group's state as a snapshot"
+        "made a snapshot of the group's state kept key by key"
     );
-    Ok(())
+    Ok((meta, encode(&snapshot)?))
 }
 
 /// Builds a snapshot from a copy of the state taken when the builder was made; serialising
@@ -399,17 +478,20 @@ impl<S: GroupState> RaftSnapshotBuilder<Group<S>> for ShardSnapshotBuilder<S> {
             last_log_id: view.last_applied,
             last_membership: view.membership.clone(),
         };
-        let data = tokio::task::spawn_blocking(move || {
-            let mut snapshot = view.snapshot;
-            S::seal(&mut snapshot);
-            encode(&snapshot)
-        })
-        .await
-        .map_err(io::Error::other)??;
-
+        let shared = self.store.shared.clone();
+        let data = {
+            let meta = meta.clone();
+            let items = view.items;
+            blocking(move || {
+                let mut snapshot = view.snapshot;
+                S::seal(&mut snapshot);
+                let data = encode(&snapshot)?;
+                shared.keep(&meta, &data, items, true)?;
+                Ok(data)
+            })
+            .await?
+        };
         let shared = &self.store.shared;
-        shared.store_built_snapshot(&meta, &data)?;
-        super::flush(&shared.db).await?;
         {
             use taskmesh_metrics::{metrics, names};
             let shard = shared.label.clone();
