@@ -22,14 +22,22 @@
 //! stdio, where nothing ties them to a call, they belong to the call in flight when exactly
 //! one is (callers that relay them run one call at a time per process). A request that belongs
 //! to no call is answered with an error; `ping` is answered at once.
+//!
+//! The connection's shared state and its requests are here; what the server sends is routed in
+//! `incoming.rs`, a plain call's events and result in `call.rs`, a followed task in `task.rs`,
+//! and the two transports in `stdio.rs` and `http.rs` (its SSE framing in `sse.rs`).
 
 #![allow(clippy::module_name_repetitions)]
 
+mod call;
 mod http;
+mod incoming;
 mod sse;
 mod stdio;
 mod task;
 
+use call::Steps;
+pub use call::{Step, ToolCall};
 pub use task::{Polling, TaskCall};
 
 use std::collections::{BTreeMap, HashMap};
@@ -41,7 +49,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 pub use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{json, Map, Value};
-use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, RequestId};
+use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// A stdio server: the process to start.
@@ -404,121 +412,6 @@ impl Drop for Inner {
     }
 }
 
-/// A `tools/call` in flight.
-pub struct ToolCall {
-    id: i64,
-    steps: Steps,
-    inner: Arc<Inner>,
-}
-
-/// What a call yields: the events the server sent about it, then its outcome, once.
-struct Steps {
-    events: mpsc::Receiver<CallEvent>,
-    result: oneshot::Receiver<Result<Value, ClientError>>,
-    /// The outcome, once it came, until the events queued before it are taken.
-    outcome: Option<Result<Value, ClientError>>,
-    /// The outcome has been handed out (or the call given up).
-    ended: bool,
-}
-
-impl Steps {
-    fn new(
-        events: mpsc::Receiver<CallEvent>,
-        result: oneshot::Receiver<Result<Value, ClientError>>,
-    ) -> Self {
-        Self {
-            events,
-            result,
-            outcome: None,
-            ended: false,
-        }
-    }
-
-    /// The next event, or the outcome (the last item); events queued before the outcome come
-    /// first. `inner` says why the connection ended when the outcome was lost with it.
-    async fn next(&mut self, inner: &Inner) -> Step {
-        loop {
-            if let Some(outcome) = self.outcome.take() {
-                if let Ok(ev) = self.events.try_recv() {
-                    self.outcome = Some(outcome);
-                    return Step::Event(ev);
-                }
-                self.ended = true;
-                return Step::Done(outcome);
-            }
-            if self.ended {
-                return Step::Done(Err(ClientError::Closed("the call has ended".into())));
-            }
-            tokio::select! {
-                biased;
-                Some(ev) = self.events.recv() => return Step::Event(ev),
-                r = &mut self.result => {
-                    self.outcome = Some(r.unwrap_or_else(|_| Err(inner.why_closed())));
-                }
-            }
-        }
-    }
-}
-
-/// What [`ToolCall::next`] yields.
-#[derive(Debug)]
-pub enum Step {
-    /// Something the server sent about the call.
-    Event(CallEvent),
-    /// The call's outcome: its `CallToolResult`, or why there is none.
-    Done(Result<Value, ClientError>),
-}
-
-impl ToolCall {
-    /// The request id of the call.
-    pub fn id(&self) -> i64 {
-        self.id
-    }
-
-    /// The next event of the call, or its outcome (the last item). Events the server sent
-    /// before the result come first.
-    pub async fn next(&mut self) -> Step {
-        self.steps.next(&self.inner).await
-    }
-
-    /// Cancel the call: `notifications/cancelled` with `reason`. The call's outcome is not
-    /// awaited.
-    pub async fn cancel(mut self, reason: &str) {
-        self.steps.ended = true;
-        if self.inner.pending.lock().remove(&self.id).is_none() {
-            return;
-        }
-        let n = jsonrpc::notification(
-            "notifications/cancelled",
-            &json!({ "requestId": self.id, "reason": reason }),
-        );
-        if let Err(e) = self.inner.notify(n).await {
-            tracing::debug!(upstream = %self.inner.name, error = %e, "cancellation not sent");
-        }
-    }
-}
-
-impl Drop for ToolCall {
-    /// A call given up before its outcome is cancelled on the server.
-    fn drop(&mut self) {
-        let was_pending = self.inner.pending.lock().remove(&self.id).is_some();
-        if !was_pending || self.steps.ended {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let inner = self.inner.clone();
-        let n = jsonrpc::notification(
-            "notifications/cancelled",
-            &json!({ "requestId": self.id, "reason": "the caller gave up the call" }),
-        );
-        rt.spawn(async move {
-            let _ = inner.notify(n).await;
-        });
-    }
-}
-
 impl Inner {
     /// The id of the next request.
     fn next_id(&self) -> i64 {
@@ -618,133 +511,5 @@ impl Inner {
         if let Link::Stdio(s) = &self.link {
             s.kill();
         }
-    }
-
-    /// One message from the server; `origin` is the request whose HTTP response carried it.
-    fn handle(self: &Arc<Self>, raw: &[u8], origin: Option<i64>) {
-        let msg = match jsonrpc::parse_message(raw) {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(upstream = %self.name, error = %e, "the upstream sent a message that is not JSON-RPC; ignored");
-                return;
-            }
-        };
-        match msg {
-            Message::Response { id, outcome } => {
-                let RequestId::Number(n) = id else {
-                    tracing::debug!(upstream = %self.name, %id, "answer to no request of ours");
-                    return;
-                };
-                if let Some(p) = self.pending.lock().remove(&n) {
-                    let _ = p.reply.send(outcome.map_err(ClientError::Rpc));
-                }
-            }
-            Message::Notification { method, params } => {
-                let params = params.unwrap_or(Value::Null);
-                match method.as_str() {
-                    "notifications/progress" => self.progress(&params),
-                    "notifications/message" => {
-                        let follower = self.follows.lock().of_params(&params);
-                        if let Some(tx) = follower.or_else(|| self.call_of(origin)) {
-                            let _ = tx.try_send(CallEvent::Log(params));
-                        } else {
-                            tracing::info!(upstream = %self.name, message = %params, "upstream log message");
-                        }
-                    }
-                    "notifications/tools/list_changed" => {
-                        self.tools_changed.send_modify(|n| *n += 1);
-                    }
-                    other => {
-                        tracing::debug!(upstream = %self.name, method = other, "upstream notification ignored")
-                    }
-                }
-            }
-            Message::Request { id, method, params } => {
-                self.server_request(id, method, params, origin)
-            }
-        }
-    }
-
-    fn progress(&self, params: &Value) {
-        let token = match &params["progressToken"] {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        let Some(progress) = params["progress"].as_f64() else {
-            return;
-        };
-        let tx = self
-            .pending
-            .lock()
-            .values()
-            .find(|p| p.token.as_deref() == Some(token.as_str()))
-            .and_then(|p| p.events.clone());
-        let tx = tx.or_else(|| self.follows.lock().of_token(&token));
-        if let Some(tx) = tx {
-            let _ = tx.try_send(CallEvent::Progress {
-                progress,
-                total: params["total"].as_f64(),
-                message: params["message"].as_str().map(str::to_string),
-            });
-        }
-    }
-
-    /// The call a request or log message belongs to: the one whose response stream carried
-    /// it, else the only call in flight.
-    fn call_of(&self, origin: Option<i64>) -> Option<mpsc::Sender<CallEvent>> {
-        let pending = self.pending.lock();
-        if let Some(p) = origin.and_then(|o| pending.get(&o)) {
-            return p.events.clone();
-        }
-        let mut calls = pending.values().filter_map(|p| p.events.as_ref());
-        match (calls.next(), calls.next()) {
-            (Some(only), None) => Some(only.clone()),
-            _ => None,
-        }
-    }
-
-    fn server_request(
-        self: &Arc<Self>,
-        id: RequestId,
-        method: String,
-        params: Option<Value>,
-        origin: Option<i64>,
-    ) {
-        if method == "ping" {
-            let inner = self.clone();
-            tokio::spawn(async move {
-                let _ = inner.notify(jsonrpc::response(&id, &json!({}))).await;
-            });
-            return;
-        }
-        let (reply, answer) = oneshot::channel();
-        let params = params.unwrap_or(json!({}));
-        let follower = self.follows.lock().of_params(&params);
-        let event = CallEvent::Request {
-            method: method.clone(),
-            params,
-            reply,
-        };
-        let taken = match follower.or_else(|| self.call_of(origin)) {
-            Some(tx) => tx.try_send(event).is_ok(),
-            None => false,
-        };
-        let inner = self.clone();
-        tokio::spawn(async move {
-            let outcome = if taken {
-                answer
-                    .await
-                    .unwrap_or_else(|_| Err(ErrorObject::internal("the request was not answered")))
-            } else {
-                Err(ErrorObject::method_not_found(&method))
-            };
-            let json = match outcome {
-                Ok(v) => jsonrpc::response(&id, &v),
-                Err(e) => jsonrpc::error_response(Some(&id), &e),
-            };
-            if let Err(e) = inner.notify(json).await {
-                tracing::debug!(upstream = %inner.name, error = %e, "answer to the upstream's request not sent");
-            }
-        });
     }
 }

@@ -19,9 +19,8 @@ use serde_json::{json, Map, Value};
 use taskmesh_mcp::META_RELATED_TASK;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{
-    CallEvent, Client, ClientError, HeaderName, HeaderValue, Inner, Step, Steps, CALL_EVENTS,
-};
+use crate::call::Steps;
+use crate::{CallEvent, Client, ClientError, HeaderName, HeaderValue, Inner, Step, CALL_EVENTS};
 
 /// How often a followed task is polled: the server's `pollInterval`, kept within
 /// `[min, max]`; `default` when the server suggests none.

@@ -1,0 +1,144 @@
+//! What the server sends, as the connection hands it over (the stdio reader's lines, the
+//! HTTP responses' and GET stream's SSE events): an answer goes to its request, progress to
+//! the call or followed task its token names, a log message or a request to the call it
+//! belongs to (see the crate doc), `notifications/tools/list_changed` to
+//! [`Client::tools_changed`](crate::Client::tools_changed); `ping` is answered at once, and a
+//! request no call takes is answered with an error.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, RequestId};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{CallEvent, ClientError, Inner};
+
+impl Inner {
+    /// One message from the server; `origin` is the request whose HTTP response carried it.
+    pub(crate) fn handle(self: &Arc<Self>, raw: &[u8], origin: Option<i64>) {
+        let msg = match jsonrpc::parse_message(raw) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(upstream = %self.name, error = %e, "the upstream sent a message that is not JSON-RPC; ignored");
+                return;
+            }
+        };
+        match msg {
+            Message::Response { id, outcome } => {
+                let RequestId::Number(n) = id else {
+                    tracing::debug!(upstream = %self.name, %id, "answer to no request of ours");
+                    return;
+                };
+                if let Some(p) = self.pending.lock().remove(&n) {
+                    let _ = p.reply.send(outcome.map_err(ClientError::Rpc));
+                }
+            }
+            Message::Notification { method, params } => {
+                let params = params.unwrap_or(Value::Null);
+                match method.as_str() {
+                    "notifications/progress" => self.progress(&params),
+                    "notifications/message" => {
+                        let follower = self.follows.lock().of_params(&params);
+                        if let Some(tx) = follower.or_else(|| self.call_of(origin)) {
+                            let _ = tx.try_send(CallEvent::Log(params));
+                        } else {
+                            tracing::info!(upstream = %self.name, message = %params, "upstream log message");
+                        }
+                    }
+                    "notifications/tools/list_changed" => {
+                        self.tools_changed.send_modify(|n| *n += 1);
+                    }
+                    other => {
+                        tracing::debug!(upstream = %self.name, method = other, "upstream notification ignored")
+                    }
+                }
+            }
+            Message::Request { id, method, params } => {
+                self.server_request(id, method, params, origin)
+            }
+        }
+    }
+
+    fn progress(&self, params: &Value) {
+        let token = match &params["progressToken"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let Some(progress) = params["progress"].as_f64() else {
+            return;
+        };
+        let tx = self
+            .pending
+            .lock()
+            .values()
+            .find(|p| p.token.as_deref() == Some(token.as_str()))
+            .and_then(|p| p.events.clone());
+        let tx = tx.or_else(|| self.follows.lock().of_token(&token));
+        if let Some(tx) = tx {
+            let _ = tx.try_send(CallEvent::Progress {
+                progress,
+                total: params["total"].as_f64(),
+                message: params["message"].as_str().map(str::to_string),
+            });
+        }
+    }
+
+    /// The call a request or log message belongs to: the one whose response stream carried
+    /// it, else the only call in flight.
+    fn call_of(&self, origin: Option<i64>) -> Option<mpsc::Sender<CallEvent>> {
+        let pending = self.pending.lock();
+        if let Some(p) = origin.and_then(|o| pending.get(&o)) {
+            return p.events.clone();
+        }
+        let mut calls = pending.values().filter_map(|p| p.events.as_ref());
+        match (calls.next(), calls.next()) {
+            (Some(only), None) => Some(only.clone()),
+            _ => None,
+        }
+    }
+
+    fn server_request(
+        self: &Arc<Self>,
+        id: RequestId,
+        method: String,
+        params: Option<Value>,
+        origin: Option<i64>,
+    ) {
+        if method == "ping" {
+            let inner = self.clone();
+            tokio::spawn(async move {
+                let _ = inner.notify(jsonrpc::response(&id, &json!({}))).await;
+            });
+            return;
+        }
+        let (reply, answer) = oneshot::channel();
+        let params = params.unwrap_or(json!({}));
+        let follower = self.follows.lock().of_params(&params);
+        let event = CallEvent::Request {
+            method: method.clone(),
+            params,
+            reply,
+        };
+        let taken = match follower.or_else(|| self.call_of(origin)) {
+            Some(tx) => tx.try_send(event).is_ok(),
+            None => false,
+        };
+        let inner = self.clone();
+        tokio::spawn(async move {
+            let outcome = if taken {
+                answer
+                    .await
+                    .unwrap_or_else(|_| Err(ErrorObject::internal("the request was not answered")))
+            } else {
+                Err(ErrorObject::method_not_found(&method))
+            };
+            let json = match outcome {
+                Ok(v) => jsonrpc::response(&id, &v),
+                Err(e) => jsonrpc::error_response(Some(&id), &e),
+            };
+            if let Err(e) = inner.notify(json).await {
+                tracing::debug!(upstream = %inner.name, error = %e, "answer to the upstream's request not sent");
+            }
+        });
+    }
+}
