@@ -509,7 +509,7 @@ pub async fn serve(
 
     let tools = Arc::new(ToolRegistry::new());
     if cfg.tools.conformance {
-        for t in taskmesh_tools::conformance::all(&tools) {
+        for t in taskmesh_fixtures::all(&tools) {
             tools.register(t);
         }
     }

@@ -7,7 +7,6 @@
 //! context hides which.
 
 pub mod builtin;
-pub mod conformance;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};

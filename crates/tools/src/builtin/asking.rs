@@ -14,7 +14,7 @@ use super::{cancelled, empty_schema, no_args, one_string, str_arg, Builtin, Run}
 use crate::{first_text, text_result, ResumePolicy, ToolContext, ToolResult, ToolSpec};
 
 /// Ask the client for a form and return the accepted content (or `None` when declined).
-pub(crate) async fn elicit(
+pub async fn elicit(
     ctx: &ToolContext,
     message: String,
     schema: Value,
@@ -106,7 +106,7 @@ pub fn multi_input() -> Builtin {
 }
 
 /// A task-only `multi_input` described by `description`, running `run`.
-pub(crate) fn multi_input_asking(description: &str, run: Run) -> Builtin {
+pub fn multi_input_asking(description: &str, run: Run) -> Builtin {
     Builtin {
         spec: ToolSpec {
             name: "multi_input".into(),
@@ -125,7 +125,7 @@ pub(crate) fn multi_input_asking(description: &str, run: Run) -> Builtin {
 
 /// Ask a name and a colour, one after the other or `at_once` (both out together, the name's
 /// first), and say who likes which colour.
-pub(crate) async fn ask_name_and_colour(ctx: ToolContext, at_once: bool) -> ToolResult {
+pub async fn ask_name_and_colour(ctx: ToolContext, at_once: bool) -> ToolResult {
     let ask_name = elicit(&ctx, "Your name?".into(), one_string("name"));
     let ask_colour = elicit(&ctx, "Your favourite colour?".into(), one_string("colour"));
     let (name, colour) = if at_once {

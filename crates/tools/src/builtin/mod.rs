@@ -14,7 +14,8 @@
 //! one that runs the call.
 //!
 //! The tools that ask the client nothing are in `simple.rs`, those that ask it in `asking.rs`;
-//! [`Builtin`] and the helpers they share are here.
+//! [`Builtin`] and the helpers they share are here, public so that the conformance suite's
+//! test fixtures (`taskmesh-fixtures`) make their tools the same way.
 
 mod asking;
 mod simple;
@@ -31,20 +32,25 @@ use taskmesh_mcp::jsonrpc::ErrorObject;
 use crate::{Tool, ToolContext, ToolResult, ToolSpec};
 
 pub use asking::{ask_model, confirm_delete, multi_input};
-pub(crate) use asking::{ask_name_and_colour, elicit, multi_input_asking};
+pub use asking::{ask_name_and_colour, elicit, multi_input_asking};
 pub use simple::{failing_job, greet, protocol_error_job, slow_compute};
 
 /// Longest `slow_compute` run accepted, in seconds (one day).
 pub const SLOW_COMPUTE_MAX_SECONDS: f64 = 86_400.0;
 
-pub(crate) type Validate = fn(&Map<String, Value>) -> Result<(), ErrorObject>;
-pub(crate) type Run = fn(Map<String, Value>, ToolContext) -> BoxFuture<'static, ToolResult>;
+/// Checks a call's arguments: `Ok` when they fit the tool's input schema.
+pub type Validate = fn(&Map<String, Value>) -> Result<(), ErrorObject>;
+/// Runs a call, with arguments its [`Validate`] accepted.
+pub type Run = fn(Map<String, Value>, ToolContext) -> BoxFuture<'static, ToolResult>;
 
 /// A tool made of a spec and two functions.
 pub struct Builtin {
-    pub(crate) spec: ToolSpec,
-    pub(crate) validate: Validate,
-    pub(crate) run: Run,
+    /// What the tool declares.
+    pub spec: ToolSpec,
+    /// Checks a call's arguments.
+    pub validate: Validate,
+    /// Runs a call.
+    pub run: Run,
 }
 
 impl Tool for Builtin {
@@ -75,12 +81,13 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
     .collect()
 }
 
-pub(crate) fn empty_schema() -> Value {
+/// The schema of a call without arguments: an object with no properties.
+pub fn empty_schema() -> Value {
     json!({ "type": "object", "properties": {}, "additionalProperties": false })
 }
 
 /// An object schema with one required string property.
-pub(crate) fn one_string(name: &str) -> Value {
+pub fn one_string(name: &str) -> Value {
     json!({
         "type": "object",
         "properties": { name: { "type": "string" } },
@@ -88,7 +95,8 @@ pub(crate) fn one_string(name: &str) -> Value {
     })
 }
 
-pub(crate) fn no_args(args: &Map<String, Value>) -> Result<(), ErrorObject> {
+/// Accepts only a call without arguments.
+pub fn no_args(args: &Map<String, Value>) -> Result<(), ErrorObject> {
     match args.keys().next() {
         None => Ok(()),
         Some(k) => Err(ErrorObject::invalid_params(format!(
@@ -98,7 +106,7 @@ pub(crate) fn no_args(args: &Map<String, Value>) -> Result<(), ErrorObject> {
 }
 
 /// The string argument `name` (already validated).
-pub(crate) fn str_arg(args: &Map<String, Value>, name: &str) -> String {
+pub fn str_arg(args: &Map<String, Value>, name: &str) -> String {
     args.get(name)
         .and_then(Value::as_str)
         .unwrap_or_default()
