@@ -17,22 +17,21 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::Value;
-use taskmesh_mcp::jsonrpc::{self, ErrorObject, Message, RequestId};
+use taskmesh_mcp::jsonrpc::{self, Message, RequestId};
 use tracing::Instrument;
 
 use crate::audit;
-use crate::auth::{Identity, Operation, Refusal};
+use crate::auth::Operation;
 use crate::delivery::JsonMessage;
 use crate::dispatch::{self, Cx, Reply};
-use crate::limits::WrongToken;
+use crate::front::{forbidden_without_scope, front, plain, rpc_error, session_of, too_many, Peer};
 use crate::resume::{self, open_get_reader, primes, EventId, Opening, Out, Reader, ResumeError};
 use crate::session::SessionClaims;
-use crate::{metrics, relay, slots, wire, Gateway};
+use crate::spans::{otel_answered, otel_span, request_facts, request_span};
+use crate::{metrics, relay, slots, status, wire, Gateway};
 
-/// Header carrying the signed session id (`Mcp-Session-Id`), in lower case. Every request
-/// but `initialize` must send it; the `initialize` answer carries the new one.
-pub const SESSION_HEADER: &str = "mcp-session-id";
 pub use crate::modern::VERSION_HEADER;
+pub use crate::session::SESSION_HEADER;
 
 /// The axum router serving `/mcp`.
 pub fn router(gw: Arc<Gateway>) -> axum::Router {
@@ -42,212 +41,16 @@ pub fn router(gw: Arc<Gateway>) -> axum::Router {
         routes = routes.route(&path, axum::routing::get(handle_resource_metadata));
     }
     routes
-        .route("/status", axum::routing::get(handle_status))
-        .route("/metrics", axum::routing::get(handle_metrics))
-        .route("/healthz", axum::routing::get(handle_healthz))
-        .route("/readyz", axum::routing::get(handle_readyz))
+        .route("/status", axum::routing::get(status::handle_status))
+        .route("/metrics", axum::routing::get(status::handle_metrics))
+        .route("/healthz", axum::routing::get(status::handle_healthz))
+        .route("/readyz", axum::routing::get(status::handle_readyz))
         .route(
             "/mcp",
             post(handle_post).get(handle_get).delete(handle_delete),
         )
         .layer(DefaultBodyLimit::max(limit))
         .with_state(gw)
-}
-
-fn plain(status: StatusCode, msg: &'static str) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        msg,
-    )
-        .into_response()
-}
-
-fn rpc_error(status: StatusCode, id: Option<&RequestId>, e: &ErrorObject) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        jsonrpc::error_response(id, e),
-    )
-        .into_response()
-}
-
-/// `Origin` check: absent is allowed (non-browser clients); present must match the list.
-fn origin_allowed(gw: &Gateway, headers: &HeaderMap) -> bool {
-    let Some(origin) = headers.get(header::ORIGIN) else {
-        return true;
-    };
-    let Ok(origin) = origin.to_str() else {
-        return false;
-    };
-    gw.cfg.allowed_origins.iter().any(|allowed| {
-        if allowed == "*" || allowed == origin {
-            return true;
-        }
-        // An entry without a port matches any port of that scheme and host.
-        origin.strip_prefix(allowed.as_str()).is_some_and(|rest| {
-            rest.starts_with(':') && rest[1..].chars().all(|c| c.is_ascii_digit())
-        })
-    })
-}
-
-/// The caller, or the 401 (503 when the token could not be checked now) to send. A wrong token
-/// counts towards its address's `limits.failed_auth_per_minute`; past it, it gets 429 instead,
-/// neither counted nor audited (see [`crate::limits`]).
-async fn authenticate(
-    gw: &Gateway,
-    peer: Option<std::net::IpAddr>,
-    headers: &HeaderMap,
-) -> Result<Identity, Response> {
-    let refusal = match gw
-        .auth
-        .authenticate(headers.get(header::AUTHORIZATION))
-        .await
-    {
-        Ok(identity) => return Ok(identity),
-        Err(r) => r,
-    };
-    let response = match &refusal {
-        Refusal::Invalid(why) if gw.limits.wrong_token(peer, why) == WrongToken::Locked => {
-            metrics::refused(429, "failed_auth_lockout");
-            too_many(
-                "Too Many Requests: too many wrong tokens from this address (limits.failed_auth_per_minute)",
-                "60",
-            )
-        }
-        Refusal::Missing | Refusal::Invalid(_) => {
-            let error = matches!(refusal, Refusal::Invalid(_)).then_some("invalid_token");
-            metrics::refused(401, error.unwrap_or("no_token"));
-            let mut r = plain(StatusCode::UNAUTHORIZED, "authentication required");
-            if let Some(v) = gw.auth.challenge(error, &[]) {
-                r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-            }
-            r
-        }
-        Refusal::Unavailable(why) => {
-            tracing::warn!(error = %why, "a token could not be checked");
-            metrics::refused(503, "token_check_unavailable");
-            let mut r = plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Service Unavailable: the token could not be checked now",
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            r
-        }
-    };
-    Err(response)
-}
-
-/// The 403 for a caller whose token lacks scopes `operation` requires (audited as
-/// `insufficient_scope`, for the request `method` `request_id`), or `None` when it may.
-fn forbidden_without_scope(
-    gw: &Gateway,
-    identity: &Identity,
-    operation: Option<Operation>,
-    method: &str,
-    request_id: Option<&RequestId>,
-) -> Option<Response> {
-    let missing = gw.auth.missing_scopes(identity, operation?);
-    if missing.is_empty() {
-        return None;
-    }
-    metrics::refused(403, "insufficient_scope");
-    let outcome = format!("missing scope {}", missing.join(" "));
-    let facts = request_facts(gw, identity, method, request_id);
-    audit::record_for(&facts, "insufficient_scope", "", &outcome);
-    let mut r = plain(
-        StatusCode::FORBIDDEN,
-        "Forbidden: the token lacks a scope this request needs",
-    );
-    if let Some(v) = gw.auth.challenge(Some("insufficient_scope"), &missing) {
-        r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-    }
-    Some(r)
-}
-
-/// Validate the session and version headers of a non-initialize request.
-#[allow(clippy::result_large_err)]
-fn session_of(
-    gw: &Gateway,
-    headers: &HeaderMap,
-    principal: &str,
-) -> Result<(String, SessionClaims), Response> {
-    let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
-        return Err(plain(
-            StatusCode::BAD_REQUEST,
-            "Bad Request: Mcp-Session-Id header is required",
-        ));
-    };
-    let claims = match gw.sessions.check(id) {
-        Some(c) if c.principal == principal => c,
-        _ => return Err(plain(StatusCode::NOT_FOUND, "Session not found")),
-    };
-    if let Some(v) = headers.get(VERSION_HEADER) {
-        let v = v.to_str().unwrap_or("");
-        if !taskmesh_mcp::is_supported_version(v) {
-            return Err(plain(
-                StatusCode::BAD_REQUEST,
-                "Bad Request: unsupported MCP-Protocol-Version",
-            ));
-        }
-        // Another version this server supports is served, at the session's version: the
-        // 400 is for versions that are invalid or unsupported (as the reference servers do).
-    }
-    Ok((id.to_string(), claims))
-}
-
-/// The address of the connection a request came on, when the server records it
-/// (`axum::extract::ConnectInfo`).
-struct Peer(Option<std::net::IpAddr>);
-
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Peer {
-    type Rejection = Infallible;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        Ok(Peer(
-            parts
-                .extensions
-                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-                .map(|c| c.0.ip()),
-        ))
-    }
-}
-
-/// Common front checks (origin, authentication, the request rate); the caller on success. A
-/// token that verifies is heard whatever others sent from its address.
-async fn front(
-    gw: &Gateway,
-    peer: Option<std::net::IpAddr>,
-    headers: &HeaderMap,
-) -> Result<Identity, Response> {
-    if !origin_allowed(gw, headers) {
-        metrics::refused(403, "origin");
-        return Err(plain(
-            StatusCode::FORBIDDEN,
-            "Forbidden: Origin not allowed",
-        ));
-    }
-    let identity = authenticate(gw, peer, headers).await?;
-    if !gw.limits.allow_request(&identity.principal) {
-        metrics::refused(429, "request_rate");
-        return Err(too_many(
-            "Too Many Requests: over limits.requests_per_second for this principal",
-            "1",
-        ));
-    }
-    Ok(identity)
-}
-
-/// HTTP 429 saying `why`, with `Retry-After: retry_after_s`.
-fn too_many(why: &'static str, retry_after_s: &'static str) -> Response {
-    let mut r = plain(StatusCode::TOO_MANY_REQUESTS, why);
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after_s));
-    r
 }
 
 /// `r` with `Connection: close` on HTTP/1 (HTTP/2 has no such header; its streams are
@@ -419,119 +222,6 @@ fn may_stream(msg: &Message) -> bool {
             _ => false,
         },
         _ => false,
-    }
-}
-
-/// What audit events say about the request `method` `request_id` of `identity`.
-fn request_facts(
-    gw: &Gateway,
-    identity: &Identity,
-    method: &str,
-    request_id: Option<&RequestId>,
-) -> audit::RequestFacts {
-    audit::RequestFacts {
-        principal: identity.principal.clone(),
-        issuer: identity.issuer.clone(),
-        node: gw.router.host().node_id(),
-        method: method.to_string(),
-        request_id: request_id.map(ToString::to_string).unwrap_or_default(),
-    }
-}
-
-/// The span of one MCP message: its method, JSON-RPC id, principal, the task it is about (a
-/// task id in its parameters, or the task a `tools/call` creates, recorded then) and its trace
-/// id. At debug level: following requests is asked for with the log filter (see
-/// docs/operations.md).
-fn request_span(msg: &Message, principal: &str) -> tracing::Span {
-    let method = match msg {
-        Message::Request { method, .. } | Message::Notification { method, .. } => method.as_str(),
-        Message::Response { .. } => "(response)",
-    };
-    let span = tracing::debug_span!(
-        "mcp",
-        method,
-        id = tracing::field::Empty,
-        principal,
-        task_id = tracing::field::Empty,
-        trace_id = tracing::field::Empty,
-    );
-    // The other fields cost a copy each: only for a span that is on.
-    if span.is_disabled() {
-        return span;
-    }
-    let (id, params) = match msg {
-        Message::Request { id, params, .. } => (Some(id), params.as_ref()),
-        Message::Notification { params, .. } => (None, params.as_ref()),
-        Message::Response { id, .. } => (Some(id), None),
-    };
-    if let Some(id) = id {
-        span.record("id", id.to_string().as_str());
-    }
-    if let Some(task) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) {
-        let task: String = task
-            .chars()
-            .take(taskmesh_router::MAX_TASK_ID_LEN)
-            .collect();
-        span.record("task_id", task.as_str());
-    }
-    span
-}
-
-/// The server span of a sampled request: under the client's `traceparent` when it sent a
-/// sampled one, a new trace when `tracing.sample_ratio` draws it; `None` otherwise. Named
-/// `METHOD` or `METHOD TARGET` (the tool of a `tools/call`).
-fn otel_span(msg: &Message, headers: &HeaderMap) -> Option<taskmesh_telemetry::Span> {
-    use taskmesh_telemetry::KeyValue;
-    let parent = headers
-        .get(taskmesh_telemetry::HEADER)
-        .and_then(|v| v.to_str().ok());
-    let parent = taskmesh_telemetry::decide(parent)?;
-    let (method, id, params) = match msg {
-        Message::Request { method, id, params } => (method.as_str(), Some(id), params.as_ref()),
-        Message::Notification { method, params } => (method.as_str(), None, params.as_ref()),
-        Message::Response { id, .. } => ("(response)", Some(id), None),
-    };
-    let mut attributes = vec![KeyValue::new("mcp.method.name", method.to_owned())];
-    if let Some(id) = id {
-        attributes.push(KeyValue::new("jsonrpc.request.id", id.to_string()));
-    }
-    let tool = (method == "tools/call")
-        .then(|| params.and_then(|p| p.get("name")).and_then(Value::as_str))
-        .flatten();
-    if let Some(tool) = tool {
-        attributes.push(KeyValue::new("gen_ai.tool.name", tool.to_owned()));
-    }
-    if let Some(task) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) {
-        let task: String = task
-            .chars()
-            .take(taskmesh_router::MAX_TASK_ID_LEN)
-            .collect();
-        attributes.push(KeyValue::new("taskmesh.task_id", task));
-    }
-    let name = match tool {
-        Some(tool) => format!("{method} {tool}"),
-        None => method.to_owned(),
-    };
-    taskmesh_telemetry::Span::start(
-        name,
-        taskmesh_telemetry::SpanKind::Server,
-        parent.as_ref(),
-        attributes,
-    )
-}
-
-/// End a request's span with what it answered: the HTTP status, and a failed status for a
-/// JSON-RPC error or an HTTP error.
-fn otel_answered(mut otel: taskmesh_telemetry::Span, response: &Response) {
-    let status = response.status().as_u16();
-    otel.set(taskmesh_telemetry::KeyValue::new(
-        "http.response.status_code",
-        i64::from(status),
-    ));
-    if response.extensions().get::<metrics::RpcError>().is_some() {
-        otel.fail("JSON-RPC error");
-    } else if status >= 400 {
-        otel.fail(format!("HTTP {status}"));
     }
 }
 
@@ -808,13 +498,10 @@ async fn open_get_stream(gw: &Arc<Gateway>, id: &str, claims: &SessionClaims) ->
 
 fn too_many_streams() -> Response {
     metrics::refused(429, "streams_per_session");
-    let mut r = plain(
-        StatusCode::TOO_MANY_REQUESTS,
+    too_many(
         "Too Many Requests: this session holds http.max_streams_per_session open GET streams",
-    );
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    r
+        "1",
+    )
 }
 
 async fn handle_delete(
@@ -856,137 +543,4 @@ async fn handle_resource_metadata(State(gw): State<Arc<Gateway>>) -> Response {
     }
 }
 
-/// The operator endpoints without authentication, for a listener only operators and their
-/// tools reach (`[metrics] listen`): `/metrics`, `/healthz`, `/readyz`.
-pub fn ops_router(gw: Arc<Gateway>) -> axum::Router {
-    axum::Router::new()
-        .route("/metrics", axum::routing::get(handle_open_metrics))
-        .route("/healthz", axum::routing::get(handle_healthz))
-        .route("/readyz", axum::routing::get(handle_readyz))
-        .with_state(gw)
-}
-
-/// `GET /healthz`: the process is alive and serving HTTP. No authentication, no work.
-async fn handle_healthz() -> Response {
-    plain(StatusCode::OK, "ok\n")
-}
-
-/// `GET /readyz`: 200 when the node is ready to serve ([`Gateway::readiness`]), else 503
-/// saying why. No authentication; a few reads of local state.
-async fn handle_readyz(State(gw): State<Arc<Gateway>>) -> Response {
-    match gw.readiness() {
-        Ok(()) => plain(StatusCode::OK, "ready\n"),
-        Err(why) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            format!("not ready: {why}\n"),
-        )
-            .into_response(),
-    }
-}
-
-/// The front checks of `/mcp`, and with authentication on, that the caller is one of
-/// `auth.status_principals` (403 otherwise): who may read `/status` and `/metrics`.
-async fn may_read_status(
-    gw: &Gateway,
-    peer: Option<std::net::IpAddr>,
-    headers: &HeaderMap,
-) -> Result<(), Response> {
-    let identity = front(gw, peer, headers).await?;
-    if !gw.auth.may_read_status(&identity) {
-        return Err(plain(
-            StatusCode::FORBIDDEN,
-            "Forbidden: not one of auth.status_principals",
-        ));
-    }
-    Ok(())
-}
-
-/// `GET /metrics` on the MCP listener: the same rules as `/status` (with authentication on,
-/// only the principals of `auth.status_principals`).
-async fn handle_metrics(
-    State(gw): State<Arc<Gateway>>,
-    Peer(peer): Peer,
-    headers: HeaderMap,
-) -> Response {
-    if let Err(r) = may_read_status(&gw, peer, &headers).await {
-        return r;
-    }
-    handle_open_metrics(State(gw)).await
-}
-
-/// The metrics in the Prometheus text format, this node's state read now; 404 when metrics
-/// are off.
-async fn handle_open_metrics(State(gw): State<Arc<Gateway>>) -> Response {
-    if !taskmesh_metrics::installed() {
-        return plain(
-            StatusCode::NOT_FOUND,
-            "Not Found: metrics are off ([metrics] enabled = false)",
-        );
-    }
-    metrics::refresh(&gw, gw.readiness().is_ok());
-    match taskmesh_metrics::render() {
-        Some(text) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, taskmesh_metrics::CONTENT_TYPE)],
-            text,
-        )
-            .into_response(),
-        None => plain(StatusCode::NOT_FOUND, "Not Found: metrics are off"),
-    }
-}
-
-/// `GET /status`: this node's view of every shard (leader, term, applied and log indexes, task
-/// counts), for operators and tests. Same Origin, authentication and rate-limit rules as `/mcp`;
-/// with authentication on, only the principals of `auth.status_principals` may read it (the
-/// node's task counts would tell a caller about other principals' tasks).
-async fn handle_status(
-    State(gw): State<Arc<Gateway>>,
-    Peer(peer): Peer,
-    headers: HeaderMap,
-) -> Response {
-    if let Err(r) = may_read_status(&gw, peer, &headers).await {
-        return r;
-    }
-    let status = gw.router.host().shard_status();
-    let node = status
-        .first()
-        .map(|s| s.node)
-        .or_else(|| Some(gw.router.node_id()).filter(|id| *id != 0));
-    let shards: Vec<serde_json::Value> = status
-        .into_iter()
-        .map(|s| {
-            serde_json::json!({
-                "shard": s.shard,
-                "isLeader": s.is_leader,
-                "leader": s.leader,
-                "term": s.term,
-                "lastAppliedIndex": s.last_applied_index,
-                "firstLogIndex": s.first_log_index,
-                "lastLogIndex": s.last_log_index,
-                "tasks": s.tasks,
-                "liveTasks": s.live_tasks,
-                "voters": s.voters,
-                "quiet": match s.quiet {
-                    taskmesh_host::Quiet::Awake => None,
-                    taskmesh_host::Quiet::Leading => Some("leader"),
-                    taskmesh_host::Quiet::Following { .. } => Some("follower"),
-                },
-            })
-        })
-        .collect();
-    let body = serde_json::json!({
-        "node": node,
-        "liveTasks": gw.router.host().live_tasks(),
-        "sseStreams": gw.slots.open(),
-        "shards": shards,
-        "streamDelivery": gw.delivery.to_json(),
-        "upstreams": gw.tools.source_reports(),
-    });
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
-}
+pub use status::ops_router;

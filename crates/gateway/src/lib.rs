@@ -6,11 +6,17 @@
 //! `text/event-stream` when the answer needs a stream (`tasks/result` of a running task, a
 //! plain `tools/call` that reports progress or asks the client something). The gateway holds
 //! no task state: it translates and routes.
+//!
+//! Beside them: `front.rs` (the checks before a method is looked at: Origin,
+//! token, scopes, rate, session id), `spans.rs` (a request's spans and audit facts),
+//! `service.rs` (the task service both protocol generations share), `status.rs` (the
+//! operators' `/healthz`, `/readyz`, `/metrics` and `/status`), [`modern`] (2026-07-28).
 
 mod audit;
 pub mod auth;
 pub mod delivery;
 pub mod dispatch;
+mod front;
 pub mod http;
 mod inflight;
 mod limits;
@@ -23,6 +29,8 @@ mod service;
 pub mod session;
 pub mod sign;
 mod slots;
+mod spans;
+mod status;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -38,6 +46,7 @@ use delivery::{DeliveryStats, JsonMessage, Kind};
 pub use http::router as http_router;
 use session::Sessions;
 use sign::Signer;
+pub use status::readiness_of;
 
 /// Gateway settings, documented in docs/configuration.md.
 #[derive(Debug, Clone)]
@@ -284,25 +293,6 @@ impl Gateway {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Whether this node is ready to serve (`GET /readyz`), or why not: the node is not
-    /// stopping; every replica it hosts
-    /// knows its group's leader and, on a follower, has applied the group's commits up to
-    /// `ready_max_lag_entries`; every shard it hosts no replica of is placed (the cluster
-    /// metadata is known), so its requests can be routed.
-    pub fn readiness(&self) -> Result<(), String> {
-        if self.stopping.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err("the node is stopping".into());
-        }
-        let host = self.router.host();
-        readiness_of(
-            &host.shard_status(),
-            host.shard_count(),
-            |shard| !self.router.placed(shard).is_empty(),
-            self.cfg.ready_max_lag_entries,
-            self.cfg.ready_max_leader_silence_ms,
-        )
-    }
-
     /// Whether tasks can be scoped to an authenticated principal (then `tasks.list` exists).
     pub fn has_auth(&self) -> bool {
         self.auth.enabled()
@@ -373,63 +363,9 @@ impl Gateway {
     }
 }
 
-/// The readiness decision of [`Gateway::readiness`] for a node that is not stopping: the
-/// status of the replicas it hosts (`hosted`) among `shard_count` shards, whether a shard it
-/// hosts no replica of is placed, how far a follower may lag and how long it may go without
-/// hearing from its leader.
-pub fn readiness_of(
-    hosted: &[taskmesh_host::ShardStatus],
-    shard_count: u32,
-    placed: impl Fn(u32) -> bool,
-    max_lag_entries: u64,
-    max_leader_silence_ms: u64,
-) -> Result<(), String> {
-    let mut here = vec![false; shard_count as usize];
-    for s in hosted {
-        if let Some(h) = here.get_mut(s.shard as usize) {
-            *h = true;
-        }
-        if s.leader.is_none() {
-            return Err(format!("shard {} knows no leader", s.shard));
-        }
-        if !s.is_leader {
-            match s.leader_silence_ms {
-                None => {
-                    return Err(format!(
-                        "shard {} has not heard from its leader yet",
-                        s.shard
-                    ))
-                }
-                Some(ms) if ms > max_leader_silence_ms => {
-                    return Err(format!(
-                        "shard {} has not heard from its leader for {ms} ms",
-                        s.shard
-                    ))
-                }
-                Some(_) => {}
-            }
-        }
-        let applied = s.last_applied_index.unwrap_or(0);
-        if let Some(committed) = s.committed_index.filter(|_| !s.is_leader) {
-            if applied.saturating_add(max_lag_entries) < committed {
-                return Err(format!(
-                    "shard {} is catching up: applied {applied} of {committed}",
-                    s.shard
-                ));
-            }
-        }
-    }
-    match (0..shard_count).find(|shard| !here[*shard as usize] && !placed(*shard)) {
-        Some(shard) => Err(format!(
-            "shard {shard} has no replica here and no placement (the cluster metadata is not known yet)"
-        )),
-        None => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod readiness_tests {
-    use super::readiness_of;
+    use crate::status::readiness_of;
     use taskmesh_host::ShardStatus;
 
     fn replica(shard: u32, leader: Option<u64>, applied: u64, committed: u64) -> ShardStatus {

@@ -20,6 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::sign::Signer;
 
+/// Header carrying the signed session id (`Mcp-Session-Id`), in lower case. Every request
+/// but `initialize` must send it; the `initialize` answer carries the new one.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+
 const DOMAIN: &str = "mcp-session";
 
 pub use crate::delivery::JsonMessage;

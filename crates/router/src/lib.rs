@@ -125,6 +125,21 @@ impl Router {
         self.peers.as_ref()?.channel(id)
     }
 
+    /// The status of every replica this node hosts (for `GET /status` and readiness).
+    pub fn shard_status(&self) -> Vec<taskmesh_host::ShardStatus> {
+        self.host.shard_status()
+    }
+
+    /// The cluster's shard count; shard ids are `0..shard_count`.
+    pub fn shard_count(&self) -> u32 {
+        self.shards
+    }
+
+    /// The live task actors this node runs.
+    pub fn live_tasks(&self) -> usize {
+        self.host.live_tasks()
+    }
+
     /// This node's host: the task runtime of the shard replicas it holds.
     pub fn host(&self) -> &Host {
         &self.host
