@@ -192,7 +192,7 @@ impl DeliveryStats {
     /// Count a message being written to a client's stream now.
     pub fn written(&self, m: &JsonMessage) {
         if let Some(s) = m.stamp {
-            let us = taskmesh_host::now_us().saturating_sub(s.at_us);
+            let us = taskmesh_mcp::time::now_us().saturating_sub(s.at_us);
             self.by_kind[s.kind.index()].record(us);
         }
     }
@@ -242,7 +242,7 @@ mod tests {
         let json = Arc::new(b"{}".to_vec());
         stats.written(&JsonMessage::plain(json.clone()));
         stats.written(&JsonMessage::stamped(json.clone(), Kind::Status, 0));
-        let m = JsonMessage::stamped(json, Kind::Result, taskmesh_host::now_us());
+        let m = JsonMessage::stamped(json, Kind::Result, taskmesh_mcp::time::now_us());
         stats.written(&m.unstamped());
         stats.written(&m);
         let v = stats.to_json();

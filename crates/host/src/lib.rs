@@ -30,7 +30,7 @@ mod types;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use ractor::ActorRef;
@@ -48,21 +48,7 @@ pub use types::{Attachment, Created, Ended, HostEvent, NewTask, ShardStatus, Sta
 
 use shards::Hosted;
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// Microseconds since the Unix epoch (the start of a message's delivery delay, [`Stamped`]).
-pub fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use taskmesh_mcp::time::{now_ms, now_us};
 
 pub(crate) struct Inner {
     pub(crate) cfg: HostConfig,

@@ -12,6 +12,7 @@
 //! a request ([`ServerRequestId`]) says where its answer goes.
 
 pub mod jsonrpc;
+pub mod notify;
 pub mod params;
 pub mod server_request;
 pub mod time;

@@ -1,6 +1,25 @@
 //! RFC 3339 timestamps (UTC, millisecond precision, `Z` suffix) from milliseconds since the
 //! Unix epoch. `createdAt` and `lastUpdatedAt` are derived from the stored integers, so the
-//! same record always renders the same bytes.
+//! same record always renders the same bytes. And the wall clock every layer stamps with:
+//! [`now_ms`] (task times) and [`now_us`] (the start of a message's delivery delay).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch, by the wall clock (0 before 1970).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Microseconds since the Unix epoch, by the wall clock (0 before 1970).
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
 
 /// Format `ms` since the epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn rfc3339_ms(ms: u64) -> String {

@@ -7,9 +7,9 @@
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
-use taskmesh_host::now_ms;
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
 use taskmesh_mcp::params;
+use taskmesh_mcp::time::now_ms;
 
 use super::{err, Cx, Reply};
 use crate::session::SessionClaims;

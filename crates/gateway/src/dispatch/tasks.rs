@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use taskmesh_host::{now_ms, Attachment};
+use taskmesh_host::Attachment;
 use taskmesh_mcp::jsonrpc::{ErrorObject, RequestId};
+use taskmesh_mcp::time::now_ms;
 use taskmesh_mcp::{params, ListTasksResult};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;

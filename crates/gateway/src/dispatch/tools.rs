@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use taskmesh_host::NewTask;
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId, METHOD_NOT_FOUND};
-use taskmesh_mcp::{params, CreateTaskResult, ServerRequestId, TaskSupport};
+use taskmesh_mcp::time::now_us;
+use taskmesh_mcp::{notify, params, CreateTaskResult, ServerRequestId, TaskSupport};
 use taskmesh_router::mint_task_id;
 use taskmesh_task::ClientCaps;
 use taskmesh_tools::{Tool, ToolContext, ToolIo, ToolResult};
@@ -195,15 +196,8 @@ impl ToolIo for PlainIo {
 
     fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
         if let Some(token) = &self.progress_token {
-            let mut p = json!({ "progressToken": token, "progress": progress });
-            if let Some(t) = total {
-                p["total"] = json!(t);
-            }
-            if let Some(m) = message {
-                p["message"] = json!(m);
-            }
-            let json = Arc::new(jsonrpc::notification("notifications/progress", &p));
-            let m = JsonMessage::stamped(json, Kind::Message, taskmesh_host::now_us());
+            let json = notify::progress(token, progress, total, message.as_deref(), None);
+            let m = JsonMessage::stamped(Arc::new(json), Kind::Message, now_us());
             let _ = self.tx.try_send(m);
         }
     }
@@ -223,8 +217,7 @@ impl ToolIo for PlainIo {
         async move {
             let Some(gw) = gw else { return };
             if logs.lock().await.allows(&gw, &json).await {
-                let m =
-                    JsonMessage::stamped(Arc::new(json), Kind::Message, taskmesh_host::now_us());
+                let m = JsonMessage::stamped(Arc::new(json), Kind::Message, now_us());
                 let _ = tx.send(m).await;
             }
         }
@@ -247,7 +240,7 @@ impl ToolIo for PlainIo {
             };
             gw.plain_pending.lock().insert(rid.clone(), reply);
             let msg = jsonrpc::request(&RequestId::String(rid.clone()), method, &params);
-            let msg = JsonMessage::stamped(Arc::new(msg), Kind::Message, taskmesh_host::now_us());
+            let msg = JsonMessage::stamped(Arc::new(msg), Kind::Message, now_us());
             if tx.send(msg).await.is_err() {
                 gw.plain_pending.lock().remove(&rid);
                 return Err(ErrorObject::internal("the client went away"));

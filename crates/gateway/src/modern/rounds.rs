@@ -98,7 +98,7 @@ impl Round {
                         "Invalid params: 'requestState' belongs to another call (tool, arguments or caller differ)",
                     ));
                 }
-                if s.expires_ms < taskmesh_host::now_ms() {
+                if s.expires_ms < taskmesh_mcp::time::now_ms() {
                     return Err(ErrorObject::invalid_params(
                         "Invalid params: 'requestState' has expired; call again without it",
                     ));
@@ -153,7 +153,7 @@ impl Round {
             tool: self.tool.clone(),
             args: self.args.clone(),
             principal: self.principal.clone(),
-            expires_ms: taskmesh_host::now_ms().saturating_add(gw.cfg.request_state_ttl_ms),
+            expires_ms: taskmesh_mcp::time::now_ms().saturating_add(gw.cfg.request_state_ttl_ms),
             answers: kept,
         };
         json!({
@@ -233,14 +233,13 @@ impl RoundIo {
 impl ToolIo for RoundIo {
     fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
         let Some(token) = &self.token else { return };
-        let mut p = json!({ "progressToken": token, "progress": progress });
-        if let Some(t) = total {
-            p["total"] = json!(t);
-        }
-        if let Some(m) = message {
-            p["message"] = json!(m);
-        }
-        self.send(jsonrpc::notification("notifications/progress", &p));
+        self.send(taskmesh_mcp::notify::progress(
+            token,
+            progress,
+            total,
+            message.as_deref(),
+            None,
+        ));
     }
 
     fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {

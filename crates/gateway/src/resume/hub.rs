@@ -78,7 +78,7 @@ impl Stream {
     fn set_attached(&self, st: &mut State, attached: bool) {
         st.attached = attached;
         if attached {
-            st.attached_us = taskmesh_host::now_us();
+            st.attached_us = taskmesh_mcp::time::now_us();
         }
         if let Some(p) = &self.presence {
             p.store(attached, Ordering::Relaxed);

@@ -173,7 +173,7 @@ mod tests {
         JsonMessage::stamped(
             json,
             crate::delivery::Kind::Message,
-            taskmesh_host::now_us(),
+            taskmesh_mcp::time::now_us(),
         )
     }
 

@@ -145,16 +145,14 @@ pub(super) async fn handle_msg(
             message,
         } => {
             if let Some(token) = &st.progress_token {
-                let mut params = json!({ "progressToken": token, "progress": progress });
-                if let Some(t) = total {
-                    params["total"] = json!(t);
-                }
-                if let Some(m) = message {
-                    params["message"] = json!(m);
-                }
-                params["_meta"] = json!({ META_RELATED_TASK: { "taskId": st.task_id } });
-                let json = Arc::new(jsonrpc::notification("notifications/progress", &params));
-                deliver(st, json, None);
+                let json = taskmesh_mcp::notify::progress(
+                    token,
+                    progress,
+                    total,
+                    message.as_deref(),
+                    Some(&st.task_id),
+                );
+                deliver(st, Arc::new(json), None);
             }
         }
         TaskMsg::Log {
