@@ -68,6 +68,32 @@ pub(crate) fn record_for(facts: &RequestFacts, event: &'static str, task_id: &st
     );
 }
 
+/// A warning-level audit `event` that no request's facts describe (a caller whose token did
+/// not verify, a burst of lookups): about `principal` (empty when unknown) and `task_id`
+/// (empty when none), with `outcome`, and the caller's address when known.
+pub(crate) fn warn(
+    event: &'static str,
+    node: u64,
+    principal: &str,
+    task_id: &str,
+    outcome: &str,
+    peer: Option<std::net::IpAddr>,
+) {
+    tracing::warn!(
+        target: "audit",
+        event,
+        principal,
+        issuer = "",
+        node,
+        method = "",
+        request_id = "",
+        task_id,
+        outcome,
+        peer = ?peer,
+        "{event}"
+    );
+}
+
 /// The outcome of a refused request: its JSON-RPC error code.
 pub(crate) fn refused(code: i64) -> String {
     format!("error {code}")

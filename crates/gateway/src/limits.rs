@@ -108,19 +108,7 @@ impl Limits {
         };
         tracing::debug!(reason = %why, "token refused");
         if first {
-            tracing::warn!(
-                target: "audit",
-                event = "auth_failed",
-                principal = "",
-                issuer = "",
-                node = self.node,
-                method = "",
-                request_id = "",
-                task_id = "",
-                outcome = %why,
-                peer = ?peer,
-                "a bearer token was refused"
-            );
+            crate::audit::warn("auth_failed", self.node, "", "", why, peer);
         }
         WrongToken::Counted
     }
@@ -153,19 +141,13 @@ impl Limits {
         }
         f.count += 1;
         if f.count == limit {
-            tracing::warn!(
-                target: "audit",
-                event = "auth_failures_locked",
-                principal = "",
-                issuer = "",
-                node = self.node,
-                method = "",
-                request_id = "",
-                task_id = "",
-                outcome = "wrong tokens from this address refused for the rest of its minute",
-                peer = %ip,
-                failures = f.count,
-                "too many wrong tokens from one address; its wrong tokens are refused with 429 for the rest of its minute"
+            crate::audit::warn(
+                "auth_failures_locked",
+                self.node,
+                "",
+                "",
+                "wrong tokens from this address refused with 429 for the rest of its minute",
+                Some(ip),
             );
         }
         Some(f.count == 1)
@@ -178,17 +160,13 @@ impl Limits {
         };
         let key = principal.to_string();
         if l.check_key(&key).is_err() && self.alerts.check_key(&key).is_ok() {
-            tracing::warn!(
-                target: "audit",
-                event = "failed_lookup_burst",
-                principal = %principal,
-                issuer = "",
-                node = self.node,
-                method = "",
-                request_id = "",
-                task_id = %task_id,
-                outcome = "burst of lookups of unknown task ids",
-                "burst of lookups of unknown task ids"
+            crate::audit::warn(
+                "failed_lookup_burst",
+                self.node,
+                principal,
+                task_id,
+                "burst of lookups of unknown task ids",
+                None,
             );
         }
     }
