@@ -270,9 +270,13 @@ tools = {{ include = ["mutter"] }}
         c
     };
     let (at2, at3) = (through(1), through(2));
+    // The tool logs after this wait: a `tasks/result` stream opened right after the call must
+    // attach before it (what the task sends before a stream attaches goes to the session's
+    // GET stream instead), also on a machine loaded with other tests.
+    let wait = json!({"seconds": 2.0});
 
     // No level set: every message.
-    let id = at3.start_task("mutter", json!({"seconds": 0.5})).await;
+    let id = at3.start_task("mutter", wait.clone()).await;
     let (rid, mut stream) = at3.open_stream("tasks/result", json!({"taskId": id})).await;
     assert_eq!(
         stream_logs(&mut stream, rid).await,
@@ -288,7 +292,7 @@ tools = {{ include = ["mutter"] }}
             .await,
         json!({})
     );
-    let id = at3.start_task("mutter", json!({"seconds": 0.5})).await;
+    let id = at3.start_task("mutter", wait.clone()).await;
     let (rid, mut stream) = at3.open_stream("tasks/result", json!({"taskId": id})).await;
     assert_eq!(
         stream_logs(&mut stream, rid).await,
@@ -316,7 +320,7 @@ tools = {{ include = ["mutter"] }}
 
     // Lowered again through node 3, read through node 2.
     at3.ok("logging/setLevel", json!({"level": "debug"})).await;
-    let id = at1.start_task("mutter", json!({"seconds": 0.5})).await;
+    let id = at1.start_task("mutter", wait).await;
     let (rid, mut stream) = at2.open_stream("tasks/result", json!({"taskId": id})).await;
     assert_eq!(stream_logs(&mut stream, rid).await.len(), 2);
 }

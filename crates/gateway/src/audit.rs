@@ -90,7 +90,7 @@ pub(crate) fn warn(
         task_id,
         outcome,
         peer = ?peer,
-        "{event}"
+        "{outcome}"
     );
 }
 
