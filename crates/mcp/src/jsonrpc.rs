@@ -153,21 +153,24 @@ impl EnvelopeError {
     }
 }
 
+/// A message's envelope. `V` is how its values are read: built (`Value`), or left as raw text
+/// (`&RawValue`) when a value in them cannot be built (see [`values`]).
 #[derive(Deserialize)]
-struct RawEnvelope<'a> {
+#[serde(bound(deserialize = "V: Deserialize<'de>"))]
+pub(super) struct RawEnvelope<'a, V> {
     #[serde(borrow)]
-    jsonrpc: Option<&'a RawValue>,
+    pub(super) jsonrpc: Option<&'a RawValue>,
     /// Present-but-null must stay distinguishable from absent (a null id is invalid).
     #[serde(default, borrow, deserialize_with = "present")]
-    id: Option<&'a RawValue>,
+    pub(super) id: Option<&'a RawValue>,
     #[serde(default)]
-    method: Option<String>,
+    pub(super) method: Option<String>,
     #[serde(default)]
-    params: Option<Value>,
+    pub(super) params: Option<V>,
     #[serde(default)]
-    result: Option<Value>,
+    pub(super) result: Option<V>,
     #[serde(default)]
-    error: Option<Value>,
+    pub(super) error: Option<V>,
 }
 
 fn present<'de, D>(d: D) -> Result<Option<&'de RawValue>, D::Error>
@@ -203,7 +206,7 @@ pub fn parse_message(body: &[u8]) -> Result<Message, EnvelopeError> {
             .map_err(|e| EnvelopeError::Parse(e.to_string()))?;
         return Err(EnvelopeError::Invalid("expected a JSON object".into()));
     }
-    let env: RawEnvelope<'_> = match serde_json::from_slice(body) {
+    let env: RawEnvelope<'_, Value> = match serde_json::from_slice(body) {
         Ok(env) => env,
         // JSON of the wrong shape.
         Err(e) if e.classify() == serde_json::error::Category::Data => {

@@ -8,36 +8,18 @@
 //! Only taken after the ordinary parse failed: a well-formed request is read once.
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{envelope_id, present, EnvelopeError};
+use super::{envelope_id, EnvelopeError, RawEnvelope};
 
 /// Longest field path an error names; a longer one is cut short.
 const MAX_PATH_CHARS: usize = 200;
-
-/// The message's envelope with its values left unread.
-#[derive(Deserialize)]
-struct Skimmed<'a> {
-    #[serde(borrow)]
-    jsonrpc: Option<&'a RawValue>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    id: Option<&'a RawValue>,
-    #[serde(default)]
-    method: Option<String>,
-    #[serde(default, borrow)]
-    params: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    result: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    error: Option<&'a RawValue>,
-}
 
 /// Why `body` (whose ordinary parse failed) is not a usable message, when the reason is a value
 /// that cannot be built inside a message that is otherwise well formed; `None` when the body is
 /// not JSON at all (its parse error stands).
 pub(super) fn unreadable(body: &[u8]) -> Option<EnvelopeError> {
-    let env: Skimmed<'_> = serde_json::from_slice(body).ok()?;
+    let env: RawEnvelope<'_, &RawValue> = serde_json::from_slice(body).ok()?;
     let id = match envelope_id(env.jsonrpc, env.id) {
         Ok(id) => id,
         Err(e) => return Some(e),
