@@ -314,9 +314,13 @@ impl Gateway {
                 };
                 let Some(gw) = weak.upgrade() else { break };
                 match ev {
-                    HostEvent::Status { task, at_us } => {
+                    HostEvent::Status {
+                        task,
+                        session,
+                        at_us,
+                    } => {
                         gw.listeners.task_changed(&task.task_id);
-                        if let Some(session) = &task.session {
+                        if let Some(session) = &session {
                             let json = Arc::new(wire::status_notification(&task));
                             gw.sessions
                                 .push(session, JsonMessage::stamped(json, Kind::Status, at_us));

@@ -2,13 +2,14 @@
 //! outcomes as `tasks/result` answers; the HTTP status of a body that is no usable message.
 
 use axum::http::StatusCode;
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 use serde_json::{json, Map, Value};
 use taskmesh_host::HostError;
 use taskmesh_mcp::jsonrpc::{
     self, EnvelopeError, ErrorObject, CAPACITY_EXCEEDED, INTERNAL_ERROR, INVALID_PARAMS,
 };
-use taskmesh_mcp::time::rfc3339_ms;
-use taskmesh_mcp::{Task, WireStatus, META_RELATED_TASK};
+use taskmesh_mcp::time::Rfc3339Ms;
+use taskmesh_mcp::{WireStatus, META_RELATED_TASK};
 use taskmesh_task::{Outcome, TaskRecord, TaskStatus, TaskView};
 
 /// The HTTP status of a body that is no usable message: 400, but 200 for a request whose params
@@ -32,24 +33,62 @@ pub fn wire_status(s: TaskStatus) -> WireStatus {
     }
 }
 
-/// A task view as the MCP `Task` object: times in RFC 3339 with milliseconds, `ttl` and
-/// `pollInterval` in milliseconds.
-pub fn task(r: &TaskView) -> Task {
-    Task {
-        task_id: r.task_id.clone(),
-        status: wire_status(r.status),
-        status_message: r.status_message.clone(),
-        created_at: rfc3339_ms(r.created_at_ms),
-        last_updated_at: rfc3339_ms(r.last_updated_at_ms),
-        ttl: r.ttl_ms,
-        poll_interval: Some(r.poll_interval_ms),
+/// A task view as the MCP `Task` object of either protocol generation, serialised from the
+/// view as it stands (no field copied on the way): times in RFC 3339 with milliseconds, the
+/// retention and the poll interval in milliseconds, `null` retention for unlimited.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskObject<'a> {
+    view: &'a TaskView,
+    status: TaskStatus,
+    /// The names of the two fields that differ between the generations: `ttl` and
+    /// `pollInterval` (2025-11-25), `ttlMs` and `pollIntervalMs` (the 2026-07-28 extension).
+    names: (&'static str, &'static str),
+}
+
+impl<'a> TaskObject<'a> {
+    /// The 2025-11-25 `Task` of `view`.
+    pub fn classic(view: &'a TaskView) -> Self {
+        Self {
+            view,
+            status: view.status,
+            names: ("ttl", "pollInterval"),
+        }
+    }
+
+    /// The 2026-07-28 `Task` of `view`, with `status` as given (a tool error reads
+    /// `completed` there).
+    pub fn extension(view: &'a TaskView, status: TaskStatus) -> Self {
+        Self {
+            view,
+            status,
+            names: ("ttlMs", "pollIntervalMs"),
+        }
+    }
+}
+
+impl Serialize for TaskObject<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let v = self.view;
+        let (ttl, poll_interval) = self.names;
+        let mut t = s.serialize_struct("Task", 7)?;
+        t.serialize_field("taskId", &v.task_id)?;
+        t.serialize_field("status", &wire_status(self.status))?;
+        match &v.status_message {
+            Some(m) => t.serialize_field("statusMessage", m)?,
+            None => t.skip_field("statusMessage")?,
+        }
+        t.serialize_field("createdAt", &Rfc3339Ms(v.created_at_ms))?;
+        t.serialize_field("lastUpdatedAt", &Rfc3339Ms(v.last_updated_at_ms))?;
+        t.serialize_field(ttl, &v.ttl_ms)?;
+        t.serialize_field(poll_interval, &v.poll_interval_ms)?;
+        t.end()
     }
 }
 
 /// The serialised `notifications/tasks/status` notification for a task view; its params are
-/// the task's `Task` object.
+/// the task's 2025-11-25 `Task` object.
 pub fn status_notification(r: &TaskView) -> Vec<u8> {
-    jsonrpc::notification("notifications/tasks/status", &task(r))
+    jsonrpc::notification("notifications/tasks/status", &TaskObject::classic(r))
 }
 
 /// The value of the related-task `_meta` entry for `task_id`: `{"taskId": task_id}`.
@@ -122,5 +161,49 @@ pub fn terminal_answer(r: &TaskRecord) -> Result<Value, ErrorObject> {
         (None, s) => Err(ErrorObject::internal(format!(
             "task is {s} without an outcome"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use taskmesh_mcp::Task;
+    use taskmesh_task::TaskRecord;
+
+    use super::*;
+
+    #[test]
+    fn a_task_object_reads_back_as_the_task_of_each_generation() {
+        let mut view = TaskView::from(&TaskRecord::sample("t-1"));
+        view.status_message = Some("half way".into());
+        view.ttl_ms = Some(60_000);
+        let classic: Task = serde_json::from_value(json!(TaskObject::classic(&view))).unwrap();
+        assert_eq!(
+            classic,
+            Task {
+                task_id: "t-1".into(),
+                status: wire_status(view.status),
+                status_message: Some("half way".into()),
+                created_at: taskmesh_mcp::time::rfc3339_ms(view.created_at_ms),
+                last_updated_at: taskmesh_mcp::time::rfc3339_ms(view.last_updated_at_ms),
+                ttl: Some(60_000),
+                poll_interval: Some(view.poll_interval_ms),
+            }
+        );
+
+        view.status_message = None;
+        view.ttl_ms = None;
+        let modern = json!(TaskObject::extension(&view, TaskStatus::Completed));
+        assert_eq!(
+            modern["status"], "completed",
+            "the status given, not the view's"
+        );
+        assert_eq!(
+            modern["ttlMs"],
+            Value::Null,
+            "unlimited is null, not left out"
+        );
+        assert_eq!(modern["pollIntervalMs"], view.poll_interval_ms);
+        assert!(modern.get("statusMessage").is_none());
+        assert!(modern.get("ttl").is_none() && modern.get("pollInterval").is_none());
     }
 }

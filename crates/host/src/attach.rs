@@ -32,7 +32,7 @@ impl Host {
             Ok(TaskRead::Ended(terminal)) => {
                 drop(done_rx);
                 self.drop_closed_waiters(task_id);
-                return Ok(Attachment::Terminal(*terminal));
+                return Ok(Attachment::Terminal(terminal));
             }
             Err(e) => {
                 drop(done_rx);

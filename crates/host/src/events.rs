@@ -64,7 +64,12 @@ pub(crate) fn spawn_shard_loops(
                         // cluster that merges all nodes' announcements sends each one once.
                         if shard.is_leader() {
                             let task = taskmesh_task::TaskView::from(&*record);
-                            let _ = host.inner.events.send(HostEvent::Status { task, at_us });
+                            let session = record.session.clone();
+                            let _ = host.inner.events.send(HostEvent::Status {
+                                task,
+                                session,
+                                at_us,
+                            });
                         }
                     }
                     Ok(ShardEvent::Expired { task_ids, .. }) => {

@@ -15,6 +15,9 @@ pub enum HostEvent {
     Status {
         /// The task as it stands after the change.
         task: TaskView,
+        /// The MCP session that created the task, which its notifications go to; `None` for a
+        /// task without one (protocol 2026-07-28).
+        session: Option<String>,
         /// When the shard's leader applied the change, µs since the epoch (see [`Stamped`]).
         at_us: u64,
     },
@@ -132,7 +135,7 @@ impl TaskRead {
 /// A `tasks/result` attachment.
 pub enum Attachment {
     /// The task is terminal: answer at once.
-    Terminal(TaskRecord),
+    Terminal(Box<TaskRecord>),
     /// The task runs: relay `messages` until `done` yields the terminal record (or closes,
     /// when the task expired or its shard moved).
     Live {

@@ -23,17 +23,34 @@ pub fn now_us() -> u64 {
 
 /// Format `ms` since the epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn rfc3339_ms(ms: u64) -> String {
-    let secs = ms / 1000;
-    let millis = ms % 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    Rfc3339Ms(ms).to_string()
+}
+
+/// An instant, `ms` since the epoch, that displays and serialises as
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` straight into the output, with no string of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rfc3339Ms(pub u64);
+
+impl std::fmt::Display for Rfc3339Ms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secs = self.0 / 1000;
+        let millis = self.0 % 1000;
+        let rem = secs % 86_400;
+        let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+        write!(
+            f,
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+            rem / 3600,
+            (rem % 3600) / 60,
+            rem % 60
+        )
+    }
+}
+
+impl serde::Serialize for Rfc3339Ms {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 /// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
@@ -60,5 +77,11 @@ mod tests {
         assert_eq!(rfc3339_ms(951_782_400_123), "2000-02-29T00:00:00.123Z");
         assert_eq!(rfc3339_ms(1_764_066_600_000), "2025-11-25T10:30:00.000Z");
         assert_eq!(rfc3339_ms(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn serialises_as_its_text() {
+        let json = serde_json::to_string(&Rfc3339Ms(951_782_400_123)).unwrap();
+        assert_eq!(json, "\"2000-02-29T00:00:00.123Z\"");
     }
 }

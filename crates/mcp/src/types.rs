@@ -79,19 +79,20 @@ pub struct Task {
     pub poll_interval: Option<u64>,
 }
 
-/// `CreateTaskResult`: the task nested under `task`.
+/// `CreateTaskResult`: the task nested under `task`. `T` is how the task is held: a [`Task`]
+/// as read, or a server's own view that serialises as one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateTaskResult {
+pub struct CreateTaskResult<T = Task> {
     /// The task just created.
-    pub task: Task,
+    pub task: T,
 }
 
-/// `ListTasksResult`.
+/// `ListTasksResult`; `T` as in [`CreateTaskResult`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ListTasksResult {
+pub struct ListTasksResult<T = Task> {
     /// The tasks of this page.
-    pub tasks: Vec<Task>,
+    pub tasks: Vec<T>,
     /// `nextCursor`: pass it to `tasks/list` for the next page; absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,

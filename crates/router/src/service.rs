@@ -192,7 +192,7 @@ impl TaskService for TaskGrpc {
             Attachment::Terminal(record) => {
                 let _ = tx
                     .send(Ok(v1::AttachResultEvent {
-                        event: Some(Event::Terminal(record_to_pb(record))),
+                        event: Some(Event::Terminal(record_to_pb(*record))),
                         at_unix_us: 0,
                     }))
                     .await;
@@ -269,13 +269,17 @@ impl TaskService for TaskGrpc {
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(_) => return,
                 };
-                let (out, at_unix_us) = match ev {
+                let (out, session, at_unix_us) = match ev {
                     // A task without a session (protocol 2026-07-28) is watched by
                     // `subscriptions/listen` streams anywhere: reported to a watch of all.
-                    HostEvent::Status { task, at_us } => match &task.session {
-                        Some(s) if wanted(s) => (Event::Status(view_to_pb(task)), at_us),
-                        None if all => (Event::Status(view_to_pb(task)), at_us),
-                        _ => continue,
+                    HostEvent::Status {
+                        task,
+                        session,
+                        at_us,
+                    } => match &session {
+                        Some(s) if !wanted(s) => continue,
+                        None if !all => continue,
+                        _ => (Event::Status(view_to_pb(task)), session, at_us),
                     },
                     HostEvent::SessionMessage {
                         session,
@@ -290,6 +294,7 @@ impl TaskService for TaskGrpc {
                             message_json: json.to_vec(),
                             request_id: request_id.unwrap_or_default(),
                         }),
+                        None,
                         at_us,
                     ),
                     HostEvent::SessionMessage { .. } => continue,
@@ -298,6 +303,7 @@ impl TaskService for TaskGrpc {
                     .send(Ok(v1::WatchStatusEvent {
                         event: Some(out),
                         at_unix_us,
+                        session,
                     }))
                     .await
                     .is_err()

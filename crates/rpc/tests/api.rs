@@ -158,8 +158,6 @@ struct OneTask {
 fn view_of(r: &TaskRecord) -> TaskView {
     TaskView {
         task_id: r.task_id.clone(),
-        owner: r.owner.clone(),
-        session: r.session.clone(),
         status: r.status,
         status_message: r.status_message.clone(),
         created_at_ms: r.created_at_ms,

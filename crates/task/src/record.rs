@@ -135,17 +135,13 @@ impl TaskRecord {
 }
 
 /// What a poll, a cancel, a list and a status event show of a task: the fields of an MCP Task
-/// object and what routing needs (the owner, the session its notifications go to, the change
-/// index). Built from a record without touching its request or outcome, which only
-/// `tasks/result`, the log and snapshots need.
+/// object and the change index. Built from a record without touching its owner, session,
+/// request or outcome: the owner is checked where the record is read, a status event carries
+/// the session beside the view, and only `tasks/result`, the log and snapshots need the rest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskView {
     /// Task id, unique within the cluster.
     pub task_id: TaskId,
-    /// The principal the task is bound to; only it may see the task.
-    pub owner: String,
-    /// The MCP session that created the task, which its status notifications go to.
-    pub session: Option<String>,
     /// Current lifecycle status.
     pub status: TaskStatus,
     /// Human-readable text about the current status (MCP `statusMessage`), if any.
@@ -166,8 +162,6 @@ impl From<&TaskRecord> for TaskView {
     fn from(r: &TaskRecord) -> Self {
         Self {
             task_id: r.task_id.clone(),
-            owner: r.owner.clone(),
-            session: r.session.clone(),
             status: r.status,
             status_message: r.status_message.clone(),
             created_at_ms: r.created_at_ms,

@@ -21,11 +21,12 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId, REQUEST_CANCELLED};
 use taskmesh_mcp::{params, ServerRequestId};
+use taskmesh_task::TaskView;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::session::Cx;
-use crate::Gateway;
+use crate::{wire, Gateway};
 
 /// What the transport sends back.
 pub enum Reply {
@@ -73,6 +74,15 @@ fn typed(id: &RequestId, r: Result<impl Serialize, ErrorObject>) -> Reply {
     }
 }
 
+/// The answer of a `tasks/get` or `tasks/cancel`: the task's `Task` object, rendered from the
+/// view as it stands.
+fn task_answer(id: &RequestId, r: Result<TaskView, ErrorObject>) -> Reply {
+    match r {
+        Ok(task) => ok(id, &wire::TaskObject::classic(&task)),
+        Err(e) => err(id, &e),
+    }
+}
+
 fn answer(id: &RequestId, r: Result<Value, ErrorObject>) -> Vec<u8> {
     match r {
         Ok(v) => jsonrpc::response(id, &v),
@@ -105,9 +115,9 @@ pub async fn request(
         // result's state around (see docs/benchmarks.md).
         "tools/call" => return Box::pin(tools::tools_call(gw, cx, id, p)).await,
         // The task answers are serialised straight from their view (the hot path of polls).
-        "tasks/get" if tasks => return typed(&id, tasks::tasks_get(gw, cx, p).await),
+        "tasks/get" if tasks => return task_answer(&id, tasks::tasks_get(gw, cx, p).await),
         "tasks/cancel" if tasks => {
-            return typed(&id, Box::pin(tasks::tasks_cancel(gw, cx, p)).await)
+            return task_answer(&id, Box::pin(tasks::tasks_cancel(gw, cx, p)).await)
         }
         "tasks/list" if tasks && gw.has_auth() => Box::pin(tasks::tasks_list(gw, cx, p)).await,
         "tasks/result" if tasks => return Box::pin(tasks::tasks_result(gw, cx, id, p)).await,

@@ -13,6 +13,7 @@ use taskmesh_host::Attachment;
 use taskmesh_mcp::jsonrpc::{ErrorObject, RequestId};
 use taskmesh_mcp::time::now_ms;
 use taskmesh_mcp::{params, ListTasksResult};
+use taskmesh_task::TaskView;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -30,21 +31,20 @@ pub(super) async fn tasks_get(
     gw: &Arc<Gateway>,
     cx: &Cx,
     p: &Map<String, Value>,
-) -> Result<taskmesh_mcp::Task, ErrorObject> {
+) -> Result<TaskView, ErrorObject> {
     let task_id = task_id_param(p)?;
-    Ok(wire::task(&gw.get_task(&cx.principal, task_id).await?))
+    gw.get_task(&cx.principal, task_id).await
 }
 
 pub(super) async fn tasks_cancel(
     gw: &Arc<Gateway>,
     cx: &Cx,
     p: &Map<String, Value>,
-) -> Result<taskmesh_mcp::Task, ErrorObject> {
+) -> Result<TaskView, ErrorObject> {
     let task_id = task_id_param(p)?;
-    match gw.cancel_task(task_id, &cx.principal).await {
-        Ok(task) => Ok(wire::task(&task)),
-        Err(e) => Err(gw.task_error(&cx.principal, task_id, &e)),
-    }
+    gw.cancel_task(task_id, &cx.principal)
+        .await
+        .map_err(|e| gw.task_error(&cx.principal, task_id, &e))
 }
 
 /// A signed `tasks/list` cursor (one-letter JSON keys: it travels in every next-page request).
@@ -100,7 +100,7 @@ pub(super) async fn tasks_list(
         _ => None,
     };
     let out = ListTasksResult {
-        tasks: records.iter().map(wire::task).collect(),
+        tasks: records.iter().map(wire::TaskObject::classic).collect(),
         next_cursor,
     };
     serde_json::to_value(out).map_err(|e| ErrorObject::internal(e.to_string()))

@@ -171,7 +171,7 @@ pub(super) async fn tools_call(
                 traceparent: taskmesh_telemetry::current_traceparent(),
             };
             match gw.create_task(new).await {
-                Ok(created) => ok(&id, &CreateTaskResult { task: wire::task(&created.task) }),
+                Ok(created) => ok(&id, &CreateTaskResult { task: wire::TaskObject::classic(&created.task) }),
                 Err(e) => err(&id, &e),
             }
         }

@@ -11,30 +11,20 @@
 
 use serde_json::{json, Map, Value};
 use taskmesh_host::TaskRead;
-use taskmesh_mcp::time::rfc3339_ms;
 use taskmesh_task::{Outcome, TaskRecord, TaskStatus, TaskView};
 
-use crate::wire::wire_status;
+use crate::wire::TaskObject;
 
 /// The `resultType` of a created task.
 pub(crate) const RESULT_TYPE_TASK: &str = "task";
 
-/// The extension's `Task` object of a task view, with `status` as given.
+/// The extension's `Task` object of a task view, with `status` as given, as a JSON object that
+/// the caller adds to (the outcome, the pending requests, `resultType`).
 fn task_object(v: &TaskView, status: TaskStatus) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("taskId".into(), json!(v.task_id));
-    m.insert("status".into(), json!(wire_status(status)));
-    if let Some(s) = &v.status_message {
-        m.insert("statusMessage".into(), json!(s));
+    match serde_json::to_value(TaskObject::extension(v, status)) {
+        Ok(Value::Object(m)) => m,
+        _ => unreachable!("a task object serialises as a JSON object"),
     }
-    m.insert("createdAt".into(), json!(rfc3339_ms(v.created_at_ms)));
-    m.insert(
-        "lastUpdatedAt".into(),
-        json!(rfc3339_ms(v.last_updated_at_ms)),
-    );
-    m.insert("ttlMs".into(), json!(v.ttl_ms));
-    m.insert("pollIntervalMs".into(), json!(v.poll_interval_ms));
-    m
 }
 
 /// `CreateTaskResult`: the new task, flat, with `resultType: "task"`.
@@ -50,14 +40,8 @@ pub(crate) fn created(v: &TaskView) -> Value {
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct WorkingAnswer<'a> {
-    task_id: &'a str,
-    status: taskmesh_mcp::WireStatus,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status_message: Option<&'a str>,
-    created_at: String,
-    last_updated_at: String,
-    ttl_ms: Option<u64>,
-    poll_interval_ms: u64,
+    #[serde(flatten)]
+    task: TaskObject<'a>,
     result_type: &'static str,
     #[serde(rename = "_meta")]
     meta: ServerInfoMeta,
@@ -80,13 +64,7 @@ impl<'a> WorkingAnswer<'a> {
     /// The answer for `v`.
     pub(crate) fn of(v: &'a TaskView) -> Self {
         Self {
-            task_id: &v.task_id,
-            status: wire_status(v.status),
-            status_message: v.status_message.as_deref(),
-            created_at: rfc3339_ms(v.created_at_ms),
-            last_updated_at: rfc3339_ms(v.last_updated_at_ms),
-            ttl_ms: v.ttl_ms,
-            poll_interval_ms: v.poll_interval_ms,
+            task: TaskObject::extension(v, v.status),
             result_type: "complete",
             meta: ServerInfoMeta {
                 server_info: ServerInfo {

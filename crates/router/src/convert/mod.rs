@@ -36,8 +36,6 @@ pub fn status_from_pb(s: v1::TaskStatus) -> Option<TaskStatus> {
 pub fn view_to_pb(v: TaskView) -> v1::TaskView {
     v1::TaskView {
         task_id: v.task_id,
-        owner: v.owner,
-        session: v.session,
         status: status_to_pb(v.status) as i32,
         status_message: v.status_message,
         created_at_ms: v.created_at_ms,
@@ -53,8 +51,6 @@ pub fn view_from_pb(v: v1::TaskView) -> Option<TaskView> {
     Some(TaskView {
         status: status_from_pb(v1::TaskStatus::try_from(v.status).ok()?)?,
         task_id: v.task_id,
-        owner: v.owner,
-        session: v.session,
         status_message: v.status_message,
         created_at_ms: v.created_at_ms,
         last_updated_at_ms: v.last_updated_at_ms,

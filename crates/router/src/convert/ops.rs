@@ -352,8 +352,6 @@ mod tests {
     fn view(id: &str) -> TaskView {
         TaskView {
             task_id: id.into(),
-            owner: "alice".into(),
-            session: Some("s".into()),
             status: TaskStatus::Working,
             status_message: None,
             created_at_ms: 1,

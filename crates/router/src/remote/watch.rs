@@ -42,7 +42,11 @@ pub(crate) async fn watch(peers: Arc<Peers>, id: u64, out: broadcast::Sender<Hos
                     let at_us = ev.at_unix_us;
                     let ev = match ev.event {
                         Some(Event::Status(v)) => match view_from_pb(v) {
-                            Some(task) => HostEvent::Status { task, at_us },
+                            Some(task) => HostEvent::Status {
+                                task,
+                                session: ev.session,
+                                at_us,
+                            },
                             None => continue,
                         },
                         Some(Event::Message(m)) => HostEvent::SessionMessage {
