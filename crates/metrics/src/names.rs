@@ -1,7 +1,7 @@
 //! The name, unit and meaning of every metric a node exports (units are in the names:
 //! `_seconds`, `_bytes`, `_total` for counters).
 
-use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+use metrics::Unit;
 
 /// MCP requests answered, by `method` (a fixed list, else `other`) and `outcome` (`ok`, or
 /// `error` for a JSON-RPC error answer).
@@ -96,145 +96,84 @@ pub const HTTP_CONNECTIONS_CLOSED: &str = "taskmesh_http_connections_closed_tota
 /// Whether the node is ready to serve (`GET /readyz`): 1 or 0.
 pub const READY: &str = "taskmesh_ready";
 
+/// Which of the recorder's kinds a metric is.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+use Kind::{Counter, Gauge, Histogram};
+
+/// Every metric: its name, kind, unit (when it has one) and help text. One row a metric.
+#[rustfmt::skip]
+const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
+    (MCP_REQUESTS, Counter, None, "MCP requests answered, by method and outcome"),
+    (MCP_REQUEST_DURATION, Histogram, Some(Unit::Seconds), "Time from a request's body read to its answer (streams: to their first event), by method"),
+    (HTTP_REFUSALS, Counter, None, "Requests refused before any method ran, by HTTP status and cause"),
+    (SSE_STREAMS, Gauge, None, "SSE answers open on this node"),
+    (TASKS_CREATED, Counter, None, "Tasks this node's gateway created"),
+    (TASKS_TERMINAL, Counter, None, "Tasks that reached a terminal status on a shard this node led, by status"),
+    (TASK_CANCELS, Counter, None, "tasks/cancel requests this node's gateway handled, by outcome"),
+    (TASKS_EXPIRED, Counter, None, "Terminal tasks deleted at the end of their retention by a shard this node led"),
+    (LIVE_TASKS, Gauge, None, "Task actors running on this node"),
+    (SHARD_TASKS, Gauge, None, "Task records held by this node's replica of each shard"),
+    (RAFT_LEADER, Gauge, None, "1 when this node leads the shard, else 0"),
+    (RAFT_QUIESCENT, Gauge, None, "Groups whose replica on this node is quiescent, by role"),
+    (RAFT_BEATS, Counter, None, "Node beats sent to peers, by outcome"),
+    (RAFT_TERM, Gauge, None, "Raft term of this node's replica of the shard"),
+    (RAFT_APPLIED_INDEX, Gauge, None, "Last log index applied by this node's replica of the shard"),
+    (RAFT_LAST_LOG_INDEX, Gauge, None, "Last log index held by this node's replica of the shard"),
+    (RAFT_COMMITTED_INDEX, Gauge, None, "Committed log index of the shard's group, as this replica knows it"),
+    (RAFT_FOLLOWER_LAG, Gauge, None, "On a leader: entries a follower of the shard is behind"),
+    (RAFT_LEADER_CHANGES, Counter, None, "Times this node's replica of the shard saw its leader change to another node"),
+    (RAFT_LEADERSHIPS_WON, Counter, None, "Times this node became the leader of the shard"),
+    (FORWARDED, Counter, None, "Requests forwarded to another node, by node and outcome"),
+    (READ_BATCH, Histogram, None, "Reads per batch a gateway sent to another node on its read stream"),
+    (STORAGE_FSYNC, Histogram, Some(Unit::Seconds), "One sync to disk of the write-ahead log (a group commit) or of the database"),
+    (WAL_SEGMENTS, Gauge, None, "Segment files the write-ahead log has now"),
+    (WAL_WRITTEN_BYTES, Counter, Some(Unit::Bytes), "Bytes written to the write-ahead log"),
+    (RAFT_LOG_APPEND, Histogram, Some(Unit::Seconds), "A Raft log append, from the write to its flush on disk"),
+    (SNAPSHOT_BUILDS, Counter, None, "Snapshots built, by shard"),
+    (SNAPSHOT_BUILT_BYTES, Counter, Some(Unit::Bytes), "Bytes of the snapshots built, by shard"),
+    (SNAPSHOT_BUILD_DURATION, Histogram, Some(Unit::Seconds), "Time to build a snapshot"),
+    (SNAPSHOT_INSTALLS, Counter, None, "Snapshots installed from a leader, by shard"),
+    (SNAPSHOT_INSTALLED_BYTES, Counter, Some(Unit::Bytes), "Bytes of the snapshots installed, by shard"),
+    (SNAPSHOT_INSTALL_DURATION, Histogram, Some(Unit::Seconds), "Time to install a snapshot"),
+    (INPUT_REQUIRED_WAIT, Histogram, Some(Unit::Seconds), "How long a task waited in input_required for its client's answers"),
+    (INFLIGHT, Gauge, None, "Plain tools/call requests running and tasks/result reads waiting, on this node"),
+    (RAFT_ELECTIONS, Counter, None, "Elections this node's replica of the shard started"),
+    (RAFT_PROPOSALS_IN_FLIGHT, Gauge, None, "Proposals under way on this node's replica of the shard"),
+    (SESSIONS_WITH_STREAMS, Gauge, None, "Sessions holding an open GET stream on this node"),
+    (HTTP_CONNECTIONS, Gauge, None, "Connections open on the MCP listener"),
+    (HTTP_CONNECTIONS_CLOSED, Counter, None, "Connections the MCP listener closed before serving a request, by cause"),
+    (READY, Gauge, None, "1 when the node is ready to serve (GET /readyz), else 0"),
+];
+
 /// Describe every metric to the recorder (their help text and units).
 pub(crate) fn describe() {
-    describe_counter!(MCP_REQUESTS, "MCP requests answered, by method and outcome");
-    describe_histogram!(
-        MCP_REQUEST_DURATION,
-        Unit::Seconds,
-        "Time from a request's body read to its answer (streams: to their first event), by method"
-    );
-    describe_counter!(
-        HTTP_REFUSALS,
-        "Requests refused before any method ran, by HTTP status and cause"
-    );
-    describe_gauge!(SSE_STREAMS, "SSE answers open on this node");
-    describe_counter!(TASKS_CREATED, "Tasks this node's gateway created");
-    describe_counter!(
-        TASKS_TERMINAL,
-        "Tasks that reached a terminal status on a shard this node led, by status"
-    );
-    describe_counter!(
-        TASK_CANCELS,
-        "tasks/cancel requests this node's gateway handled, by outcome"
-    );
-    describe_counter!(
-        TASKS_EXPIRED,
-        "Terminal tasks deleted at the end of their retention by a shard this node led"
-    );
-    describe_gauge!(LIVE_TASKS, "Task actors running on this node");
-    describe_gauge!(
-        SHARD_TASKS,
-        "Task records held by this node's replica of each shard"
-    );
-    describe_gauge!(RAFT_LEADER, "1 when this node leads the shard, else 0");
-    describe_gauge!(
-        RAFT_QUIESCENT,
-        "Groups whose replica on this node is quiescent, by role"
-    );
-    describe_counter!(RAFT_BEATS, "Node beats sent to peers, by outcome");
-    describe_gauge!(RAFT_TERM, "Raft term of this node's replica of the shard");
-    describe_gauge!(
-        RAFT_APPLIED_INDEX,
-        "Last log index applied by this node's replica of the shard"
-    );
-    describe_gauge!(
-        RAFT_LAST_LOG_INDEX,
-        "Last log index held by this node's replica of the shard"
-    );
-    describe_gauge!(
-        RAFT_COMMITTED_INDEX,
-        "Committed log index of the shard's group, as this replica knows it"
-    );
-    describe_gauge!(
-        RAFT_FOLLOWER_LAG,
-        "On a leader: entries a follower of the shard is behind"
-    );
-    describe_counter!(
-        RAFT_LEADER_CHANGES,
-        "Times this node's replica of the shard saw its leader change to another node"
-    );
-    describe_counter!(
-        RAFT_LEADERSHIPS_WON,
-        "Times this node became the leader of the shard"
-    );
-    describe_counter!(
-        FORWARDED,
-        "Requests forwarded to another node, by node and outcome"
-    );
-    describe_histogram!(
-        READ_BATCH,
-        "Reads per batch a gateway sent to another node on its read stream"
-    );
-    describe_histogram!(
-        STORAGE_FSYNC,
-        Unit::Seconds,
-        "One sync to disk of the write-ahead log (a group commit) or of the database"
-    );
-    describe_gauge!(WAL_SEGMENTS, "Segment files the write-ahead log has now");
-    describe_counter!(
-        WAL_WRITTEN_BYTES,
-        Unit::Bytes,
-        "Bytes written to the write-ahead log"
-    );
-    describe_histogram!(
-        RAFT_LOG_APPEND,
-        Unit::Seconds,
-        "A Raft log append, from the write to its flush on disk"
-    );
-    describe_counter!(SNAPSHOT_BUILDS, "Snapshots built, by shard");
-    describe_counter!(
-        SNAPSHOT_BUILT_BYTES,
-        Unit::Bytes,
-        "Bytes of the snapshots built, by shard"
-    );
-    describe_histogram!(
-        SNAPSHOT_BUILD_DURATION,
-        Unit::Seconds,
-        "Time to build a snapshot"
-    );
-    describe_counter!(
-        SNAPSHOT_INSTALLS,
-        "Snapshots installed from a leader, by shard"
-    );
-    describe_counter!(
-        SNAPSHOT_INSTALLED_BYTES,
-        Unit::Bytes,
-        "Bytes of the snapshots installed, by shard"
-    );
-    describe_histogram!(
-        SNAPSHOT_INSTALL_DURATION,
-        Unit::Seconds,
-        "Time to install a snapshot"
-    );
-    describe_histogram!(
-        INPUT_REQUIRED_WAIT,
-        Unit::Seconds,
-        "How long a task waited in input_required for its client's answers"
-    );
-    describe_gauge!(
-        INFLIGHT,
-        "Plain tools/call requests running and tasks/result reads waiting, on this node"
-    );
-    describe_counter!(
-        RAFT_ELECTIONS,
-        "Elections this node's replica of the shard started"
-    );
-    describe_gauge!(
-        RAFT_PROPOSALS_IN_FLIGHT,
-        "Proposals under way on this node's replica of the shard"
-    );
-    describe_gauge!(
-        SESSIONS_WITH_STREAMS,
-        "Sessions holding an open GET stream on this node"
-    );
-    describe_gauge!(HTTP_CONNECTIONS, "Connections open on the MCP listener");
-    describe_counter!(
-        HTTP_CONNECTIONS_CLOSED,
-        "Connections the MCP listener closed before serving a request, by cause"
-    );
-    describe_gauge!(
-        READY,
-        "1 when the node is ready to serve (GET /readyz), else 0"
-    );
+    metrics::with_recorder(|recorder| {
+        for &(name, kind, unit, help) in METRICS {
+            let (name, help) = (name.into(), help.into());
+            match kind {
+                Kind::Counter => recorder.describe_counter(name, unit, help),
+                Kind::Gauge => recorder.describe_gauge(name, unit, help),
+                Kind::Histogram => recorder.describe_histogram(name, unit, help),
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::METRICS;
+
+    /// No metric is described twice.
+    #[test]
+    fn every_metric_is_described_once() {
+        let mut names: Vec<&str> = METRICS.iter().map(|m| m.0).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), METRICS.len());
+    }
 }

@@ -186,10 +186,9 @@ impl ShardState {
                         "terminal statuses are set by finish or cancel".into(),
                     ));
                 }
-                self.update(task_id, Some(*term), index, |r| {
+                self.update(task_id, Some(*term), index, *at_ms, |r| {
                     r.status = *status;
                     r.status_message = message.clone();
-                    r.last_updated_at_ms = r.last_updated_at_ms.max(*at_ms);
                 })
             }
             Command::Finish {
@@ -205,21 +204,19 @@ impl ShardState {
                         "finish ends in completed or failed".into(),
                     ));
                 }
-                self.update(task_id, Some(*term), index, |r| {
+                self.update(task_id, Some(*term), index, *at_ms, |r| {
                     r.status = *status;
                     r.status_message = message.clone();
                     r.outcome = Some(outcome.clone());
-                    r.last_updated_at_ms = r.last_updated_at_ms.max(*at_ms);
                 })
             }
             Command::Cancel {
                 task_id,
                 message,
                 at_ms,
-            } => self.update(task_id, None, index, |r| {
+            } => self.update(task_id, None, index, *at_ms, |r| {
                 r.status = TaskStatus::Cancelled;
                 r.status_message = Some(message.clone());
-                r.last_updated_at_ms = r.last_updated_at_ms.max(*at_ms);
             }),
             Command::Resume {
                 task_id,
@@ -236,11 +233,10 @@ impl ShardState {
                     }
                     _ => {}
                 }
-                self.update(task_id, None, index, |r| {
+                self.update(task_id, None, index, *at_ms, |r| {
                     r.exec_term = *term;
                     r.status = TaskStatus::Working;
                     r.status_message = message.clone();
-                    r.last_updated_at_ms = r.last_updated_at_ms.max(*at_ms);
                 })
             }
             Command::Follow {
@@ -249,10 +245,9 @@ impl ShardState {
                 upstream_task,
                 message,
                 at_ms,
-            } => self.update(task_id, Some(*term), index, |r| {
+            } => self.update(task_id, Some(*term), index, *at_ms, |r| {
                 r.upstream_task = Some(upstream_task.clone());
                 r.status_message = message.clone();
-                r.last_updated_at_ms = r.last_updated_at_ms.max(*at_ms);
             }),
             Command::Import { records } => {
                 let mut inserted = Vec::new();
@@ -283,13 +278,15 @@ impl ShardState {
         }
     }
 
-    /// Change a live record. `term` (when given) must not be older than the record's execution
-    /// term; terminal records never change.
+    /// Change a live record, made at `at_ms` (its `last_updated_at_ms` never moves backwards).
+    /// `term` (when given) must not be older than the record's execution term; terminal records
+    /// never change.
     fn update(
         &mut self,
         task_id: &str,
         term: Option<u64>,
         index: u64,
+        at_ms: u64,
         change: impl FnOnce(&mut TaskRecord),
     ) -> Applied {
         let Some(r) = self.tasks.get_mut(task_id) else {
@@ -313,6 +310,7 @@ impl ShardState {
             r.updated_index
         );
         change(r);
+        r.last_updated_at_ms = r.last_updated_at_ms.max(at_ms);
         r.updated_index = index;
         if r.status.is_terminal() {
             self.live.remove(task_id);

@@ -63,6 +63,38 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
+    /// A spec with no title, description, output schema or annotations; [`ToolSpec::titled`]
+    /// and [`ToolSpec::described`] add the first two.
+    pub fn new(
+        name: impl Into<String>,
+        input_schema: Value,
+        task_support: TaskSupport,
+        resume: ResumePolicy,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            title: None,
+            description: None,
+            input_schema,
+            task_support,
+            resume,
+            output_schema: None,
+            annotations: None,
+        }
+    }
+
+    /// The same spec with the display name `title`.
+    pub fn titled(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// The same spec with the description `description`.
+    pub fn described(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
     /// The `tools/list` entry. `execution.taskSupport` is always present.
     pub fn to_wire(&self, with_execution: bool) -> Value {
         let mut v = json!({
@@ -453,16 +485,12 @@ mod tests {
     use super::*;
 
     fn spec(name: &str) -> ToolSpec {
-        ToolSpec {
-            name: name.to_string(),
-            title: None,
-            description: None,
-            input_schema: json!({"type": "object"}),
-            task_support: TaskSupport::Optional,
-            resume: ResumePolicy::Fail,
-            output_schema: None,
-            annotations: None,
-        }
+        ToolSpec::new(
+            name,
+            json!({"type": "object"}),
+            TaskSupport::Optional,
+            ResumePolicy::Fail,
+        )
     }
 
     /// A tool's entry carries only what it declares: a name made at run time, no title or

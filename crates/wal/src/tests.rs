@@ -23,6 +23,16 @@ fn expected(group: u32, range: std::ops::Range<u64>) -> Vec<(u64, Vec<u8>)> {
     range.map(|i| (i, entry(group, i))).collect()
 }
 
+/// A log in a new temporary directory, with `groups` registered.
+fn open_new(cfg: WalConfig, groups: &[u32]) -> (tempfile::TempDir, Wal) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::open(dir.path(), cfg).expect("open");
+    for &g in groups {
+        wal.register(g).expect("register");
+    }
+    (dir, wal)
+}
+
 /// Open the log in `dir`, waiting while a dropped log's sync thread still holds the
 /// directory's lock (it lets go as it ends).
 fn open_when_free(dir: &Path, cfg: WalConfig) -> io::Result<Wal> {
@@ -46,12 +56,15 @@ fn reopen(wal: Wal, dir: &Path, cfg: WalConfig) -> Wal {
     open_when_free(dir, cfg).expect("reopen")
 }
 
+/// Wait until all that was written is on disk, then [`reopen`].
+async fn sync_and_reopen(wal: Wal, dir: &Path, cfg: WalConfig) -> Wal {
+    wal.sync(wal.position()).await.expect("sync");
+    reopen(wal, dir, cfg)
+}
+
 #[tokio::test]
 async fn what_was_written_reads_back_and_survives_a_reopen() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let wal = Wal::open(dir.path(), WalConfig::default()).expect("open");
-    wal.register(3).expect("register");
-    wal.register(9).expect("register");
+    let (dir, wal) = open_new(WalConfig::default(), &[3, 9]);
     append_range(&wal, 3, 0..10);
     append_range(&wal, 9, 5..8);
     wal.set_meta(3, MetaKey::Vote, b"vote-1").expect("meta");
@@ -77,9 +90,7 @@ async fn what_was_written_reads_back_and_survives_a_reopen() {
 
 #[tokio::test]
 async fn truncate_and_purge_shape_the_log_and_replay_the_same() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let wal = Wal::open(dir.path(), WalConfig::default()).expect("open");
-    wal.register(1).expect("register");
+    let (dir, wal) = open_new(WalConfig::default(), &[1]);
     append_range(&wal, 1, 1..20);
     wal.truncate(1, 15).expect("truncate");
     // Rewritten after the truncation, with other bytes.
@@ -107,16 +118,13 @@ async fn truncate_and_purge_shape_the_log_and_replay_the_same() {
     assert_eq!(wal.bounds(1), None);
     assert!(wal.append(1, [(17, b"x")]).is_err());
     append_range(&wal, 1, 101..103);
-    wal.sync(wal.position()).await.expect("sync");
-    let wal = reopen(wal, dir.path(), WalConfig::default());
+    let wal = sync_and_reopen(wal, dir.path(), WalConfig::default()).await;
     assert_eq!(read_all(&wal, 1), expected(1, 101..103));
 }
 
 #[tokio::test]
 async fn a_hole_or_an_unknown_group_is_refused_and_changes_nothing() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let wal = Wal::open(dir.path(), WalConfig::default()).expect("open");
-    wal.register(1).expect("register");
+    let (_dir, wal) = open_new(WalConfig::default(), &[1]);
     append_range(&wal, 1, 0..3);
     let before = wal.position();
     let gap = wal.append(1, [(5, b"x".to_vec())]).expect_err("a hole");
@@ -137,9 +145,7 @@ async fn a_hole_or_an_unknown_group_is_refused_and_changes_nothing() {
 
 #[tokio::test]
 async fn a_write_cut_short_at_the_end_is_dropped_at_open() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let wal = Wal::open(dir.path(), WalConfig::default()).expect("open");
-    wal.register(1).expect("register");
+    let (dir, wal) = open_new(WalConfig::default(), &[1]);
     let end = append_range(&wal, 1, 0..5);
     wal.sync(end).await.expect("sync");
     drop(wal);
@@ -171,9 +177,7 @@ async fn a_write_cut_short_at_the_end_is_dropped_at_open() {
 
 #[tokio::test]
 async fn a_damaged_record_before_the_end_fails_the_open() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let wal = Wal::open(dir.path(), small()).expect("open");
-    wal.register(1).expect("register");
+    let (dir, wal) = open_new(small(), &[1]);
     // Enough to fill the first segment and start a second (a segment rolls between writes).
     let mut end = Position(0);
     for i in 0..400 {
@@ -194,10 +198,7 @@ async fn a_damaged_record_before_the_end_fails_the_open() {
 
 #[tokio::test]
 async fn dead_segments_are_deleted_and_the_checkpoint_keeps_what_they_held() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let wal = Wal::open(dir.path(), small()).expect("open");
-    wal.register(1).expect("register");
-    wal.register(2).expect("register");
+    let (dir, wal) = open_new(small(), &[1, 2]);
     wal.set_meta(2, MetaKey::Vote, b"vote of 2").expect("meta");
     wal.purge(2, 6, b"purged 2").expect("purge");
     // Group 1 writes many segments; group 2 wrote its values only at the start.
@@ -240,21 +241,17 @@ async fn dead_segments_are_deleted_and_the_checkpoint_keeps_what_they_held() {
 
 #[tokio::test]
 async fn a_dropped_group_is_gone_after_a_reopen_and_can_start_again() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let wal = Wal::open(dir.path(), WalConfig::default()).expect("open");
-    wal.register(4).expect("register");
+    let (dir, wal) = open_new(WalConfig::default(), &[4]);
     append_range(&wal, 4, 0..3);
     wal.set_meta(4, MetaKey::Vote, b"v").expect("meta");
     wal.drop_group(4).expect("drop");
     assert!(!wal.contains(4));
-    wal.sync(wal.position()).await.expect("sync");
-    let wal = reopen(wal, dir.path(), WalConfig::default());
+    let wal = sync_and_reopen(wal, dir.path(), WalConfig::default()).await;
     assert!(wal.groups().is_empty());
     wal.register(4).expect("register");
     assert_eq!(wal.meta(4, MetaKey::Vote), None);
     append_range(&wal, 4, 10..12);
-    wal.sync(wal.position()).await.expect("sync");
-    let wal = reopen(wal, dir.path(), WalConfig::default());
+    let wal = sync_and_reopen(wal, dir.path(), WalConfig::default()).await;
     assert_eq!(read_all(&wal, 4), expected(4, 10..12));
 }
 
@@ -284,12 +281,8 @@ fn a_segment_size_out_of_range_is_refused() {
 
 #[tokio::test]
 async fn concurrent_appends_of_many_groups_share_syncs_and_all_become_durable() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let wal = Wal::open(dir.path(), WalConfig::default()).expect("open");
     let groups = 16u32;
-    for g in 0..groups {
-        wal.register(g).expect("register");
-    }
+    let (dir, wal) = open_new(WalConfig::default(), &(0..groups).collect::<Vec<_>>());
     let mut tasks = Vec::new();
     for g in 0..groups {
         let wal = wal.clone();
@@ -314,11 +307,7 @@ async fn concurrent_appends_of_many_groups_share_syncs_and_all_become_durable() 
 /// dropped group) still holds after a reopen that replays the older segment first.
 #[tokio::test]
 async fn an_idle_group_keeps_only_its_own_segment_and_deleted_records_still_count() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let wal = Wal::open(dir.path(), small()).expect("open");
-    for g in [1, 2, 3, 4] {
-        wal.register(g).expect("register");
-    }
+    let (dir, wal) = open_new(small(), &[1, 2, 3, 4]);
     // Segment 1: the idle group 1, and groups 3 and 4.
     append_range(&wal, 1, 0..4);
     append_range(&wal, 3, 0..6);
@@ -360,8 +349,7 @@ async fn an_idle_group_keeps_only_its_own_segment_and_deleted_records_still_coun
     assert_eq!(read_all(&wal, 2), expected(2, next - 2..next));
     // Group 3 goes on from where the truncation left it.
     append_range(&wal, 3, 2..3);
-    wal.sync(wal.position()).await.expect("sync");
-    let wal = reopen(wal, dir.path(), small());
+    let wal = sync_and_reopen(wal, dir.path(), small()).await;
     assert_eq!(read_all(&wal, 3), expected(3, 0..3));
 }
 
@@ -369,16 +357,13 @@ async fn an_idle_group_keeps_only_its_own_segment_and_deleted_records_still_coun
 /// first index through a purge that reaches only up to before it.
 #[tokio::test]
 async fn a_purge_short_of_the_first_entry_keeps_the_log_where_it_starts() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let wal = Wal::open(dir.path(), WalConfig::default()).expect("open");
-    wal.register(1).expect("register");
+    let (dir, wal) = open_new(WalConfig::default(), &[1]);
     append_range(&wal, 1, 5..8);
     wal.purge(1, 2, b"p2").expect("purge");
     assert_eq!(wal.bounds(1), Some((5, 7)));
     assert_eq!(read_all(&wal, 1), expected(1, 5..8));
     append_range(&wal, 1, 8..9);
-    wal.sync(wal.position()).await.expect("sync");
-    let wal = reopen(wal, dir.path(), WalConfig::default());
+    let wal = sync_and_reopen(wal, dir.path(), WalConfig::default()).await;
     assert_eq!(read_all(&wal, 1), expected(1, 5..9));
     assert_eq!(wal.purged(1), Some((2, b"p2".to_vec())));
 }
@@ -479,10 +464,7 @@ async fn a_log_whose_entries_are_all_purged_shrinks_to_a_checkpoint_on_its_own()
 /// bytes in the active one.
 #[tokio::test]
 async fn held_bytes_counts_closed_segments_whole_and_the_active_one_by_entry() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let wal = Wal::open(dir.path(), small()).expect("open");
-    wal.register(1).expect("register");
-    wal.register(2).expect("register");
+    let (dir, wal) = open_new(small(), &[1, 2]);
     assert_eq!(wal.held_bytes(1, 0), 0);
     assert_eq!(wal.held_bytes(9, 0), 0);
     // Entry 0 of group 1 in segment 1, which group 2 then fills.

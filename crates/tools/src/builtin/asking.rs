@@ -53,18 +53,14 @@ pub async fn elicit(
 /// capability; not rerun after a failover.
 pub fn confirm_delete() -> Builtin {
     Builtin {
-        spec: ToolSpec {
-            name: "confirm_delete".into(),
-            title: Some("Confirm delete".into()),
-            description: Some(
-                "Asks the user to confirm, then says whether it deleted `filename`.".into(),
-            ),
-            input_schema: one_string("filename"),
-            task_support: TaskSupport::Required,
-            resume: ResumePolicy::Fail,
-            output_schema: None,
-            annotations: None,
-        },
+        spec: ToolSpec::new(
+            "confirm_delete",
+            one_string("filename"),
+            TaskSupport::Required,
+            ResumePolicy::Fail,
+        )
+        .titled("Confirm delete")
+        .described("Asks the user to confirm, then says whether it deleted `filename`."),
         validate: |args| params::req_str(args, "filename").map(|_| ()),
         run: |args, ctx| {
             let filename = str_arg(&args, "filename");
@@ -108,16 +104,14 @@ pub fn multi_input() -> Builtin {
 /// A task-only `multi_input` described by `description`, running `run`.
 pub fn multi_input_asking(description: &str, run: Run) -> Builtin {
     Builtin {
-        spec: ToolSpec {
-            name: "multi_input".into(),
-            title: Some("Multi input".into()),
-            description: Some(description.into()),
-            input_schema: empty_schema(),
-            task_support: TaskSupport::Required,
-            resume: ResumePolicy::Fail,
-            output_schema: None,
-            annotations: None,
-        },
+        spec: ToolSpec::new(
+            "multi_input",
+            empty_schema(),
+            TaskSupport::Required,
+            ResumePolicy::Fail,
+        )
+        .titled("Multi input")
+        .described(description),
         validate: no_args,
         run,
     }
@@ -149,18 +143,14 @@ pub async fn ask_name_and_colour(ctx: ToolContext, at_once: bool) -> ToolResult 
 /// capability.
 pub fn ask_model() -> Builtin {
     Builtin {
-        spec: ToolSpec {
-            name: "ask_model".into(),
-            title: Some("Ask model".into()),
-            description: Some(
-                "Asks the client's model (sampling/createMessage) and returns its text.".into(),
-            ),
-            input_schema: one_string("prompt"),
-            task_support: TaskSupport::Required,
-            resume: ResumePolicy::Rerun,
-            output_schema: None,
-            annotations: None,
-        },
+        spec: ToolSpec::new(
+            "ask_model",
+            one_string("prompt"),
+            TaskSupport::Required,
+            ResumePolicy::Rerun,
+        )
+        .titled("Ask model")
+        .described("Asks the client's model (sampling/createMessage) and returns its text."),
         validate: |args| params::req_str(args, "prompt").map(|_| ()),
         run: |args, ctx| {
             let prompt = str_arg(&args, "prompt");

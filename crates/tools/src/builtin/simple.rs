@@ -19,16 +19,14 @@ use crate::{text_result, ResumePolicy, ToolContext, ToolResult, ToolSpec};
 /// `greet {name}`: answers at once with `Hello, {name}!`; never runs as a task.
 pub fn greet() -> Builtin {
     Builtin {
-        spec: ToolSpec {
-            name: "greet".into(),
-            title: Some("Greet".into()),
-            description: Some("Answers at once with a greeting for `name`.".into()),
-            input_schema: one_string("name"),
-            task_support: TaskSupport::Forbidden,
-            resume: ResumePolicy::Rerun,
-            output_schema: None,
-            annotations: None,
-        },
+        spec: ToolSpec::new(
+            "greet",
+            one_string("name"),
+            TaskSupport::Forbidden,
+            ResumePolicy::Rerun,
+        )
+        .titled("Greet")
+        .described("Answers at once with a greeting for `name`."),
         validate: |args| params::req_str(args, "name").map(|_| ()),
         run: |args, _ctx| {
             let name = str_arg(&args, "name");
@@ -42,11 +40,9 @@ pub fn greet() -> Builtin {
 /// progress token, then answers with the label and the seconds. Stops when cancelled.
 pub fn slow_compute() -> Builtin {
     Builtin {
-        spec: ToolSpec {
-            name: "slow_compute".into(),
-            title: Some("Slow compute".into()),
-            description: Some("Works for `seconds` seconds, reporting progress about every second, then answers with the label and the seconds.".into()),
-            input_schema: json!({
+        spec: ToolSpec::new(
+            "slow_compute",
+            json!({
                 "type": "object",
                 "properties": {
                     "seconds": { "type": "number", "minimum": 0, "maximum": SLOW_COMPUTE_MAX_SECONDS },
@@ -54,11 +50,11 @@ pub fn slow_compute() -> Builtin {
                 },
                 "required": ["seconds"],
             }),
-            task_support: TaskSupport::Optional,
-            resume: ResumePolicy::Rerun,
-            output_schema: None,
-            annotations: None,
-        },
+            TaskSupport::Optional,
+            ResumePolicy::Rerun,
+        )
+        .titled("Slow compute")
+        .described("Works for `seconds` seconds, reporting progress about every second, then answers with the label and the seconds."),
         validate: |args| {
             let s = params::req_f64(args, "seconds")?;
             if !(0.0..=SLOW_COMPUTE_MAX_SECONDS).contains(&s) {
@@ -117,18 +113,14 @@ async fn run_slow_compute(seconds: f64, label: String, ctx: ToolContext) -> Tool
 /// task only.
 pub fn failing_job() -> Builtin {
     Builtin {
-        spec: ToolSpec {
-            name: "failing_job".into(),
-            title: Some("Failing job".into()),
-            description: Some(
-                "Runs about one second, then answers with a tool error (isError: true).".into(),
-            ),
-            input_schema: empty_schema(),
-            task_support: TaskSupport::Required,
-            resume: ResumePolicy::Rerun,
-            output_schema: None,
-            annotations: None,
-        },
+        spec: ToolSpec::new(
+            "failing_job",
+            empty_schema(),
+            TaskSupport::Required,
+            ResumePolicy::Rerun,
+        )
+        .titled("Failing job")
+        .described("Runs about one second, then answers with a tool error (isError: true)."),
         validate: no_args,
         run: |_args, ctx| {
             async move {
@@ -148,16 +140,14 @@ pub fn failing_job() -> Builtin {
 /// `protocol_error_job {}`: fails at once with JSON-RPC error `-32603`.
 pub fn protocol_error_job() -> Builtin {
     Builtin {
-        spec: ToolSpec {
-            name: "protocol_error_job".into(),
-            title: Some("Protocol error job".into()),
-            description: Some("Fails with JSON-RPC error -32603.".into()),
-            input_schema: empty_schema(),
-            task_support: TaskSupport::Optional,
-            resume: ResumePolicy::Rerun,
-            output_schema: None,
-            annotations: None,
-        },
+        spec: ToolSpec::new(
+            "protocol_error_job",
+            empty_schema(),
+            TaskSupport::Optional,
+            ResumePolicy::Rerun,
+        )
+        .titled("Protocol error job")
+        .described("Fails with JSON-RPC error -32603."),
         validate: no_args,
         run: |_args, _ctx| {
             async move {
