@@ -180,6 +180,22 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Peer {
     }
 }
 
+/// The caller of a request that passed the front checks ([`front`]); a request that did not is
+/// answered with its refusal before the handler runs.
+pub(crate) struct Fronted(pub(crate) Identity);
+
+impl axum::extract::FromRequestParts<std::sync::Arc<Gateway>> for Fronted {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        gw: &std::sync::Arc<Gateway>,
+    ) -> Result<Self, Self::Rejection> {
+        let Ok(Peer(peer)) = Peer::from_request_parts(parts, gw).await;
+        front(gw, peer, &parts.headers).await.map(Fronted)
+    }
+}
+
 /// Common front checks (origin, authentication, the request rate); the caller on success. A
 /// token that verifies is heard whatever others sent from its address.
 pub(crate) async fn front(

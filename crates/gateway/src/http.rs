@@ -24,7 +24,9 @@ use crate::audit;
 use crate::auth::Operation;
 use crate::delivery::JsonMessage;
 use crate::dispatch::{self, Cx, Reply};
-use crate::front::{forbidden_without_scope, front, plain, rpc_error, session_of, too_many, Peer};
+use crate::front::{
+    forbidden_without_scope, front, plain, rpc_error, session_of, too_many, Fronted, Peer,
+};
 use crate::resume::{self, open_get_reader, primes, EventId, Opening, Out, Reader, ResumeError};
 use crate::session::SessionClaims;
 use crate::spans::{otel_answered, otel_span, request_facts, request_span};
@@ -361,13 +363,9 @@ fn sse(gw: &Arc<Gateway>, source: Source) -> Response {
 
 async fn handle_get(
     State(gw): State<Arc<Gateway>>,
-    Peer(peer): Peer,
+    Fronted(identity): Fronted,
     headers: HeaderMap,
 ) -> Response {
-    let identity = match front(&gw, peer, &headers).await {
-        Ok(i) => i,
-        Err(r) => return r,
-    };
     if let Some(r) = forbidden_without_scope(&gw, &identity, Some(Operation::Read), "GET", None) {
         return r;
     }
@@ -506,14 +504,10 @@ fn too_many_streams() -> Response {
 
 async fn handle_delete(
     State(gw): State<Arc<Gateway>>,
-    Peer(peer): Peer,
+    Fronted(identity): Fronted,
     headers: HeaderMap,
 ) -> Response {
-    let principal = match front(&gw, peer, &headers).await {
-        Ok(i) => i.principal,
-        Err(r) => return r,
-    };
-    let (id, claims) = match session_of(&gw, &headers, &principal) {
+    let (id, claims) = match session_of(&gw, &headers, &identity.principal) {
         Ok(s) => s,
         Err(r) => return r,
     };

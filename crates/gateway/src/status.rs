@@ -9,10 +9,10 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::front::{front, plain, Peer};
+use crate::front::{plain, Fronted};
 use crate::{metrics, Gateway};
 
 impl Gateway {
@@ -118,34 +118,32 @@ pub(crate) async fn handle_readyz(State(gw): State<Arc<Gateway>>) -> Response {
     }
 }
 
-/// The front checks of `/mcp`, and with authentication on, that the caller is one of
-/// `auth.status_principals` (403 otherwise): who may read `/status` and `/metrics`.
-async fn may_read_status(
-    gw: &Gateway,
-    peer: Option<std::net::IpAddr>,
-    headers: &HeaderMap,
-) -> Result<(), Response> {
-    let identity = front(gw, peer, headers).await?;
-    if !gw.auth.may_read_status(&identity) {
-        return Err(plain(
-            StatusCode::FORBIDDEN,
-            "Forbidden: not one of auth.status_principals",
-        ));
+/// A caller who may read `/status` and `/metrics`: the front checks of `/mcp`, and with
+/// authentication on, one of `auth.status_principals` (403 otherwise).
+pub(crate) struct StatusReader;
+
+impl axum::extract::FromRequestParts<Arc<Gateway>> for StatusReader {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        gw: &Arc<Gateway>,
+    ) -> Result<Self, Self::Rejection> {
+        let Fronted(identity) = Fronted::from_request_parts(parts, gw).await?;
+        if !gw.auth.may_read_status(&identity) {
+            return Err(plain(
+                StatusCode::FORBIDDEN,
+                "Forbidden: not one of auth.status_principals",
+            ));
+        }
+        Ok(StatusReader)
     }
-    Ok(())
 }
 
 /// `GET /metrics` on the MCP listener: the same rules as `/status` (with authentication on,
 /// only the principals of `auth.status_principals`).
-pub(crate) async fn handle_metrics(
-    State(gw): State<Arc<Gateway>>,
-    Peer(peer): Peer,
-    headers: HeaderMap,
-) -> Response {
-    if let Err(r) = may_read_status(&gw, peer, &headers).await {
-        return r;
-    }
-    handle_open_metrics(State(gw)).await
+pub(crate) async fn handle_metrics(gw: State<Arc<Gateway>>, _: StatusReader) -> Response {
+    handle_open_metrics(gw).await
 }
 
 /// The metrics in the Prometheus text format, this node's state read now; 404 when metrics
@@ -173,14 +171,7 @@ async fn handle_open_metrics(State(gw): State<Arc<Gateway>>) -> Response {
 /// counts), for operators and tests. Same Origin, authentication and rate-limit rules as `/mcp`;
 /// with authentication on, only the principals of `auth.status_principals` may read it (the
 /// node's task counts would tell a caller about other principals' tasks).
-pub(crate) async fn handle_status(
-    State(gw): State<Arc<Gateway>>,
-    Peer(peer): Peer,
-    headers: HeaderMap,
-) -> Response {
-    if let Err(r) = may_read_status(&gw, peer, &headers).await {
-        return r;
-    }
+pub(crate) async fn handle_status(State(gw): State<Arc<Gateway>>, _: StatusReader) -> Response {
     let status = gw.router.shard_status();
     let node = status
         .first()

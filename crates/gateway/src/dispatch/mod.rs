@@ -25,6 +25,7 @@ use taskmesh_task::TaskView;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::service::task_id_param;
 pub use crate::session::Cx;
 use crate::{wire, Gateway};
 
@@ -74,7 +75,7 @@ fn typed(id: &RequestId, r: Result<impl Serialize, ErrorObject>) -> Reply {
     }
 }
 
-/// The answer of a `tasks/get` or `tasks/cancel`: the task's `Task` object, rendered from the
+/// The answer of a `tasks/get` or `tasks/cancel`: the task's `Task` object, written from the
 /// view as it stands.
 fn task_answer(id: &RequestId, r: Result<TaskView, ErrorObject>) -> Reply {
     match r {
@@ -115,7 +116,10 @@ pub async fn request(
         // result's state around (see docs/benchmarks.md).
         "tools/call" => return Box::pin(tools::tools_call(gw, cx, id, p)).await,
         // The task answers are serialised straight from their view (the hot path of polls).
-        "tasks/get" if tasks => return task_answer(&id, tasks::tasks_get(gw, cx, p).await),
+        "tasks/get" if tasks => {
+            let task = async { gw.get_task(&cx.principal, task_id_param(p)?).await };
+            return task_answer(&id, task.await);
+        }
         "tasks/cancel" if tasks => {
             return task_answer(&id, Box::pin(tasks::tasks_cancel(gw, cx, p)).await)
         }

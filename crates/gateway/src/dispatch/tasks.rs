@@ -27,15 +27,7 @@ use crate::{wire, Gateway};
 /// task (their producers end at once; this only bounds a stuck one).
 const TAKE_OVER_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
 
-pub(super) async fn tasks_get(
-    gw: &Arc<Gateway>,
-    cx: &Cx,
-    p: &Map<String, Value>,
-) -> Result<TaskView, ErrorObject> {
-    let task_id = task_id_param(p)?;
-    gw.get_task(&cx.principal, task_id).await
-}
-
+/// `tasks/cancel`: the task after the cancellation.
 pub(super) async fn tasks_cancel(
     gw: &Arc<Gateway>,
     cx: &Cx,

@@ -64,6 +64,19 @@ fn malformed(message: impl Into<String>) -> Failure {
     }
 }
 
+/// The entry `key` of `_meta`, read by `read`; an absent one or one of another type is
+/// `-32602` naming it and the type it must have (`what`).
+fn meta_field<'a, T: ?Sized>(
+    meta: &'a Map<String, Value>,
+    key: &str,
+    read: fn(&'a Value) -> Option<&'a T>,
+    what: &str,
+) -> Result<&'a T, Failure> {
+    meta.get(key)
+        .and_then(read)
+        .ok_or_else(|| malformed(format!("Invalid params: '_meta.{key}' must be {what}")))
+}
+
 /// Check the request's `_meta` and headers (see the module doc).
 pub(super) fn check(
     headers: &HeaderMap,
@@ -76,22 +89,8 @@ pub(super) fn check(
              client capabilities",
         )
     })?;
-    let version = meta
-        .get(META_VERSION)
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            malformed(format!(
-                "Invalid params: '_meta.{META_VERSION}' must be a string"
-            ))
-        })?;
-    let caps = meta
-        .get(META_CAPABILITIES)
-        .and_then(Value::as_object)
-        .ok_or_else(|| {
-            malformed(format!(
-                "Invalid params: '_meta.{META_CAPABILITIES}' must be an object"
-            ))
-        })?;
+    let version = meta_field(meta, META_VERSION, Value::as_str, "a string")?;
+    let caps = meta_field(meta, META_CAPABILITIES, Value::as_object, "an object")?;
     // The header is compared first: a body that names an unsupported version under a header
     // that names another one is a mismatch.
     match headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()) {

@@ -258,15 +258,15 @@ async fn dispatch(
                 "{method} needs the tasks extension ({EXTENSION}) declared in the request's client capabilities"
             )))
         }
-        "tasks/get" => return tasks_get(gw, principal, p).await,
+        "tasks/get" => return tasks_get(gw, principal, task_id_param(p)?).await,
         "subscriptions/listen" => {
             return Ok(match listen::open(gw, principal, p, declared).await? {
                 Ok(l) => Answer::Listen(l),
                 Err(refused) => Answer::Refused(refused),
             })
         }
-        "tasks/update" => tasks_update(gw, principal, p).await?,
-        "tasks/cancel" => tasks_cancel(gw, principal, p).await?,
+        "tasks/update" => tasks_update(gw, principal, task_id_param(p)?, p).await?,
+        "tasks/cancel" => tasks_cancel(gw, principal, task_id_param(p)?).await?,
         _ => return Err(ErrorObject::method_not_found(method)),
     };
     Ok(Answer::Value(value))
@@ -297,9 +297,8 @@ fn discover() -> Value {
 async fn tasks_get(
     gw: &Arc<Gateway>,
     principal: &str,
-    p: &Map<String, Value>,
+    task_id: &str,
 ) -> Result<Answer, ErrorObject> {
-    let task_id = task_id_param(p)?;
     Ok(match gw.read_task(principal, task_id, true).await? {
         TaskRead::Task(task) => Answer::Working(task),
         read => Answer::Value(complete(tasks::detailed(&read))),
@@ -311,9 +310,9 @@ async fn tasks_get(
 async fn tasks_update(
     gw: &Arc<Gateway>,
     principal: &str,
+    task_id: &str,
     p: &Map<String, Value>,
 ) -> Result<Value, ErrorObject> {
-    let task_id = task_id_param(p)?;
     let responses = p
         .get("inputResponses")
         .and_then(Value::as_object)
@@ -336,9 +335,8 @@ async fn tasks_update(
 async fn tasks_cancel(
     gw: &Arc<Gateway>,
     principal: &str,
-    p: &Map<String, Value>,
+    task_id: &str,
 ) -> Result<Value, ErrorObject> {
-    let task_id = task_id_param(p)?;
     match gw.cancel_task(task_id, principal).await {
         Ok(_) | Err(HostError::Terminal(_)) => Ok(complete(Map::new())),
         Err(e) => Err(gw.task_error(principal, task_id, &e)),

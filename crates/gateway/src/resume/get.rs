@@ -27,39 +27,25 @@ pub(crate) fn open_get_reader(
     id: &str,
     claims: &SessionClaims,
 ) -> Option<Reader> {
-    match gw.sessions.open_stream(id) {
-        Some(OpenedStream {
-            rx,
-            tx,
-            carried,
-            present,
-            gone,
-        }) => {
-            // When the stream ends, the requests it carried that are still unanswered go to
-            // the task's next `tasks/result` stream: the client may not have read them.
-            let gw2 = gw.clone();
-            tokio::spawn(async move {
-                tx.closed().await;
-                drop(tx);
-                let carried = std::mem::take(&mut *carried.lock());
-                for (task_id, request_id) in carried {
-                    gw2.claim(&task_id, &request_id, true).await;
-                }
-            });
-            let reader = gw.hub.open(
-                Opening {
-                    session: id,
-                    primes: primes(claims),
-                    origin: None,
-                    presence: Some(present),
-                    gone: Some(gone),
-                    released: None,
-                },
-                None,
-                rx,
-            );
-            Some(reader)
+    let opened: OpenedStream = gw.sessions.open_stream(id)?;
+    // When the stream ends, the requests it carried that are still unanswered go to the task's
+    // next `tasks/result` stream: the client may not have read them.
+    let (gw2, tx, carried) = (gw.clone(), opened.tx, opened.carried);
+    tokio::spawn(async move {
+        tx.closed().await;
+        drop(tx);
+        let carried = std::mem::take(&mut *carried.lock());
+        for (task_id, request_id) in carried {
+            gw2.claim(&task_id, &request_id, true).await;
         }
-        None => None,
-    }
+    });
+    let opening = Opening {
+        session: id,
+        primes: primes(claims),
+        origin: None,
+        presence: Some(opened.present),
+        gone: Some(opened.gone),
+        released: None,
+    };
+    Some(gw.hub.open(opening, None, opened.rx))
 }

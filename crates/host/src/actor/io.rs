@@ -28,23 +28,15 @@ impl ToolIo for ActorIo {
     }
 
     fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {
-        let (reply, rx) = oneshot::channel();
-        let sent = self
-            .actor
-            .cast(TaskMsg::Outbound {
+        let stopped = Err(ErrorObject::internal("the task stopped"));
+        self.ask(
+            |reply| TaskMsg::Outbound {
                 method,
                 params,
                 reply,
-            })
-            .is_ok();
-        async move {
-            if !sent {
-                return Err(ErrorObject::internal("the task stopped"));
-            }
-            rx.await
-                .unwrap_or_else(|_| Err(ErrorObject::internal("the task stopped")))
-        }
-        .boxed()
+            },
+            stopped,
+        )
     }
 
     fn log(
@@ -65,20 +57,33 @@ impl ToolIo for ActorIo {
         &self,
         upstream_task: String,
     ) -> BoxFuture<'static, Result<(), String>> {
-        let (reply, rx) = oneshot::channel();
-        let sent = self
-            .actor
-            .cast(TaskMsg::Follow {
+        let stopped = Err("the task stopped".to_string());
+        self.ask(
+            |reply| TaskMsg::Follow {
                 upstream_task,
                 reply,
-            })
-            .is_ok();
+            },
+            stopped,
+        )
+    }
+}
+
+impl ActorIo {
+    /// Cast the message `msg` makes around a reply channel and wait for the actor's answer;
+    /// `stopped` when the actor is gone or drops the message unanswered.
+    fn ask<T: Send + 'static>(
+        &self,
+        msg: impl FnOnce(oneshot::Sender<T>) -> TaskMsg,
+        stopped: T,
+    ) -> BoxFuture<'static, T> {
+        let (reply, rx) = oneshot::channel();
+        let sent = self.actor.cast(msg(reply)).is_ok();
         async move {
-            if !sent {
-                return Err("the task stopped".to_string());
+            if sent {
+                rx.await.unwrap_or(stopped)
+            } else {
+                stopped
             }
-            rx.await
-                .unwrap_or_else(|_| Err("the task stopped".to_string()))
         }
         .boxed()
     }

@@ -300,7 +300,9 @@ impl Peers {
             None => return Err(HostError::Unavailable("attachment closed".into())),
         };
         let task = match first {
-            Some(Event::Terminal(r)) => return Ok(Attachment::Terminal(Box::new(record_of(Some(r))?))),
+            Some(Event::Terminal(r)) => {
+                return Ok(Attachment::Terminal(Box::new(record_of(Some(r))?)))
+            }
             Some(Event::Current(v)) => view_of(Some(v))?,
             _ => {
                 return Err(HostError::Internal(
