@@ -9,6 +9,14 @@ use taskmesh_host::{HostError, TaskRead};
 use taskmesh_rpc::v1;
 use taskmesh_task::{ClientCaps, Outcome, TaskRecord, TaskStatus, TaskView, ToolRequest};
 
+/// A struct literal whose fields listed in brackets move from the fields of the same name of
+/// `$from` (the two forms agree on their name and type), and whose other fields are given.
+macro_rules! moving {
+    ($($ty:ident)::+ { [$($same:ident),* $(,)?] from $from:ident, $($field:ident: $value:expr),* $(,)? }) => {
+        $($ty)::+ { $($same: $from.$same,)* $($field: $value,)* }
+    };
+}
+
 /// The wire form of a status.
 pub fn status_to_pb(s: TaskStatus) -> v1::TaskStatus {
     match s {
@@ -34,30 +42,21 @@ pub fn status_from_pb(s: v1::TaskStatus) -> Option<TaskStatus> {
 
 /// The wire form of a view; its strings move into it (no copy).
 pub fn view_to_pb(v: TaskView) -> v1::TaskView {
-    v1::TaskView {
-        task_id: v.task_id,
+    moving!(v1::TaskView {
+        [task_id, status_message, created_at_ms, last_updated_at_ms, ttl_ms, poll_interval_ms,
+         updated_index] from v,
         status: status_to_pb(v.status) as i32,
-        status_message: v.status_message,
-        created_at_ms: v.created_at_ms,
-        last_updated_at_ms: v.last_updated_at_ms,
-        ttl_ms: v.ttl_ms,
-        poll_interval_ms: v.poll_interval_ms,
-        updated_index: v.updated_index,
-    }
+    })
 }
 
 /// A view from a peer; `None` when it is malformed (no status).
 pub fn view_from_pb(v: v1::TaskView) -> Option<TaskView> {
-    Some(TaskView {
-        status: status_from_pb(v1::TaskStatus::try_from(v.status).ok()?)?,
-        task_id: v.task_id,
-        status_message: v.status_message,
-        created_at_ms: v.created_at_ms,
-        last_updated_at_ms: v.last_updated_at_ms,
-        ttl_ms: v.ttl_ms,
-        poll_interval_ms: v.poll_interval_ms,
-        updated_index: v.updated_index,
-    })
+    let status = status_from_pb(v1::TaskStatus::try_from(v.status).ok()?)?;
+    Some(moving!(TaskView {
+        [task_id, status_message, created_at_ms, last_updated_at_ms, ttl_ms, poll_interval_ms,
+         updated_index] from v,
+        status: status,
+    }))
 }
 
 /// The wire form of a read's answer (a `ReadTasks` result); its strings move into it.
@@ -96,16 +95,10 @@ pub fn read_from_pb(
 
 /// The wire form of a record; the record's strings move into it (no copy).
 pub fn record_to_pb(r: TaskRecord) -> v1::TaskRecord {
-    v1::TaskRecord {
-        task_id: r.task_id,
-        owner: r.owner,
-        session: r.session,
+    moving!(v1::TaskRecord {
+        [task_id, owner, session, status_message, created_at_ms, last_updated_at_ms, ttl_ms,
+         poll_interval_ms, exec_term, updated_index, upstream_task] from r,
         status: status_to_pb(r.status) as i32,
-        status_message: r.status_message,
-        created_at_ms: r.created_at_ms,
-        last_updated_at_ms: r.last_updated_at_ms,
-        ttl_ms: r.ttl_ms,
-        poll_interval_ms: r.poll_interval_ms,
         request: Some(request_to_pb(r.request)),
         outcome: r.outcome.map(|o| v1::Outcome {
             kind: Some(match o {
@@ -121,43 +114,32 @@ pub fn record_to_pb(r: TaskRecord) -> v1::TaskRecord {
                 }),
             }),
         }),
-        exec_term: r.exec_term,
-        updated_index: r.updated_index,
-        upstream_task: r.upstream_task,
-    }
+    })
 }
 
 /// The wire form of a tool request; its strings move into it (no copy) and the client
 /// capabilities are always set.
 pub fn request_to_pb(r: ToolRequest) -> v1::ToolRequest {
-    v1::ToolRequest {
-        tool: r.tool,
-        arguments_json: r.arguments_json,
-        progress_token_json: r.progress_token_json,
+    moving!(v1::ToolRequest {
+        [tool, arguments_json, progress_token_json, answers_json, traceparent] from r,
         client: Some(v1::ClientCaps {
             elicitation: r.client.elicitation,
             sampling: r.client.sampling,
         }),
-        answers_json: r.answers_json,
-        traceparent: r.traceparent,
-    }
+    })
 }
 
 /// A tool request from the wire; missing client capabilities read as neither
 /// elicitation nor sampling.
 pub fn request_from_pb(r: v1::ToolRequest) -> ToolRequest {
     let client = r.client.unwrap_or_default();
-    ToolRequest {
-        tool: r.tool,
-        arguments_json: r.arguments_json,
-        progress_token_json: r.progress_token_json,
+    moving!(ToolRequest {
+        [tool, arguments_json, progress_token_json, answers_json, traceparent] from r,
         client: ClientCaps {
             elicitation: client.elicitation,
             sampling: client.sampling,
         },
-        answers_json: r.answers_json,
-        traceparent: r.traceparent,
-    }
+    })
 }
 
 /// A record from a peer; `None` when it is malformed.
@@ -172,22 +154,14 @@ pub fn record_from_pb(r: v1::TaskRecord) -> Option<TaskRecord> {
             data_json: e.data_json,
         }),
     };
-    Some(TaskRecord {
-        task_id: r.task_id,
-        owner: r.owner,
-        session: r.session,
-        status,
-        status_message: r.status_message,
-        created_at_ms: r.created_at_ms,
-        last_updated_at_ms: r.last_updated_at_ms,
-        ttl_ms: r.ttl_ms,
-        poll_interval_ms: r.poll_interval_ms,
-        request: request_from_pb(r.request?),
-        outcome,
-        exec_term: r.exec_term,
-        updated_index: r.updated_index,
-        upstream_task: r.upstream_task,
-    })
+    let request = request_from_pb(r.request?);
+    Some(moving!(TaskRecord {
+        [task_id, owner, session, status_message, created_at_ms, last_updated_at_ms, ttl_ms,
+         poll_interval_ms, exec_term, updated_index, upstream_task] from r,
+        status: status,
+        request: request,
+        outcome: outcome,
+    }))
 }
 
 /// A host error as a gRPC status carrying a `TaskError`.
