@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::{json, Value};
-use taskmesh_mcp::{ErrorObject, LogLevel, TaskSupport};
+use taskmesh_mcp::notify::LogMessage;
+use taskmesh_mcp::{ErrorObject, TaskSupport};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -142,10 +143,9 @@ pub trait ToolIo: Send + Sync {
         let _ = key;
         self.request(method, params)
     }
-    /// `notifications/message` to the client (a log message: `level`, `logger`, `data`),
-    /// sent only if the client's session asked for messages of that level or above
+    /// `notifications/message` to the client, sent only if the client's session asked for messages of that level or above
     /// (`logging/setLevel`; all of them when it never did). Done once it is handed on.
-    fn log(&self, level: LogLevel, logger: Option<String>, data: Value) -> BoxFuture<'static, ()>;
+    fn log(&self, message: LogMessage) -> BoxFuture<'static, ()>;
     /// End the connection that carries the call's messages now, on purpose: the client
     /// reconnects (`Last-Event-ID`) and gets what follows. Only a 2025-11-25 plain call's
     /// resumable stream has one to end; elsewhere (the default) nothing happens.

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 use taskmesh_client::{CallEvent, ClientError, HeaderName, HeaderValue, Polling, Step, TaskCall};
+use taskmesh_mcp::notify::LogMessage;
 use taskmesh_mcp::{ErrorObject, LogLevel};
 use taskmesh_tools::{ToolContext, ToolResult};
 
@@ -95,9 +96,12 @@ impl Upstream {
                     .as_str()
                     .and_then(LogLevel::parse)
                     .unwrap_or(LogLevel::Info);
-                let logger = p["logger"].as_str().map(str::to_string);
-                let data = p.get("data").cloned().unwrap_or(Value::Null);
-                ctx.io.log(level, logger, data).await;
+                let message = LogMessage {
+                    level,
+                    logger: p["logger"].as_str().map(str::to_string),
+                    data: p.get("data").cloned().unwrap_or(Value::Null),
+                };
+                ctx.io.log(message).await;
             }
             CallEvent::Status { .. } => {}
         }

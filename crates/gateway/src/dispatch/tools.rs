@@ -14,8 +14,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use taskmesh_host::NewTask;
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId, METHOD_NOT_FOUND};
+use taskmesh_mcp::notify::{self, LogMessage};
 use taskmesh_mcp::time::now_us;
-use taskmesh_mcp::{notify, params, CreateTaskResult, ServerRequestId, TaskSupport};
+use taskmesh_mcp::{params, CreateTaskResult, ServerRequestId, TaskSupport};
 use taskmesh_router::mint_task_id;
 use taskmesh_task::ClientCaps;
 use taskmesh_tools::{Tool, ToolContext, ToolIo, ToolResult};
@@ -202,17 +203,8 @@ impl ToolIo for PlainIo {
         }
     }
 
-    fn log(
-        &self,
-        level: taskmesh_mcp::LogLevel,
-        logger: Option<String>,
-        data: Value,
-    ) -> BoxFuture<'static, ()> {
-        let mut p = json!({ "level": level.as_str(), "data": data });
-        if let Some(l) = logger {
-            p["logger"] = json!(l);
-        }
-        let json = jsonrpc::notification("notifications/message", &p);
+    fn log(&self, message: LogMessage) -> BoxFuture<'static, ()> {
+        let json = notify::message(&message, None);
         let (gw, tx, logs) = (self.gw.upgrade(), self.tx.clone(), self.logs.clone());
         async move {
             let Some(gw) = gw else { return };

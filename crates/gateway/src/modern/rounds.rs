@@ -30,7 +30,8 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
-use taskmesh_mcp::jsonrpc::{self, ErrorObject};
+use taskmesh_mcp::jsonrpc::ErrorObject;
+use taskmesh_mcp::notify::LogMessage;
 use taskmesh_mcp::LogLevel;
 use taskmesh_tools::{ToolIo, ToolResult};
 use tokio::sync::mpsc;
@@ -273,13 +274,9 @@ impl ToolIo for RoundIo {
         Box::pin(futures::future::pending())
     }
 
-    fn log(&self, level: LogLevel, logger: Option<String>, data: Value) -> BoxFuture<'static, ()> {
-        if self.log_level.is_some_and(|min| level >= min) {
-            let mut p = json!({ "level": level.as_str(), "data": data });
-            if let Some(l) = logger {
-                p["logger"] = json!(l);
-            }
-            self.send(jsonrpc::notification("notifications/message", &p));
+    fn log(&self, message: LogMessage) -> BoxFuture<'static, ()> {
+        if self.log_level.is_some_and(|min| message.level >= min) {
+            self.send(taskmesh_mcp::notify::message(&message, None));
         }
         Box::pin(async {})
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use ractor::{ActorProcessingErr, ActorRef};
 use serde_json::{json, Map, Value};
 use taskmesh_mcp::jsonrpc::{self, RequestId};
-use taskmesh_mcp::{ServerRequestId, META_RELATED_TASK};
+use taskmesh_mcp::{notify, ServerRequestId, META_RELATED_TASK};
 use taskmesh_task::{Applied, Command, TaskStatus};
 
 use super::write::{again, deliver, request_seq, write};
@@ -155,18 +155,9 @@ pub(super) async fn handle_msg(
                 deliver(st, Arc::new(json), None);
             }
         }
-        TaskMsg::Log {
-            level,
-            logger,
-            data,
-        } => {
+        TaskMsg::Log(message) => {
             // Filtered by the session's level where it is framed for the client.
-            let mut params = json!({ "level": level.as_str(), "data": data });
-            if let Some(l) = logger {
-                params["logger"] = json!(l);
-            }
-            params["_meta"] = json!({ META_RELATED_TASK: { "taskId": st.task_id } });
-            let json = Arc::new(jsonrpc::notification("notifications/message", &params));
+            let json = Arc::new(notify::message(&message, Some(&st.task_id)));
             deliver(st, json, None);
         }
         TaskMsg::Pending(reply) => {

@@ -8,6 +8,7 @@ use futures::FutureExt;
 use ractor::ActorRef;
 use serde_json::Value;
 use taskmesh_mcp::jsonrpc::ErrorObject;
+use taskmesh_mcp::notify::LogMessage;
 use taskmesh_tools::{ToolIo, ToolResult};
 use tokio::sync::oneshot;
 
@@ -39,17 +40,8 @@ impl ToolIo for ActorIo {
         )
     }
 
-    fn log(
-        &self,
-        level: taskmesh_mcp::LogLevel,
-        logger: Option<String>,
-        data: Value,
-    ) -> BoxFuture<'static, ()> {
-        let _ = self.actor.cast(TaskMsg::Log {
-            level,
-            logger,
-            data,
-        });
+    fn log(&self, message: LogMessage) -> BoxFuture<'static, ()> {
+        let _ = self.actor.cast(TaskMsg::Log(message));
         Box::pin(async {})
     }
 

@@ -98,14 +98,7 @@ pub enum TaskMsg {
         reply: oneshot::Sender<Result<(), String>>,
     },
     /// The tool logs a message for the client (`notifications/message`).
-    Log {
-        /// Its severity.
-        level: taskmesh_mcp::LogLevel,
-        /// Who logged it.
-        logger: Option<String>,
-        /// The message (any JSON).
-        data: Value,
-    },
+    Log(taskmesh_mcp::notify::LogMessage),
     /// Which requests to the client the execution waits on (their JSON-RPC requests, in the
     /// order sent).
     Pending(oneshot::Sender<Vec<Arc<Vec<u8>>>>),

@@ -17,12 +17,7 @@ impl ToolIo for Scripted {
     fn progress(&self, p: f64, _t: Option<f64>, _m: Option<String>) {
         self.progress.lock().unwrap().push(p);
     }
-    fn log(
-        &self,
-        _level: taskmesh_mcp::LogLevel,
-        _logger: Option<String>,
-        _data: Value,
-    ) -> BoxFuture<'static, ()> {
+    fn log(&self, _message: taskmesh_mcp::notify::LogMessage) -> BoxFuture<'static, ()> {
         Box::pin(async {})
     }
     fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {
