@@ -4,7 +4,7 @@
 //! The router calls [`Host::create`] for a shard this node leads (directly, or for a create
 //! forwarded by another node through the task service).
 
-use taskmesh_task::{Applied, Command, TaskRecord, TaskStatus, TaskView, ToolRequest};
+use taskmesh_task::{Applied, Command, TaskRecord, TaskStatus, TaskView};
 
 use crate::{actor, now_ms, Created, Host, HostError, NewTask};
 
@@ -19,8 +19,9 @@ impl Host {
                 leader_hint: shard.leadership().borrow().leader,
             });
         }
-        let tool = self.inner.tools.get(&new.tool).ok_or_else(|| {
-            HostError::Misconfigured(format!("tool '{}' is not served by this node", new.tool))
+        let tool = self.inner.tools.get(&new.request.tool).ok_or_else(|| {
+            let name = &new.request.tool;
+            HostError::Misconfigured(format!("tool '{name}' is not served by this node"))
         })?;
         // Reserve a live-task slot before anything is written.
         self.take_slot(&new.owner, true)?;
@@ -41,14 +42,7 @@ impl Host {
             last_updated_at_ms: now,
             ttl_ms: self.inner.cfg.grant_ttl(new.ttl_ms),
             poll_interval_ms: self.inner.cfg.poll_interval_ms,
-            request: ToolRequest {
-                tool: new.tool,
-                arguments_json: new.arguments_json,
-                progress_token_json: new.progress_token.map(|t| t.to_string()),
-                client: new.client,
-                answers_json: new.answers_json,
-                traceparent: new.traceparent,
-            },
+            request: new.request,
             outcome: None,
             exec_term: term,
             updated_index: 0,

@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-use taskmesh_task::{ClientCaps, TaskRecord, TaskView};
+use taskmesh_task::{TaskRecord, TaskView, ToolRequest};
 use tokio::sync::{mpsc, oneshot};
 
 /// What the host announces.
@@ -73,26 +72,14 @@ pub struct NewTask {
     /// Session the call came in on: it gets the task's status notifications, and the task's
     /// messages when no `tasks/result` reader is attached.
     pub session: Option<String>,
-    /// Name of the tool to run; a node that does not serve it refuses the create
-    /// (`Misconfigured`).
-    pub tool: String,
-    /// The call's `arguments`: a JSON object, validated against the tool by the gateway and
-    /// carried from there on as this text (it is parsed again only by the execution).
-    pub arguments_json: String,
-    /// The call's `_meta.progressToken` (a string or an integer); progress is reported only
-    /// when there is one.
-    pub progress_token: Option<Value>,
     /// TTL the call asked for (`task.ttl`), in milliseconds; `None` takes `tasks.default_ttl_ms`,
     /// and `tasks.max_ttl_ms` caps either.
     pub ttl_ms: Option<u64>,
-    /// What the client declared in its session (elicitation, sampling).
-    pub client: ClientCaps,
-    /// What the client answered before the task was created, by request key (a JSON object's
-    /// text; see `ToolRequest::answers_json`); `None` for most tasks.
-    pub answers_json: Option<String>,
-    /// The W3C `traceparent` of the span the create runs in, when its request is traced: the
-    /// task keeps it, and its executions are traced under it.
-    pub traceparent: Option<String>,
+    /// The call, as the record keeps it from here on: the tool (a node that does not serve it
+    /// refuses the create, `Misconfigured`), its arguments validated by the gateway, the
+    /// progress token, what the client declared and answered, and the `traceparent` of the
+    /// span the create runs in when its request is traced.
+    pub request: ToolRequest,
 }
 
 /// What a create returned: the task as committed, and whether this call created it (`false`:

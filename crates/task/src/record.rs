@@ -50,6 +50,21 @@ pub struct ToolRequest {
     pub traceparent: Option<String>,
 }
 
+impl ToolRequest {
+    /// A call of `tool` with the `arguments` object's JSON text; no progress token, no client
+    /// capabilities, no answers, not traced.
+    pub fn new(tool: impl Into<String>, arguments_json: impl Into<String>) -> Self {
+        Self {
+            tool: tool.into(),
+            arguments_json: arguments_json.into(),
+            progress_token_json: None,
+            client: ClientCaps::default(),
+            answers_json: None,
+            traceparent: None,
+        }
+    }
+}
+
 /// The client capabilities a task's execution may rely on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientCaps {

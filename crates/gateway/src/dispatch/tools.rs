@@ -18,7 +18,7 @@ use taskmesh_mcp::notify::{self, LogMessage};
 use taskmesh_mcp::time::now_us;
 use taskmesh_mcp::{params, CreateTaskResult, ServerRequestId, TaskSupport};
 use taskmesh_router::mint_task_id;
-use taskmesh_task::ClientCaps;
+use taskmesh_task::{ClientCaps, ToolRequest};
 use taskmesh_tools::{Tool, ToolContext, ToolIo, ToolResult};
 use tokio::sync::{mpsc, oneshot};
 
@@ -163,13 +163,13 @@ pub(super) async fn tools_call(
                 task_id,
                 owner: cx.principal.clone(),
                 session: cx.session_id().map(str::to_string),
-                tool: name.to_string(),
-                arguments_json: Value::Object(args).to_string(),
-                progress_token,
                 ttl_ms,
-                client,
-                answers_json: None,
-                traceparent: taskmesh_telemetry::current_traceparent(),
+                request: ToolRequest {
+                    progress_token_json: progress_token.map(|t| t.to_string()),
+                    client,
+                    traceparent: taskmesh_telemetry::current_traceparent(),
+                    ..ToolRequest::new(name, Value::Object(args).to_string())
+                },
             };
             match gw.create_task(new).await {
                 Ok(created) => ok(&id, &CreateTaskResult { task: wire::TaskObject::classic(&created.task) }),

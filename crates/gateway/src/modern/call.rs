@@ -26,6 +26,8 @@ use super::check::Declared;
 use super::{
     complete, missing_extension, rounds, tasks, with_server_info, Answer, EXTENSION, META_LOG_LEVEL,
 };
+use taskmesh_task::ToolRequest;
+
 use crate::{wire, Gateway};
 
 pub(super) async fn tools_call(
@@ -73,13 +75,13 @@ pub(super) async fn tools_call(
             task_id,
             owner: principal.to_string(),
             session: None,
-            tool: name.to_string(),
-            arguments_json: Value::Object(args).to_string(),
-            progress_token: None,
             ttl_ms: None,
-            client: declared.client,
-            answers_json,
-            traceparent: taskmesh_telemetry::current_traceparent(),
+            request: ToolRequest {
+                client: declared.client,
+                answers_json,
+                traceparent: taskmesh_telemetry::current_traceparent(),
+                ..ToolRequest::new(name, Value::Object(args).to_string())
+            },
         };
         let created = gw.create_task(new).await?;
         return Ok(Answer::Value(tasks::created(&created.task)));

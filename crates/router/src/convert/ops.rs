@@ -14,10 +14,12 @@ use taskmesh_host::ops::{
 use taskmesh_host::{Answer, Created, HostError, NewTask, Op};
 use taskmesh_mcp::jsonrpc::{self, Message, RequestId};
 use taskmesh_rpc::v1::{self, apply_request, apply_response};
-use taskmesh_task::{TaskRecord, TaskView};
+use taskmesh_task::{TaskRecord, TaskView, ToolRequest};
 use tonic::Status;
 
-use super::{record_from_pb, record_to_pb, request_from_pb, view_from_pb, view_to_pb};
+use super::{
+    record_from_pb, record_to_pb, request_from_pb, request_to_pb, view_from_pb, view_to_pb,
+};
 
 /// The `Apply` request that carries `op` to the leader of `shard`. The operation's strings are
 /// copied: a retry sends it again.
@@ -30,17 +32,7 @@ pub fn op_to_pb(shard: u32, op: &Op) -> v1::ApplyRequest {
             task_id: new.task_id.clone(),
             session: new.session.clone(),
             requested_ttl_ms: new.ttl_ms,
-            request: Some(v1::ToolRequest {
-                tool: new.tool.clone(),
-                arguments_json: new.arguments_json.clone(),
-                progress_token_json: new.progress_token.as_ref().map(|t| t.to_string()),
-                client: Some(v1::ClientCaps {
-                    elicitation: new.client.elicitation,
-                    sampling: new.client.sampling,
-                }),
-                answers_json: new.answers_json.clone(),
-                traceparent: new.traceparent.clone(),
-            }),
+            request: Some(request_to_pb(new.request.clone())),
         }),
         Op::Cancel(c) => W::Cancel(v1::CancelTaskRequest {
             shard,
@@ -178,27 +170,23 @@ fn create_from_pb(r: v1::CreateTaskRequest) -> Result<NewTask, Status> {
             "answers_json is not a JSON object",
         ));
     }
-    let progress_token = match &tool.progress_token_json {
-        None => None,
-        Some(t) => Some(
-            serde_json::from_str(t)
-                .map_err(|e| Status::invalid_argument(format!("progress_token_json: {e}")))?,
-        ),
-    };
+    if let Some(t) = &tool.progress_token_json {
+        serde_json::from_str::<serde_json::Value>(t)
+            .map_err(|e| Status::invalid_argument(format!("progress_token_json: {e}")))?;
+    }
+    // The span serving this call, under the gateway's: the task's executions follow it.
+    let traceparent = taskmesh_telemetry::current_traceparent().or(tool
+        .traceparent
+        .filter(|t| taskmesh_telemetry::parse(t).is_some()));
     Ok(NewTask {
         task_id: r.task_id,
         owner: r.owner,
         session: r.session,
-        tool: tool.tool,
-        arguments_json: tool.arguments_json,
-        progress_token,
         ttl_ms: r.requested_ttl_ms,
-        client: tool.client,
-        answers_json: tool.answers_json,
-        // The span serving this call, under the gateway's: the task's executions follow it.
-        traceparent: taskmesh_telemetry::current_traceparent().or(tool
-            .traceparent
-            .filter(|t| taskmesh_telemetry::parse(t).is_some())),
+        request: ToolRequest {
+            traceparent,
+            ..tool
+        },
     })
 }
 
@@ -396,16 +384,16 @@ mod tests {
                 task_id: "t1".into(),
                 owner: "alice".into(),
                 session: Some("s".into()),
-                tool: "slow_compute".into(),
-                arguments_json: r#"{"seconds":1}"#.into(),
-                progress_token: Some(json!("p1")),
                 ttl_ms: Some(60_000),
-                client: ClientCaps {
-                    elicitation: true,
-                    sampling: false,
+                request: ToolRequest {
+                    progress_token_json: Some(r#""p1""#.into()),
+                    client: ClientCaps {
+                        elicitation: true,
+                        sampling: false,
+                    },
+                    answers_json: Some(r#"{"k":{"action":"accept"}}"#.into()),
+                    ..ToolRequest::new("slow_compute", r#"{"seconds":1}"#)
                 },
-                answers_json: Some(r#"{"k":{"action":"accept"}}"#.into()),
-                traceparent: None,
             }),
             Op::Cancel(Cancel {
                 task_id: "t1".into(),

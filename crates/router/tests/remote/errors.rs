@@ -10,7 +10,7 @@ use taskmesh_host::ops::Cancel;
 use taskmesh_host::{Created, HostConfig, HostError, NewTask, Operation};
 use taskmesh_router::remote::Peers;
 use taskmesh_rpc::v1::{self, task_service_client::TaskServiceClient};
-use taskmesh_task::TaskStatus;
+use taskmesh_task::{TaskStatus, ToolRequest};
 
 use crate::support::{free_addr, host, host_with, serve, TASK};
 
@@ -19,13 +19,8 @@ fn new_task(task_id: &str, tool: &str) -> NewTask {
         task_id: task_id.into(),
         owner: "alice".into(),
         session: None,
-        tool: tool.into(),
-        arguments_json: json!({"seconds": 3600}).to_string(),
-        progress_token: None,
         ttl_ms: None,
-        client: Default::default(),
-        answers_json: None,
-        traceparent: None,
+        request: ToolRequest::new(tool, json!({"seconds": 3600}).to_string()),
     }
 }
 

@@ -11,7 +11,7 @@ use taskmesh_host::ops::Cancel;
 use taskmesh_host::{HostError, NewTask, TaskRead};
 use taskmesh_router::remote::{Peers, MAX_GET_BATCH};
 use taskmesh_rpc::v1::{self, get_task_result::Outcome, task_service_client::TaskServiceClient};
-use taskmesh_task::TaskStatus;
+use taskmesh_task::{TaskStatus, ToolRequest};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -166,15 +166,10 @@ async fn a_detailed_read_brings_the_pending_requests_or_the_outcome() {
         task_id: ASKING.into(),
         owner: "alice".into(),
         session: None,
-        tool: "confirm_delete".into(),
-        arguments_json: json!({"filename": "a.txt"}).to_string(),
-        progress_token: None,
         ttl_ms: None,
-        client: Default::default(),
-        answers_json: None,
-        traceparent: None,
+        request: ToolRequest::new("confirm_delete", json!({"filename": "a.txt"}).to_string()),
     };
-    new.client.elicitation = true;
+    new.request.client.elicitation = true;
     host.create(0, new).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let requests = loop {

@@ -8,6 +8,7 @@ use serde_json::json;
 use taskmesh_host::{Host, HostConfig, NewTask};
 use taskmesh_router::service::TaskGrpc;
 use taskmesh_shard::{ShardConfig, ShardReplica};
+use taskmesh_task::ToolRequest;
 use taskmesh_tools::ToolRegistry;
 
 pub const TASK: &str = "0123456789abcdef0123456789abcdef";
@@ -37,13 +38,8 @@ pub async fn host_with(dir: &std::path::Path, cfg: HostConfig) -> Host {
             task_id: TASK.into(),
             owner: "alice".into(),
             session: None,
-            tool: "slow_compute".into(),
-            arguments_json: json!({"seconds": 3600}).to_string(),
-            progress_token: None,
             ttl_ms: None,
-            client: Default::default(),
-            answers_json: None,
-            traceparent: None,
+            request: ToolRequest::new("slow_compute", json!({"seconds": 3600}).to_string()),
         },
     )
     .await
