@@ -9,7 +9,9 @@
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use taskmesh_client::{CallEvent, ClientError, HeaderName, HeaderValue, Polling, Step, TaskCall};
+use taskmesh_client::{
+    CallEvent, ClientError, HeaderName, HeaderValue, Polling, Step, TaskCall, ToolCall,
+};
 use taskmesh_mcp::notify::LogMessage;
 use taskmesh_mcp::{ErrorObject, LogLevel};
 use taskmesh_tools::{ToolContext, ToolResult};
@@ -32,24 +34,40 @@ impl Upstream {
             .client
             .call_tool_with(remote, args, None, headers)
             .await?;
+        match self.follow(&mut call, ctx, remote, timeout).await {
+            Followed::Done(Ok(r)) => Ok(Ok(r)),
+            Followed::Done(Err(ClientError::Rpc(e))) => Ok(Err(e)),
+            Followed::Done(Err(lost)) => Err(lost),
+            Followed::Cancelled => {
+                call.cancel("the task was cancelled").await;
+                Ok(Err(cancelled()))
+            }
+            Followed::TimedOut => {
+                call.cancel("the call timed out").await;
+                Ok(Err(self.timed_out("no answer from", remote, timeout)))
+            }
+        }
+    }
+
+    /// Follow `call` (its events relayed to the task as they come) until its outcome, the
+    /// task's cancellation or `timeout`, whichever comes first.
+    async fn follow(
+        &self,
+        call: &mut impl Steps,
+        ctx: &ToolContext,
+        remote: &str,
+        timeout: Duration,
+    ) -> Followed {
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         loop {
             tokio::select! {
-                step = call.next() => match step {
+                step = call.step() => match step {
                     Step::Event(ev) => self.relay(ev, ctx, remote).await,
-                    Step::Done(Ok(r)) => return Ok(Ok(r)),
-                    Step::Done(Err(ClientError::Rpc(e))) => return Ok(Err(e)),
-                    Step::Done(Err(lost)) => return Err(lost),
+                    Step::Done(outcome) => return Followed::Done(outcome),
                 },
-                _ = ctx.cancel.cancelled() => {
-                    call.cancel("the task was cancelled").await;
-                    return Ok(Err(cancelled()));
-                }
-                _ = &mut deadline => {
-                    call.cancel("the call timed out").await;
-                    return Ok(Err(self.timed_out("no answer from", remote, timeout)));
-                }
+                _ = ctx.cancel.cancelled() => return Followed::Cancelled,
+                _ = &mut deadline => return Followed::TimedOut,
             }
         }
     }
@@ -148,39 +166,60 @@ impl Upstream {
                 t
             }
         };
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                step = task.next() => match step {
-                    Step::Event(ev) => self.relay(ev, ctx, remote).await,
-                    Step::Done(Ok(r)) => return Ok(Ok(r)),
-                    Step::Done(Err(ClientError::Rpc(e))) => return Ok(Err(e)),
-                    Step::Done(Err(ClientError::TaskCancelled(why))) => {
-                        return Ok(Err(ErrorObject::internal(format!("upstream {}: {why}", self.name()))));
-                    }
-                    Step::Done(Err(lost @ ClientError::TaskLost(_))) => {
-                        *follow = None;
-                        return Err(lost);
-                    }
-                    Step::Done(Err(lost)) => return Err(lost),
-                },
-                _ = ctx.cancel.cancelled() => {
-                    if ctx.ended.is_cancelled() {
-                        task.cancel("the task was cancelled").await;
-                    } else {
-                        // Handed over: the next execution follows the upstream task.
-                        tracing::info!(upstream = %self.name(), tool = %remote, upstream_task = %task.task_id(),
-                            "execution handed over; the upstream task runs on");
-                    }
-                    return Ok(Err(cancelled()));
+        match self.follow(&mut task, ctx, remote, timeout).await {
+            Followed::Done(Ok(r)) => Ok(Ok(r)),
+            Followed::Done(Err(ClientError::Rpc(e))) => Ok(Err(e)),
+            Followed::Done(Err(ClientError::TaskCancelled(why))) => Ok(Err(ErrorObject::internal(
+                format!("upstream {}: {why}", self.name()),
+            ))),
+            Followed::Done(Err(lost @ ClientError::TaskLost(_))) => {
+                *follow = None;
+                Err(lost)
+            }
+            Followed::Done(Err(lost)) => Err(lost),
+            Followed::Cancelled => {
+                if ctx.ended.is_cancelled() {
+                    task.cancel("the task was cancelled").await;
+                } else {
+                    // Handed over: the next execution follows the upstream task.
+                    tracing::info!(upstream = %self.name(), tool = %remote, upstream_task = %task.task_id(),
+                        "execution handed over; the upstream task runs on");
                 }
-                _ = &mut deadline => {
-                    task.cancel("the call timed out").await;
-                    return Ok(Err(self.timed_out("no result of", remote, timeout)));
-                }
+                Ok(Err(cancelled()))
+            }
+            Followed::TimedOut => {
+                task.cancel("the call timed out").await;
+                Ok(Err(self.timed_out("no result of", remote, timeout)))
             }
         }
+    }
+}
+
+/// How following a call ended.
+enum Followed {
+    /// The call's outcome came.
+    Done(Result<Value, ClientError>),
+    /// The task was cancelled (or its execution stopped) first.
+    Cancelled,
+    /// The call's timeout passed first.
+    TimedOut,
+}
+
+/// A call whose steps are followed: a plain call, or a task followed by polling.
+trait Steps {
+    /// What the upstream sent next about the call, or its outcome.
+    fn step(&mut self) -> impl std::future::Future<Output = Step> + Send;
+}
+
+impl Steps for ToolCall {
+    fn step(&mut self) -> impl std::future::Future<Output = Step> + Send {
+        self.next()
+    }
+}
+
+impl Steps for TaskCall {
+    fn step(&mut self) -> impl std::future::Future<Output = Step> + Send {
+        self.next()
     }
 }
 
