@@ -124,22 +124,20 @@ impl ToolSpec {
 /// What a tool run produced: a `CallToolResult` (possibly `isError: true`) or a JSON-RPC error.
 pub type ToolResult = Result<Value, ErrorObject>;
 
+/// A [`ToolResult`] to come: a tool's run, or the client's answer to a request of the tool.
+pub type ToolFuture = BoxFuture<'static, ToolResult>;
+
 /// The side channel from a running tool to its client.
 pub trait ToolIo: Send + Sync {
     /// `notifications/progress` on the original progress token (dropped when there is none).
     fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>);
     /// Send a request to the client and wait for its answer.
-    fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult>;
+    fn request(&self, method: &'static str, params: Value) -> ToolFuture;
     /// Send a request under `key`, a name of the tool's that is unique in the call: on
     /// protocol 2026-07-28 a plain call asks in `inputRequests` rounds whose answers come back
     /// by key (and [`ToolContext::ask`] finds answers given earlier by it). Elsewhere the key
     /// is not seen: the default is [`ToolIo::request`].
-    fn ask(
-        &self,
-        key: &str,
-        method: &'static str,
-        params: Value,
-    ) -> BoxFuture<'static, ToolResult> {
+    fn ask(&self, key: &str, method: &'static str, params: Value) -> ToolFuture {
         let _ = key;
         self.request(method, params)
     }
@@ -202,12 +200,7 @@ pub struct ToolContext {
 impl ToolContext {
     /// Ask the client `method` with `params` under `key` ([`ToolIo::ask`]); an answer the
     /// client gave under that key already ([`ToolContext::answers`]) is returned at once.
-    pub fn ask(
-        &self,
-        key: &str,
-        method: &'static str,
-        params: Value,
-    ) -> BoxFuture<'static, ToolResult> {
+    pub fn ask(&self, key: &str, method: &'static str, params: Value) -> ToolFuture {
         if let Some(a) = self.answers.get(key) {
             let a = a.clone();
             return Box::pin(async move { Ok(a) });
@@ -235,11 +228,7 @@ pub trait Tool: Send + Sync {
     fn validate(&self, args: &serde_json::Map<String, Value>) -> Result<(), ErrorObject>;
     /// Run the tool on arguments that passed [`Tool::validate`]: a `CallToolResult` or a JSON-RPC
     /// error, which for a task becomes its outcome.
-    fn call(
-        &self,
-        args: serde_json::Map<String, Value>,
-        ctx: ToolContext,
-    ) -> BoxFuture<'static, ToolResult>;
+    fn call(&self, args: serde_json::Map<String, Value>, ctx: ToolContext) -> ToolFuture;
     /// Whether a call may be run again from the start to take the client's answers (protocol
     /// 2026-07-28 plain calls ask in rounds, each a new run that gets the answers so far). An
     /// upstream's tool cannot: its call would be made again.
@@ -526,11 +515,7 @@ mod tests {
         fn validate(&self, _: &serde_json::Map<String, Value>) -> Result<(), ErrorObject> {
             Ok(())
         }
-        fn call(
-            &self,
-            _: serde_json::Map<String, Value>,
-            _: ToolContext,
-        ) -> BoxFuture<'static, ToolResult> {
+        fn call(&self, _: serde_json::Map<String, Value>, _: ToolContext) -> ToolFuture {
             Box::pin(async { Ok(text_result("", false)) })
         }
     }

@@ -8,12 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::{Map, Value};
 use taskmesh_client::{ClientError, HeaderName, HeaderValue};
 use taskmesh_mcp::ErrorObject;
-use taskmesh_tools::{ResumePolicy, Tool, ToolContext, ToolResult, ToolSpec};
+use taskmesh_tools::{ResumePolicy, Tool, ToolContext, ToolFuture, ToolSpec};
 
 use crate::attempt::cancelled;
 use crate::Upstream;
@@ -44,7 +43,7 @@ impl Tool for UpstreamTool {
         Ok(())
     }
 
-    fn call(&self, args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
+    fn call(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {
         let up = self.upstream.clone();
         let remote = self.remote.clone();
         let timeout = self.timeout;

@@ -19,7 +19,7 @@ use taskmesh_mcp::time::now_us;
 use taskmesh_mcp::{params, CreateTaskResult, ServerRequestId, TaskSupport};
 use taskmesh_router::mint_task_id;
 use taskmesh_task::{ClientCaps, ToolRequest};
-use taskmesh_tools::{Tool, ToolContext, ToolIo, ToolResult};
+use taskmesh_tools::{Tool, ToolContext, ToolFuture, ToolIo};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{answer, begin_cancellable, err, ok, Cx, Reply};
@@ -216,7 +216,7 @@ impl ToolIo for PlainIo {
         .boxed()
     }
 
-    fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {
+    fn request(&self, method: &'static str, params: Value) -> ToolFuture {
         let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let rid = ServerRequestId::Plain {
             nonce: self.nonce.clone(),

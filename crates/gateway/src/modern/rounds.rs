@@ -33,7 +33,7 @@ use sha2::{Digest, Sha256};
 use taskmesh_mcp::jsonrpc::ErrorObject;
 use taskmesh_mcp::notify::LogMessage;
 use taskmesh_mcp::LogLevel;
-use taskmesh_tools::{ToolIo, ToolResult};
+use taskmesh_tools::{ToolFuture, ToolIo, ToolResult};
 use tokio::sync::mpsc;
 
 use super::{MISSING_CAPABILITY, VERSION};
@@ -243,17 +243,12 @@ impl ToolIo for RoundIo {
         ));
     }
 
-    fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {
+    fn request(&self, method: &'static str, params: Value) -> ToolFuture {
         let n = self.unkeyed.fetch_add(1, Ordering::Relaxed) + 1;
         self.ask(&format!("input-{n}"), method, params)
     }
 
-    fn ask(
-        &self,
-        key: &str,
-        method: &'static str,
-        params: Value,
-    ) -> BoxFuture<'static, ToolResult> {
+    fn ask(&self, key: &str, method: &'static str, params: Value) -> ToolFuture {
         if let Some(a) = self.answers.get(key) {
             self.taken.lock().insert(key.to_string(), a.clone());
             let a = a.clone();
@@ -292,7 +287,7 @@ pub(super) enum Ran {
 
 /// Run the tool until it finishes or waits on an ask the round has no answer for (or on
 /// anything after an ask was refused: the refusal).
-pub(super) async fn drive(run: BoxFuture<'static, ToolResult>, io: Arc<RoundIo>) -> Ran {
+pub(super) async fn drive(run: ToolFuture, io: Arc<RoundIo>) -> Ran {
     let mut run = run;
     futures::future::poll_fn(move |cx| match run.as_mut().poll(cx) {
         Poll::Ready(r) => Poll::Ready(Ran::Done(r)),

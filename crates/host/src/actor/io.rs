@@ -9,7 +9,7 @@ use ractor::ActorRef;
 use serde_json::Value;
 use taskmesh_mcp::jsonrpc::ErrorObject;
 use taskmesh_mcp::notify::LogMessage;
-use taskmesh_tools::{ToolIo, ToolResult};
+use taskmesh_tools::{ToolFuture, ToolIo};
 use tokio::sync::oneshot;
 
 use super::TaskMsg;
@@ -28,7 +28,7 @@ impl ToolIo for ActorIo {
         });
     }
 
-    fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {
+    fn request(&self, method: &'static str, params: Value) -> ToolFuture {
         let stopped = Err(ErrorObject::internal("the task stopped"));
         self.ask(
             |reply| TaskMsg::Outbound {

@@ -25,11 +25,10 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 use taskmesh_mcp::jsonrpc::ErrorObject;
 
-use crate::{Tool, ToolContext, ToolResult, ToolSpec};
+use crate::{Tool, ToolContext, ToolFuture, ToolSpec};
 
 pub use asking::{ask_model, confirm_delete, multi_input};
 pub use asking::{ask_name_and_colour, elicit, multi_input_asking};
@@ -41,7 +40,7 @@ pub const SLOW_COMPUTE_MAX_SECONDS: f64 = 86_400.0;
 /// Checks a call's arguments: `Ok` when they fit the tool's input schema.
 pub type Validate = fn(&Map<String, Value>) -> Result<(), ErrorObject>;
 /// Runs a call, with arguments its [`Validate`] accepted.
-pub type Run = fn(Map<String, Value>, ToolContext) -> BoxFuture<'static, ToolResult>;
+pub type Run = fn(Map<String, Value>, ToolContext) -> ToolFuture;
 
 /// A tool made of a spec and two functions.
 pub struct Builtin {
@@ -60,7 +59,7 @@ impl Tool for Builtin {
     fn validate(&self, args: &Map<String, Value>) -> Result<(), ErrorObject> {
         (self.validate)(args)
     }
-    fn call(&self, args: Map<String, Value>, ctx: ToolContext) -> BoxFuture<'static, ToolResult> {
+    fn call(&self, args: Map<String, Value>, ctx: ToolContext) -> ToolFuture {
         (self.run)(args, ctx)
     }
 }

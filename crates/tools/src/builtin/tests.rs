@@ -2,7 +2,8 @@
 //! side.
 
 use super::*;
-use crate::{first_text, ToolIo, ToolRegistry};
+use crate::{first_text, ToolFuture, ToolIo, ToolRegistry};
+use futures::future::BoxFuture;
 use futures::FutureExt;
 use std::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -20,7 +21,7 @@ impl ToolIo for Scripted {
     fn log(&self, _message: taskmesh_mcp::notify::LogMessage) -> BoxFuture<'static, ()> {
         Box::pin(async {})
     }
-    fn request(&self, method: &'static str, params: Value) -> BoxFuture<'static, ToolResult> {
+    fn request(&self, method: &'static str, params: Value) -> ToolFuture {
         self.asked
             .lock()
             .unwrap()
