@@ -40,7 +40,7 @@ use taskmesh_tools::ToolRegistry;
 use tokio::sync::{broadcast, oneshot};
 
 pub use actor::TaskMsg;
-pub use config::HostConfig;
+pub use config::{HostConfig, TaskSettings, MIN_RESULT_BYTES};
 pub use error::HostError;
 pub use ops::{Answer, Op, Operation};
 pub use taskmesh_shard::Quiet;

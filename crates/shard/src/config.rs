@@ -41,21 +41,9 @@ pub struct ShardConfig {
 }
 
 impl Default for ShardConfig {
+    /// Group 0 of node 1 with [`RaftSettings::default`](crate::RaftSettings).
     fn default() -> Self {
-        Self {
-            shard_id: 0,
-            node_id: 1,
-            node_addr: String::new(),
-            heartbeat_interval_ms: 100,
-            election_timeout_min_ms: 300,
-            election_timeout_max_ms: 600,
-            snapshot_logs_since_last: 10_000,
-            max_in_snapshot_log_to_keep: 1_000,
-            event_buffer: 4096,
-            wait_timeout_ms: 10_000,
-            install_snapshot_timeout_ms: 30_000,
-            log_cache_bytes: 64 * 1024,
-        }
+        crate::RaftSettings::default().shard_config(0, 1, String::new())
     }
 }
 
