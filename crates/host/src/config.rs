@@ -101,66 +101,35 @@ impl TaskSettings {
         Ok(())
     }
 
-    /// The runtime settings of node `node_id`'s task host: a TTL of 0 becomes `None` (no
-    /// default TTL, no cap); the settings without a key keep their [`HostConfig`] defaults.
+    /// The runtime settings of node `node_id`'s task host: these settings, and the fixed
+    /// bounds that have no key.
     pub fn host_config(&self, node_id: u64) -> HostConfig {
-        let ms = |v: u64| (v > 0).then_some(v);
         HostConfig {
             node_id,
-            default_ttl_ms: ms(self.default_ttl_ms),
-            max_ttl_ms: ms(self.max_ttl_ms),
-            poll_interval_ms: self.poll_interval_ms,
-            max_live_tasks: self.max_live_tasks,
-            max_live_tasks_per_principal: self.max_live_tasks_per_principal,
-            expiry_sweep_interval_ms: self.expiry_sweep_interval_ms,
+            tasks: self.clone(),
             expiry_batch: 512,
             attach_buffer: 64,
             event_buffer: 8_192,
-            reconcile_interval_ms: self.reconcile_interval_ms,
-            write_retry_min_ms: self.write_retry_min_ms,
-            write_retry_max_ms: self.write_retry_max_ms,
-            max_result_bytes: self.max_result_bytes,
         }
     }
 }
 
-/// Settings of the task runtime, made by [`TaskSettings::host_config`]. Those a node sets from
-/// `[tasks]` are documented there, in docs/configuration.md; the others (`expiry_batch`, `attach_buffer`, `event_buffer`) keep
-/// their defaults and are listed under "Fixed limits" there.
+/// Settings of the task runtime, made by [`TaskSettings::host_config`]: `[tasks]` as
+/// configured, and the bounds without a key (`expiry_batch`, `attach_buffer`,
+/// `event_buffer`), listed under "Fixed limits" in docs/configuration.md.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
     /// This node's id, named in audit events (0: not part of a cluster's numbering).
     pub node_id: u64,
-    /// TTL applied when a create asks for none; `None` = unlimited.
-    pub default_ttl_ms: Option<u64>,
-    /// Largest TTL granted; a larger request is lowered to it. `None` = no cap (and requests
-    /// without a ttl may then be unlimited).
-    pub max_ttl_ms: Option<u64>,
-    /// `pollInterval` sent with every task.
-    pub poll_interval_ms: u64,
-    /// Live tasks (actors) this node hosts at most.
-    pub max_live_tasks: usize,
-    /// Live tasks of one principal this node hosts at most; 0 = only `max_live_tasks` bounds
-    /// them.
-    pub max_live_tasks_per_principal: usize,
-    /// How often a shard leader looks for expired tasks.
-    pub expiry_sweep_interval_ms: u64,
+    /// `[tasks]`: TTLs, polling, the live-task caps, expiry, reconciliation, write retries and
+    /// the largest outcome.
+    pub tasks: TaskSettings,
     /// At most this many ids per `Expire` command.
     pub expiry_batch: usize,
     /// Queue of task messages (elicitation, progress) per attached `tasks/result` stream.
     pub attach_buffer: usize,
     /// Capacity of the host's event channel.
     pub event_buffer: usize,
-    /// How often a shard leader's reconciler checks that every live task has its execution.
-    pub reconcile_interval_ms: u64,
-    /// First pause before a refused task write (or a reconciler pass that could not confirm
-    /// the leadership) is tried again; it doubles on every further refusal.
-    pub write_retry_min_ms: u64,
-    /// Longest pause between tries of a refused write.
-    pub write_retry_max_ms: u64,
-    /// Largest outcome (the stored result or error JSON) a task keeps; a larger one fails the
-    /// task with a message that names this limit.
-    pub max_result_bytes: usize,
 }
 
 impl Default for HostConfig {
@@ -172,10 +141,12 @@ impl Default for HostConfig {
 }
 
 impl HostConfig {
-    /// The TTL granted for a requested one.
+    /// The TTL granted for a requested one: `tasks.default_ttl_ms` when none is asked for,
+    /// lowered to `tasks.max_ttl_ms` (0 in either: unlimited, no cap).
     pub fn grant_ttl(&self, requested: Option<u64>) -> Option<u64> {
-        let wanted = requested.or(self.default_ttl_ms);
-        match (wanted, self.max_ttl_ms) {
+        let ms = |v: u64| (v > 0).then_some(v);
+        let wanted = requested.or(ms(self.tasks.default_ttl_ms));
+        match (wanted, ms(self.tasks.max_ttl_ms)) {
             (Some(w), Some(max)) => Some(w.min(max)),
             (None, Some(max)) => Some(max),
             (w, None) => w,
@@ -188,24 +159,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_defaults_are_valid_and_make_the_default_host_config() {
+    fn the_defaults_are_valid_and_grant_an_hour_up_to_a_day() {
         assert_eq!(TaskSettings::default().validate(), Ok(()));
         let host = TaskSettings::default().host_config(7);
-        assert_eq!(
-            (host.node_id, host.default_ttl_ms, host.max_ttl_ms),
-            (7, Some(3_600_000), Some(86_400_000))
-        );
-    }
-
-    #[test]
-    fn a_ttl_of_zero_is_none() {
-        let settings = TaskSettings {
-            default_ttl_ms: 0,
-            max_ttl_ms: 0,
-            ..TaskSettings::default()
-        };
-        let host = settings.host_config(1);
-        assert_eq!((host.default_ttl_ms, host.max_ttl_ms), (None, None));
+        assert_eq!(host.node_id, 7);
+        assert_eq!(host.grant_ttl(None), Some(3_600_000));
+        assert_eq!(host.grant_ttl(Some(u64::MAX)), Some(86_400_000));
     }
 
     #[test]

@@ -165,8 +165,9 @@ fn defaults_reach_the_runtime_settings() {
     );
     let h = cfg.tasks.host_config(cfg.node_id);
     assert_eq!(h.node_id, 1);
-    assert_eq!(h.max_ttl_ms, Some(86_400_000));
-    assert_eq!(h.max_live_tasks, 10_000);
+    assert_eq!(h.grant_ttl(None), Some(3_600_000));
+    assert_eq!(h.grant_ttl(Some(u64::MAX)), Some(86_400_000));
+    assert_eq!(h.tasks.max_live_tasks, 10_000);
 }
 
 /// A check that spans sections stays with the node: a cluster member needs `session.secret`.
