@@ -160,21 +160,15 @@ impl RaftSettings {
     }
 
     /// The settings of node `node_id`'s replica of group `shard_id`, which its peers reach at
-    /// `node_addr`; the settings without a key keep their [`ShardConfig`] defaults.
+    /// `node_addr`: these settings, and the fixed bounds that have no key.
     pub fn shard_config(&self, shard_id: u32, node_id: u64, node_addr: String) -> ShardConfig {
         ShardConfig {
             shard_id,
             node_id,
             node_addr,
-            heartbeat_interval_ms: self.heartbeat_interval_ms,
-            election_timeout_min_ms: self.election_timeout_min_ms,
-            election_timeout_max_ms: self.election_timeout_max_ms,
-            snapshot_logs_since_last: self.snapshot_logs_since_last,
-            max_in_snapshot_log_to_keep: self.max_in_snapshot_log_to_keep,
+            raft: self.clone(),
             event_buffer: 4096,
             wait_timeout_ms: 10_000,
-            install_snapshot_timeout_ms: self.install_snapshot_timeout_ms,
-            log_cache_bytes: self.log_cache_bytes,
         }
     }
 
