@@ -36,12 +36,19 @@ fn wire(c: &mut Criterion) {
     let id = RequestId::Number(42);
     c.bench_function("serialise tasks/get answer via Value", |b| {
         b.iter(|| {
-            let v = serde_json::to_value(taskmesh_gateway::wire::task(black_box(&r))).unwrap();
+            let v =
+                serde_json::to_value(taskmesh_gateway::wire::TaskObject::classic(black_box(&r)))
+                    .unwrap();
             jsonrpc::response(&id, &v)
         })
     });
     c.bench_function("serialise tasks/get answer directly", |b| {
-        b.iter(|| jsonrpc::response(&id, &taskmesh_gateway::wire::task(black_box(&r))))
+        b.iter(|| {
+            jsonrpc::response(
+                &id,
+                &taskmesh_gateway::wire::TaskObject::classic(black_box(&r)),
+            )
+        })
     });
 }
 

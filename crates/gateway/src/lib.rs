@@ -27,6 +27,7 @@ pub mod relay;
 pub mod resume;
 mod service;
 pub mod session;
+pub mod settings;
 pub mod sign;
 mod slots;
 mod spans;
@@ -48,7 +49,8 @@ use session::Sessions;
 use sign::Signer;
 pub use status::readiness_of;
 
-/// Gateway settings, documented in docs/configuration.md.
+/// What the gateway runs with, made by [`GatewayConfig::from_settings`] from the sections it
+/// owns ([`settings`]), which are documented in docs/configuration.md.
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
     /// Origins allowed to call (DNS-rebinding protection). An entry without a port matches any
@@ -127,45 +129,20 @@ pub struct GatewayConfig {
 }
 
 impl Default for GatewayConfig {
+    /// The defaults of every section, [`settings::Readiness::default`] and no secret.
     fn default() -> Self {
-        Self {
-            allowed_origins: vec![
-                "http://localhost".into(),
-                "http://127.0.0.1".into(),
-                "http://[::1]".into(),
-                "https://localhost".into(),
-                "https://127.0.0.1".into(),
-                "https://[::1]".into(),
-            ],
-            auth: auth::AuthConfig::default(),
-            max_body_bytes: 1024 * 1024,
-            secret: Vec::new(),
-            tools_page_size: 50,
-            tasks_page_size: 50,
-            cursor_ttl_ms: 3_600_000,
-            sse_keepalive_ms: 15_000,
-            stream_buffer: 256,
-            sse_retry_ms: 1000,
-            sse_resume_window_ms: 10_000,
-            sse_max_stream_ms: 300_000,
-            rate_limit_per_second: 0,
-            rate_limit_burst: 0,
-            tasks_per_minute: 0,
-            sessions_per_minute: 0,
-            failed_lookup_alert_per_minute: 60,
-            failed_auth_per_minute: 20,
-            verified_session_cache: 65_536,
-            max_inflight_per_session: 256,
-            max_streams_per_session: 8,
-            max_sse_streams: 10_000,
-            max_sse_streams_per_principal: 1_000,
-            body_read_timeout_ms: 30_000,
-            max_listen_task_ids: 1000,
-            max_listen_streams_per_principal: 64,
-            request_state_ttl_ms: 600_000,
-            ready_max_lag_entries: 100,
-            ready_max_leader_silence_ms: 2_000,
-        }
+        Self::from_settings(
+            settings::Sections {
+                http: &settings::HttpSettings::default(),
+                auth: &auth::AuthConfig::default(),
+                session: &settings::SessionSettings::default(),
+                limits: &settings::LimitsSettings::default(),
+                tools: &settings::ToolsSettings::default(),
+                tasks: &taskmesh_host::TaskSettings::default(),
+                readiness: settings::Readiness::default(),
+            },
+            Vec::new(),
+        )
     }
 }
 

@@ -41,7 +41,7 @@ impl Host {
             created_at_ms: now,
             last_updated_at_ms: now,
             ttl_ms: self.inner.cfg.grant_ttl(new.ttl_ms),
-            poll_interval_ms: self.inner.cfg.poll_interval_ms,
+            poll_interval_ms: self.inner.cfg.tasks.poll_interval_ms,
             request: new.request,
             outcome: None,
             exec_term: term,

@@ -139,8 +139,8 @@ pub(crate) fn stop_shard_actors(host: &Host, shard_id: u32) {
 /// within that pause. Nothing else wakes it: an idle shard's reconciler only waits.
 async fn reconcile_loop(host: Host, shard: ShardReplica, nudge: Arc<Notify>) {
     let cfg = &host.inner.cfg;
-    let retry_min = Duration::from_millis(cfg.write_retry_min_ms.max(1));
-    let retry_max = Duration::from_millis(cfg.write_retry_max_ms.max(1));
+    let retry_min = Duration::from_millis(cfg.tasks.write_retry_min_ms.max(1));
+    let retry_max = Duration::from_millis(cfg.tasks.write_retry_max_ms.max(1));
     let mut leadership = shard.leadership();
     let mut retry: Option<Duration> = None;
     let mut next = tokio::time::Instant::now();
@@ -196,8 +196,8 @@ async fn reconcile_loop(host: Host, shard: ShardReplica, nudge: Arc<Notify>) {
 pub(crate) fn spawn_housekeeping(host: &Host) -> tokio::task::JoinHandle<()> {
     let weak = Arc::downgrade(&host.inner);
     let cfg = &host.inner.cfg;
-    let reconcile = Duration::from_millis(cfg.reconcile_interval_ms.max(1));
-    let expiry = Duration::from_millis(cfg.expiry_sweep_interval_ms.max(10));
+    let reconcile = Duration::from_millis(cfg.tasks.reconcile_interval_ms.max(1));
+    let expiry = Duration::from_millis(cfg.tasks.expiry_sweep_interval_ms.max(10));
     tokio::spawn(async move {
         let mut reconcile = tokio::time::interval(reconcile);
         reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -40,7 +40,7 @@ use taskmesh_tools::ToolRegistry;
 use tokio::sync::{broadcast, oneshot};
 
 pub use actor::TaskMsg;
-pub use config::HostConfig;
+pub use config::{HostConfig, TaskSettings, MIN_RESULT_BYTES};
 pub use error::HostError;
 pub use ops::{Answer, Op, Operation};
 pub use taskmesh_shard::Quiet;
@@ -86,7 +86,10 @@ impl Host {
     /// [`Host::add_shard`]). Call [`Host::start`] to begin serving.
     pub fn new(cfg: HostConfig, tools: Arc<ToolRegistry>, shard_count: u32) -> Self {
         let (events, _) = broadcast::channel(cfg.event_buffer.max(16));
-        let slots = slots::Slots::new(cfg.max_live_tasks, cfg.max_live_tasks_per_principal);
+        let slots = slots::Slots::new(
+            cfg.tasks.max_live_tasks,
+            cfg.tasks.max_live_tasks_per_principal,
+        );
         Self {
             inner: Arc::new(Inner {
                 cfg,
@@ -266,31 +269,25 @@ mod tests {
 
     #[test]
     fn ttl_grants_default_and_cap() {
-        let c = HostConfig {
-            default_ttl_ms: Some(1_000),
-            max_ttl_ms: Some(5_000),
-            ..HostConfig::default()
+        let with_ttls = |default_ttl_ms, max_ttl_ms| {
+            TaskSettings {
+                default_ttl_ms,
+                max_ttl_ms,
+                ..TaskSettings::default()
+            }
+            .host_config(1)
         };
+        let c = with_ttls(1_000, 5_000);
         assert_eq!(c.grant_ttl(None), Some(1_000));
         assert_eq!(c.grant_ttl(Some(9_000)), Some(5_000));
         assert_eq!(c.grant_ttl(Some(2_000)), Some(2_000));
-        let unlimited = HostConfig {
-            default_ttl_ms: None,
-            max_ttl_ms: None,
-            ..HostConfig::default()
-        };
-        assert_eq!(unlimited.grant_ttl(None), None);
-        let capped_only = HostConfig {
-            default_ttl_ms: None,
-            max_ttl_ms: Some(7),
-            ..HostConfig::default()
-        };
-        assert_eq!(capped_only.grant_ttl(None), Some(7));
+        assert_eq!(with_ttls(0, 0).grant_ttl(None), None, "0: unlimited");
+        assert_eq!(with_ttls(0, 7).grant_ttl(None), Some(7));
     }
 
     #[test]
     fn tool_outcomes_map_to_terminal_statuses() {
-        let max = HostConfig::default().max_result_bytes;
+        let max = HostConfig::default().tasks.max_result_bytes;
         let (s, m, o) = actor::finish_of(
             &Ok(json!({"content":[{"type":"text","text":"ok"}],"isError":false})),
             max,

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use taskmesh_gateway::{Gateway, GatewayConfig};
-use taskmesh_host::{Host, HostConfig};
+use taskmesh_host::Host;
 use taskmesh_shard::{MetaReplica, ShardReplica, Store};
 use taskmesh_tools::ToolRegistry;
 use tokio_util::sync::CancellationToken;
@@ -67,10 +67,8 @@ fn check_identity(db: &sled::Db, shards: u32) -> anyhow::Result<()> {
 /// The secret that signs session ids and cursors: from the config, else a random one kept in
 /// the data directory.
 fn session_secret(cfg: &Config, data_dir: &Path) -> anyhow::Result<Vec<u8>> {
+    // Its length was checked with `[session]` (`SessionSettings::validate`).
     if let Some(s) = &cfg.session.secret {
-        if s.len() < 16 {
-            bail!("session.secret must be at least 16 characters");
-        }
         return Ok(s.as_bytes().to_vec());
     }
     let path = data_dir.join("session.key");
@@ -114,13 +112,8 @@ pub async fn serve(
         .open()
         .with_context(|| format!("opening the database in {}", data_dir.display()))?;
     check_identity(&db, cfg.shards)?;
-    let wal = taskmesh_shard::storage::Wal::open(
-        &data_dir.join("wal"),
-        taskmesh_shard::storage::WalConfig {
-            segment_bytes: cfg.raft.log_segment_bytes,
-        },
-    )
-    .with_context(|| format!("opening the write-ahead log in {}", data_dir.display()))?;
+    let wal = taskmesh_shard::storage::Wal::open(&data_dir.join("wal"), cfg.raft.wal_config())
+        .with_context(|| format!("opening the write-ahead log in {}", data_dir.display()))?;
     let snapshots = taskmesh_shard::storage::SnapshotDir::open(&data_dir.join("snapshots"))
         .with_context(|| format!("opening the snapshot directory in {}", data_dir.display()))?;
     let store = Store::new(db.clone(), wal, snapshots);
@@ -142,10 +135,10 @@ pub async fn serve(
     }
     let stop_upstreams = CancellationToken::new();
     let upstreams = start_upstreams(&cfg, &tools, &stop_upstreams).await;
-    let host = Host::new(cfg.host_config(), tools, cfg.shards);
+    let host = Host::new(cfg.tasks.host_config(cfg.node_id), tools, cfg.shards);
     // This node's SSE streams, served to the other nodes for reconnections that reach them.
-    let hub =
-        taskmesh_gateway::resume::Hub::new(cfg.node_id, cfg.gateway_config().stream_settings());
+    let gw_cfg = cfg.gateway_config(session_secret(&cfg, &data_dir)?);
+    let hub = taskmesh_gateway::resume::Hub::new(cfg.node_id, gw_cfg.stream_settings());
     let mut running = if clustered {
         start_cluster(&cfg, &store, &host, &hub).await?
     } else {
@@ -153,10 +146,6 @@ pub async fn serve(
     };
     host.start();
 
-    let gw_cfg = GatewayConfig {
-        secret: session_secret(&cfg, &data_dir)?,
-        ..cfg.gateway_config()
-    };
     let gateway = Gateway::new(
         gw_cfg,
         running.router.clone(),
@@ -311,61 +300,21 @@ async fn hand_over_leadership(cfg: &Config, shards: &[ShardReplica], meta: Optio
 }
 
 impl Config {
-    /// The task host's settings, taken from `[tasks]`: a TTL setting of 0 becomes `None` (no
-    /// default TTL, no cap); settings without a config key keep their [`HostConfig`] defaults.
-    pub fn host_config(&self) -> HostConfig {
-        let ms = |v: u64| (v > 0).then_some(v);
-        HostConfig {
-            node_id: self.node_id,
-            default_ttl_ms: ms(self.tasks.default_ttl_ms),
-            max_ttl_ms: ms(self.tasks.max_ttl_ms),
-            poll_interval_ms: self.tasks.poll_interval_ms,
-            max_live_tasks: self.tasks.max_live_tasks,
-            max_live_tasks_per_principal: self.tasks.max_live_tasks_per_principal,
-            expiry_sweep_interval_ms: self.tasks.expiry_sweep_interval_ms,
-            reconcile_interval_ms: self.tasks.reconcile_interval_ms,
-            write_retry_min_ms: self.tasks.write_retry_min_ms,
-            write_retry_max_ms: self.tasks.write_retry_max_ms,
-            max_result_bytes: self.tasks.max_result_bytes,
-            ..HostConfig::default()
-        }
-    }
-
-    /// The gateway's settings, taken from `[http]`, `[auth]`, `[session]`, `[tasks]`, `[tools]`
-    /// and `[limits]`. `secret` is left empty (the caller sets it).
-    pub fn gateway_config(&self) -> GatewayConfig {
-        GatewayConfig {
-            allowed_origins: self.http.allowed_origins.clone(),
-            auth: self.auth.clone(),
-            max_body_bytes: self.http.max_body_bytes,
-            tools_page_size: self.tools.page_size,
-            tasks_page_size: self.tasks.list_page_size,
-            cursor_ttl_ms: self.tasks.cursor_ttl_ms,
-            sse_keepalive_ms: self.http.sse_keepalive_ms,
-            rate_limit_per_second: self.limits.requests_per_second,
-            rate_limit_burst: self.limits.burst,
-            failed_lookup_alert_per_minute: self.limits.failed_lookup_alert_per_minute,
-            failed_auth_per_minute: self.limits.failed_auth_per_minute,
-            tasks_per_minute: self.limits.tasks_per_minute,
-            sessions_per_minute: self.limits.sessions_per_minute,
-            verified_session_cache: self.session.verified_cache,
-            max_inflight_per_session: self.limits.max_inflight_per_session,
-            max_streams_per_session: self.http.max_streams_per_session,
-            max_sse_streams: self.http.max_sse_streams,
-            max_sse_streams_per_principal: self.http.max_sse_streams_per_principal,
-            body_read_timeout_ms: self.http.body_read_timeout_ms,
-            max_listen_task_ids: self.http.max_listen_task_ids,
-            max_listen_streams_per_principal: self.http.max_listen_streams_per_principal,
-            request_state_ttl_ms: self.http.request_state_ttl_ms,
-            ready_max_lag_entries: self.cluster.catch_up_entries,
-            // A leader heartbeats every heartbeat interval; silence past two of the longest
-            // election timeouts means it is gone or cut off.
-            ready_max_leader_silence_ms: 2 * self.raft.election_timeout_max_ms,
-            stream_buffer: self.http.sse_buffer_events,
-            sse_retry_ms: self.http.sse_retry_ms,
-            sse_resume_window_ms: self.http.sse_resume_window_ms,
-            sse_max_stream_ms: self.http.sse_max_stream_ms,
-            ..GatewayConfig::default()
-        }
+    /// The gateway's settings: its own sections, the listing keys of `[tasks]`, and the
+    /// readiness bounds taken from `[cluster]` and `[raft]`; `secret` signs session ids.
+    pub fn gateway_config(&self, secret: Vec<u8>) -> GatewayConfig {
+        let sections = taskmesh_gateway::settings::Sections {
+            http: &self.http,
+            auth: &self.auth,
+            session: &self.session,
+            limits: &self.limits,
+            tools: &self.tools,
+            tasks: &self.tasks,
+            readiness: taskmesh_gateway::settings::Readiness::of(
+                self.cluster.catch_up_entries,
+                self.raft.election_timeout_max_ms,
+            ),
+        };
+        GatewayConfig::from_settings(sections, secret)
     }
 }

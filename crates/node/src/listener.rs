@@ -48,7 +48,7 @@ pub struct Bounds {
 impl Bounds {
     /// The bounds `[http]` sets, `max_connections` fitted to the open-file limit in force
     /// ([`crate::descriptors::connection_limit`]).
-    pub fn of(http: &crate::config::HttpConfig) -> Self {
+    pub fn of(http: &taskmesh_gateway::settings::HttpSettings) -> Self {
         Self {
             max_connections: crate::descriptors::connection_limit(http.max_connections),
             header_read_timeout: Duration::from_millis(http.header_read_timeout_ms),

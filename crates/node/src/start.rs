@@ -30,19 +30,8 @@ const PEER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The settings of this node's replica of group `shard_id`.
 pub(crate) fn shard_config(cfg: &Config, shard_id: u32) -> ShardConfig {
-    ShardConfig {
-        shard_id,
-        node_id: cfg.node_id,
-        node_addr: advertised(cfg),
-        heartbeat_interval_ms: cfg.raft.heartbeat_interval_ms,
-        election_timeout_min_ms: cfg.raft.election_timeout_min_ms,
-        election_timeout_max_ms: cfg.raft.election_timeout_max_ms,
-        snapshot_logs_since_last: cfg.raft.snapshot_logs_since_last,
-        max_in_snapshot_log_to_keep: cfg.raft.max_in_snapshot_log_to_keep,
-        install_snapshot_timeout_ms: cfg.raft.install_snapshot_timeout_ms,
-        log_cache_bytes: cfg.raft.log_cache_bytes,
-        ..ShardConfig::default()
-    }
+    cfg.raft
+        .shard_config(shard_id, cfg.node_id, advertised(cfg))
 }
 
 /// The gRPC address peers reach this node at.
@@ -53,14 +42,6 @@ pub(crate) fn advertised(cfg: &Config) -> String {
             .map(|a| a.to_string())
             .unwrap_or_default()
     })
-}
-
-pub(crate) fn transport_config(cfg: &Config) -> taskmesh_transport::TransportConfig {
-    taskmesh_transport::TransportConfig {
-        snapshot_chunk_bytes: cfg.raft.snapshot_chunk_bytes,
-        max_snapshot_bytes: cfg.raft.max_snapshot_bytes,
-        ..taskmesh_transport::TransportConfig::default()
-    }
 }
 
 /// The internal gRPC server: its stop signal and its task.
@@ -79,15 +60,6 @@ pub(crate) struct Running {
     pub(crate) reconciler: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     /// The node beat, which quiets idle groups (see `taskmesh_transport::beat`).
     pub(crate) beats: tokio::task::JoinHandle<()>,
-}
-
-pub(crate) fn beat_config(cfg: &Config) -> taskmesh_transport::BeatConfig {
-    taskmesh_transport::BeatConfig {
-        interval: Duration::from_millis(cfg.raft.beat_interval_ms),
-        quiesce_after: Duration::from_millis(cfg.raft.quiesce_after_ms),
-        recheck: Duration::from_millis(cfg.raft.quiet_recheck_ms),
-        silence: Duration::from_millis(cfg.raft.election_timeout_min_ms),
-    }
 }
 
 /// The embedded single-node server: one single-voter group per shard, all on this node.
@@ -119,7 +91,7 @@ pub(crate) async fn start_single(
         cfg.node_id,
         registry,
         taskmesh_transport::PeerChannels::new(taskmesh_rpc::dial::CONNECT_TIMEOUT),
-        beat_config(cfg),
+        taskmesh_transport::BeatConfig::from_settings(&cfg.raft),
     ));
     Ok(Running {
         router: Router::new(host.clone()),
@@ -152,7 +124,7 @@ pub(crate) async fn start_cluster(
         dialer.clone(),
     )
     .with_heartbeat_batch(cfg.raft.heartbeat_batch_max);
-    let transport = transport_config(cfg);
+    let transport = taskmesh_transport::TransportConfig::from_settings(&cfg.raft);
     transport
         .validate()
         .map_err(|e| anyhow::anyhow!("raft settings: {e}"))?;
@@ -302,7 +274,7 @@ pub(crate) async fn start_cluster(
         cfg.node_id,
         registry.clone(),
         pool.clone(),
-        beat_config(cfg),
+        taskmesh_transport::BeatConfig::from_settings(&cfg.raft),
     ));
     let reconciler = cluster::Reconciler::new(
         cluster::ReconcileConfig {

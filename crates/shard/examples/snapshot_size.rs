@@ -48,11 +48,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or(100_000);
     let dir = tempfile::tempdir()?;
     let db = open_store(dir.path())?;
-    let cfg = ShardConfig {
-        snapshot_logs_since_last: u64::MAX / 2,
+    let mut cfg = ShardConfig {
         wait_timeout_ms: 600_000,
         ..ShardConfig::default()
     };
+    cfg.raft.snapshot_logs_since_last = u64::MAX / 2;
     let replica = <ShardReplica>::open(db.clone(), cfg).await?;
     replica.bootstrap_single().await?;
     replica.wait_leader(Duration::from_secs(10)).await?;

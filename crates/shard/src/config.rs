@@ -3,6 +3,7 @@
 use openraft::{Config, SnapshotPolicy};
 
 use crate::error::ShardError;
+use crate::settings::RaftSettings;
 
 /// The settings of this node's replica of one Raft group: a task shard or the metadata group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,49 +14,21 @@ pub struct ShardConfig {
     pub node_id: u64,
     /// The address other members reach this node at; recorded in the group's membership.
     pub node_addr: String,
-    /// Interval of leader heartbeats, in ms. Default 100; must be below
-    /// `election_timeout_min_ms` or [`ShardConfig::raft_config`] refuses the settings.
-    pub heartbeat_interval_ms: u64,
-    /// Lower bound of the randomised election timeout, in ms. Default 300.
-    pub election_timeout_min_ms: u64,
-    /// Upper bound of the randomised election timeout, in ms (also how long the leader lease
-    /// lasts). Default 600; must exceed `election_timeout_min_ms`.
-    pub election_timeout_max_ms: u64,
-    /// Build a snapshot after this many entries were applied since the last one.
-    pub snapshot_logs_since_last: u64,
-    /// How many log entries already covered by a snapshot are kept for lagging followers.
-    pub max_in_snapshot_log_to_keep: u64,
+    /// `[raft]`: the timings, snapshot policy and log cache every group of the node shares
+    /// (the timings must fit together or [`ShardConfig::raft_config`] refuses them).
+    pub raft: RaftSettings,
     /// How many [`crate::ShardEvent`]s may wait for one subscriber before newer ones are dropped
     /// for it (it then receives `Lagged`).
     pub event_buffer: usize,
     /// How long a read waits for the state machine to catch up with its read point, and how
     /// long [`crate::ShardReplica::trigger_snapshot`] waits for the snapshot.
     pub wait_timeout_ms: u64,
-    /// The time budget openraft gives the network for sending a snapshot to a follower and
-    /// having it installed (the network applies it per chunk and to the final install).
-    pub install_snapshot_timeout_ms: u64,
-    /// How many bytes (encoded) of the latest entries appended to the group's log are also
-    /// kept in memory, so that replication and the apply read them without decoding the log
-    /// again; 0: none. Let go when the group quiesces.
-    pub log_cache_bytes: usize,
 }
 
 impl Default for ShardConfig {
+    /// Group 0 of node 1 with [`RaftSettings::default`].
     fn default() -> Self {
-        Self {
-            shard_id: 0,
-            node_id: 1,
-            node_addr: String::new(),
-            heartbeat_interval_ms: 100,
-            election_timeout_min_ms: 300,
-            election_timeout_max_ms: 600,
-            snapshot_logs_since_last: 10_000,
-            max_in_snapshot_log_to_keep: 1_000,
-            event_buffer: 4096,
-            wait_timeout_ms: 10_000,
-            install_snapshot_timeout_ms: 30_000,
-            log_cache_bytes: 64 * 1024,
-        }
+        RaftSettings::default().shard_config(0, 1, String::new())
     }
 }
 
@@ -72,12 +45,14 @@ impl ShardConfig {
     pub fn raft_config(&self) -> Result<Config, ShardError> {
         let cfg = Config {
             cluster_name: format!("taskmesh-shard-{}", self.shard_id),
-            heartbeat_interval: self.heartbeat_interval_ms,
-            election_timeout_min: self.election_timeout_min_ms,
-            election_timeout_max: self.election_timeout_max_ms,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_logs_since_last.max(1)),
-            max_in_snapshot_log_to_keep: self.max_in_snapshot_log_to_keep,
-            install_snapshot_timeout: self.install_snapshot_timeout_ms,
+            heartbeat_interval: self.raft.heartbeat_interval_ms,
+            election_timeout_min: self.raft.election_timeout_min_ms,
+            election_timeout_max: self.raft.election_timeout_max_ms,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(
+                self.raft.snapshot_logs_since_last.max(1),
+            ),
+            max_in_snapshot_log_to_keep: self.raft.max_in_snapshot_log_to_keep,
+            install_snapshot_timeout: self.raft.install_snapshot_timeout_ms,
             enable_pre_vote: Some(true),
             // The ring of per-stage proposal times feeds openraft's runtime statistics, which
             // nothing here reads; at the default (1,024 per stage, 6 stages) a busy group holds
@@ -108,10 +83,8 @@ mod tests {
 
     #[test]
     fn inconsistent_timings_are_rejected() {
-        let cfg = ShardConfig {
-            election_timeout_min_ms: 50,
-            ..ShardConfig::default()
-        };
+        let mut cfg = ShardConfig::default();
+        cfg.raft.election_timeout_min_ms = 50;
         assert!(matches!(cfg.raft_config(), Err(ShardError::Invalid(_))));
     }
 }

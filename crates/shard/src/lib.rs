@@ -18,6 +18,7 @@ pub mod group;
 pub mod network;
 pub mod replica;
 pub mod retry;
+pub mod settings;
 pub mod storage;
 pub mod types;
 
@@ -30,6 +31,7 @@ pub use replica::{
     clock_ms, leadership_changes, quiet_transitions, Heard, Quiet, QuietLead, ShardReplica,
 };
 pub use retry::Retry;
+pub use settings::RaftSettings;
 pub use storage::{stored_groups, Store};
 pub use types::{ShardRaft, TypeConfig};
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use taskmesh_shard::storage::WalConfig;
-use taskmesh_shard::{clock_ms, ShardConfig, ShardReplica, Store};
+use taskmesh_shard::{clock_ms, RaftSettings, ShardConfig, ShardReplica, Store};
 use taskmesh_task::{Command, Outcome, TaskRecord, TaskStatus};
 use tempfile::TempDir;
 
@@ -69,14 +69,12 @@ fn finish(group: u32, i: usize) -> Command {
 }
 
 fn config(group: u32) -> ShardConfig {
-    ShardConfig {
-        shard_id: group,
-        node_id: 1,
-        node_addr: "127.0.0.1:7001".to_string(),
+    let raft = RaftSettings {
         snapshot_logs_since_last: 500,
         max_in_snapshot_log_to_keep: 100,
-        ..ShardConfig::default()
-    }
+        ..RaftSettings::default()
+    };
+    raft.shard_config(group, 1, "127.0.0.1:7001".to_string())
 }
 
 async fn open_store(path: &Path) -> Store {

@@ -258,11 +258,9 @@ async fn restart_keeps_every_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_purges_the_log_and_state_survives() {
     let dir = TempDir::new().expect("tempdir");
-    let cfg = ShardConfig {
-        snapshot_logs_since_last: 20,
-        max_in_snapshot_log_to_keep: 0,
-        ..config()
-    };
+    let mut cfg = config();
+    cfg.raft.snapshot_logs_since_last = 20;
+    cfg.raft.max_in_snapshot_log_to_keep = 0;
     let (before, applied_before, snapshot) = {
         let (db, replica) = start(dir.path(), cfg.clone()).await;
         for i in 0..50 {

@@ -63,6 +63,18 @@ pub struct BeatConfig {
     pub silence: Duration,
 }
 
+impl BeatConfig {
+    /// How `[raft]` has the node beat: the silence bound is the shortest election timeout.
+    pub fn from_settings(raft: &taskmesh_shard::RaftSettings) -> Self {
+        Self {
+            interval: Duration::from_millis(raft.beat_interval_ms),
+            quiesce_after: Duration::from_millis(raft.quiesce_after_ms),
+            recheck: Duration::from_millis(raft.quiet_recheck_ms),
+            silence: Duration::from_millis(raft.election_timeout_min_ms),
+        }
+    }
+}
+
 /// A quiescent leader, as the node's round keeps it.
 struct Lead {
     group: Arc<dyn HostedGroup>,

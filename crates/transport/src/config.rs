@@ -1,5 +1,7 @@
 //! The limits of the Raft transport: message and snapshot sizes, on both ends.
 
+use taskmesh_shard::RaftSettings;
+
 use crate::error::TransportError;
 
 /// One MiB.
@@ -18,16 +20,23 @@ pub struct TransportConfig {
 }
 
 impl Default for TransportConfig {
+    /// The sizes of [`RaftSettings::default`].
     fn default() -> Self {
-        Self {
-            snapshot_chunk_bytes: MIB,
-            max_message_bytes: 64 * MIB,
-            max_snapshot_bytes: 1024 * MIB as u64,
-        }
+        Self::from_settings(&RaftSettings::default())
     }
 }
 
 impl TransportConfig {
+    /// The sizes `[raft]` sets (`snapshot_chunk_bytes`, `max_snapshot_bytes`); the message
+    /// bound has no key.
+    pub fn from_settings(raft: &RaftSettings) -> Self {
+        Self {
+            snapshot_chunk_bytes: raft.snapshot_chunk_bytes,
+            max_message_bytes: 64 * MIB,
+            max_snapshot_bytes: raft.max_snapshot_bytes,
+        }
+    }
+
     /// Check that the limits fit together: a chunk must be non-empty and, with its header,
     /// fit in a message.
     pub fn validate(&self) -> Result<(), TransportError> {

@@ -207,7 +207,7 @@ pub(super) async fn handle_msg(
             let _ = reply.send(answer);
         }
         TaskMsg::Done(result) => {
-            let max = st.host.inner.cfg.max_result_bytes;
+            let max = st.host.inner.cfg.tasks.max_result_bytes;
             let (status, message, outcome) = finish_of(&result, max);
             st.outcome = Some(Command::Finish {
                 task_id: st.task_id.clone(),

@@ -87,9 +87,9 @@ pub(super) async fn write(myself: &ActorRef<TaskMsg>, st: &mut State, retry: boo
                     None => {
                         tracing::warn!(task_id = %st.task_id, shard = st.shard, error = %e,
                             "the shard refused the task's write; keeping it and trying again");
-                        Duration::from_millis(cfg.write_retry_min_ms)
+                        Duration::from_millis(cfg.tasks.write_retry_min_ms)
                     }
-                    Some(p) => (p * 2).min(Duration::from_millis(cfg.write_retry_max_ms)),
+                    Some(p) => (p * 2).min(Duration::from_millis(cfg.tasks.write_retry_max_ms)),
                 };
                 st.retry_pause = Some(pause);
                 myself.send_after(pause, || TaskMsg::Retry);

@@ -125,3 +125,56 @@ fn deploy_example_loads() {
     assert_eq!(cfg.shards, 32);
     assert_eq!(cfg.log.format, "json");
 }
+
+/// Every section's own check runs when the whole configuration is checked.
+#[test]
+fn each_section_checks_its_keys() {
+    let refused = |key: &str, value: &str| {
+        let var = format!("TASKMESH_{}", key.to_ascii_uppercase().replace('.', "__"));
+        let e = Config::load(None, vec![(var, value.to_string())], Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key), "{key} = {value}: {e}");
+    };
+    refused("http.max_body_bytes", "1023");
+    refused("session.secret", "short");
+    refused("tasks.list_page_size", "0");
+    refused("tools.page_size", "0");
+    refused("limits.max_inflight_per_session", "0");
+    refused("raft.log_segment_bytes", "4095");
+    refused("cluster.get_batch_max", "0");
+    refused("log.format", "xml");
+}
+
+/// The defaults the runtime structs get are those the sections document.
+#[test]
+fn defaults_reach_the_runtime_settings() {
+    let cfg = Config::default();
+    cfg.validate().unwrap();
+    let g = cfg.gateway_config(Vec::new());
+    assert_eq!(
+        (g.max_body_bytes, g.tools_page_size, g.tasks_page_size),
+        (1 << 20, 50, 50)
+    );
+    assert_eq!((g.stream_buffer, g.verified_session_cache), (256, 65_536));
+    assert_eq!(g.max_inflight_per_session, 256);
+    assert_eq!(g.ready_max_lag_entries, 100);
+    assert_eq!(
+        g.ready_max_leader_silence_ms, 1_200,
+        "two of the longest election timeouts"
+    );
+    let h = cfg.tasks.host_config(cfg.node_id);
+    assert_eq!(h.node_id, 1);
+    assert_eq!(h.grant_ttl(None), Some(3_600_000));
+    assert_eq!(h.grant_ttl(Some(u64::MAX)), Some(86_400_000));
+    assert_eq!(h.tasks.max_live_tasks, 10_000);
+}
+
+/// A check that spans sections stays with the node: a cluster member needs `session.secret`.
+#[test]
+fn a_cluster_member_needs_a_shared_secret() {
+    let text = "[cluster]\ngrpc_listen = \"127.0.0.1:7101\"\ninsecure = true\n\
+                peers = [{ id = 1, grpc = \"127.0.0.1:7101\" }]\n";
+    let e = Config::parse(Some(text), "test", Vec::new(), Overrides::default()).unwrap_err();
+    assert!(e.to_string().contains("session.secret"), "{e}");
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use taskmesh_host::ops::Cancel;
-use taskmesh_host::{Created, HostConfig, HostError, NewTask, Operation};
+use taskmesh_host::{Created, HostError, NewTask, Operation, TaskSettings};
 use taskmesh_router::remote::Peers;
 use taskmesh_rpc::v1::{self, task_service_client::TaskServiceClient};
 use taskmesh_task::{TaskStatus, ToolRequest};
@@ -139,10 +139,11 @@ async fn each_error_reaches_the_caller_as_the_same_kind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capacity_error_carries_the_nodes_real_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = HostConfig {
+    let cfg = TaskSettings {
         max_live_tasks: 1,
-        ..HostConfig::default()
-    };
+        ..TaskSettings::default()
+    }
+    .host_config(0);
     let host = host_with(dir.path(), cfg).await;
     let addr = free_addr();
     let server = serve(&host, &addr);

@@ -113,7 +113,7 @@ impl<S: GroupState> ShardReplica<S> {
         retain: bool,
     ) -> Result<(), ShardError> {
         // Half a heartbeat between attempts: the commit the change waits for comes with one.
-        let pause = Duration::from_millis((self.inner.cfg.heartbeat_interval_ms / 2).max(10));
+        let pause = Duration::from_millis((self.inner.cfg.raft.heartbeat_interval_ms / 2).max(10));
         let mut retry = crate::Retry::new(
             Duration::from_millis(self.inner.cfg.wait_timeout_ms),
             pause,

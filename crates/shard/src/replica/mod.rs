@@ -146,7 +146,7 @@ impl<S: GroupState> ShardReplica<S> {
         N::Network: NetSnapshot<Group<S>, SnapshotData = SnapshotData>,
     {
         let raft_config = Arc::new(cfg.raft_config()?);
-        let (log, created) = LogStore::open(&store, cfg.shard_id, cfg.log_cache_bytes).await?;
+        let (log, created) = LogStore::open(&store, cfg.shard_id, cfg.raft.log_cache_bytes).await?;
         if created {
             // A snapshot left behind by a replica of this group that was destroyed halfway (its
             // log went first) is not the new replica's.

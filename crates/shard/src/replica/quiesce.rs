@@ -245,7 +245,7 @@ impl<S: GroupState> ShardReplica<S> {
         // answers to the beat report: its settled state is checked again only every so often.
         if q.mode.load(Ordering::SeqCst) == LEADING
             && now_ms.saturating_sub(q.verified_ms.load(Ordering::Acquire))
-                < self.inner.cfg.election_timeout_min_ms
+                < self.inner.cfg.raft.election_timeout_min_ms
         {
             return Some(QuietLead {
                 term: q.term.load(Ordering::Acquire),
@@ -391,8 +391,8 @@ impl<S: GroupState> ShardReplica<S> {
         q.commit.store(commit, Ordering::Release);
         q.silence_ms.store(
             spread(
-                cfg.election_timeout_min_ms,
-                cfg.election_timeout_max_ms,
+                cfg.raft.election_timeout_min_ms,
+                cfg.raft.election_timeout_max_ms,
                 (u64::from(cfg.shard_id) << 32) ^ cfg.node_id,
             ),
             Ordering::Release,

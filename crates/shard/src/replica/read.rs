@@ -46,8 +46,10 @@ impl ReadLease {
             confirmed_term: AtomicU64::new(0),
             off_until_ms: AtomicU64::new(0),
             epoch: std::time::Instant::now(),
-            max_ack_age: Duration::from_millis(cfg.election_timeout_min_ms / 2),
-            transfer_hold: Duration::from_millis(cfg.election_timeout_max_ms.saturating_mul(3)),
+            max_ack_age: Duration::from_millis(cfg.raft.election_timeout_min_ms / 2),
+            transfer_hold: Duration::from_millis(
+                cfg.raft.election_timeout_max_ms.saturating_mul(3),
+            ),
         }
     }
 

@@ -21,7 +21,7 @@ fn beat_config() -> BeatConfig {
         interval: Duration::from_millis(100),
         quiesce_after: Duration::from_millis(300),
         recheck: Duration::from_secs(10),
-        silence: Duration::from_millis(base_config().election_timeout_min_ms),
+        silence: Duration::from_millis(base_config().raft.election_timeout_min_ms),
     }
 }
 
@@ -118,7 +118,7 @@ async fn an_idle_group_stays_quiescent_on_its_leaders_unchanged_beats() {
     // Four longest election timeouts: without the leader's node heard, its followers would
     // have ticked again by then. Every look finds every replica as quiet as before.
     let until = tokio::time::Instant::now()
-        + Duration::from_millis(4 * base_config().election_timeout_max_ms);
+        + Duration::from_millis(4 * base_config().raft.election_timeout_max_ms);
     while tokio::time::Instant::now() < until {
         assert!(
             all_quiet(&nodes, leader),

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use taskmesh_shard::ShardConfig;
 use tempfile::TempDir;
 
 use crate::common::*;
@@ -97,11 +96,9 @@ async fn a_new_leader_takes_over_and_the_old_one_catches_up_from_the_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follower_behind_the_purged_log_catches_up_from_a_snapshot() {
     let dir = TempDir::new().unwrap();
-    let base = ShardConfig {
-        snapshot_logs_since_last: 5,
-        max_in_snapshot_log_to_keep: 0,
-        ..base_config()
-    };
+    let mut base = base_config();
+    base.raft.snapshot_logs_since_last = 5;
+    base.raft.max_in_snapshot_log_to_keep = 0;
     let mut nodes = start_cluster(dir.path(), &[1, 2, 3], &base).await;
     bootstrap(&nodes).await;
     let leader = stable_leader(&nodes).await;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use taskmesh_shard::{ShardConfig, ShardError, ShardReplica};
+use taskmesh_shard::{RaftSettings, ShardConfig, ShardError, ShardReplica};
 use taskmesh_task::{Applied, Command, TaskRecord};
 use taskmesh_transport::{
     open_replica, serve, BeatConfig, PeerChannels, RaftService, ReplicaRegistry, TransportConfig,
@@ -37,13 +37,13 @@ pub fn create(id: &str) -> Command {
 
 /// The shard settings of the test nodes, before the node id and address are filled in.
 pub fn base_config() -> ShardConfig {
-    ShardConfig {
-        shard_id: SHARD,
+    let raft = RaftSettings {
         heartbeat_interval_ms: 100,
         election_timeout_min_ms: 500,
         election_timeout_max_ms: 1_000,
-        ..ShardConfig::default()
-    }
+        ..RaftSettings::default()
+    };
+    raft.shard_config(SHARD, 1, String::new())
 }
 
 /// One running node of the test cluster.
