@@ -45,7 +45,7 @@ pub(crate) fn origin_allowed(gw: &Gateway, headers: &HeaderMap) -> bool {
     let Ok(origin) = origin.to_str() else {
         return false;
     };
-    gw.cfg.allowed_origins.iter().any(|allowed| {
+    gw.cfg.http.allowed_origins.iter().any(|allowed| {
         if allowed == "*" || allowed == origin {
             return true;
         }

@@ -37,7 +37,7 @@ pub use crate::session::SESSION_HEADER;
 
 /// The axum router serving `/mcp`.
 pub fn router(gw: Arc<Gateway>) -> axum::Router {
-    let limit = gw.cfg.max_body_bytes;
+    let limit = gw.cfg.http.max_body_bytes;
     let mut routes = axum::Router::new();
     for path in gw.auth.metadata_paths() {
         routes = routes.route(&path, axum::routing::get(handle_resource_metadata));
@@ -112,8 +112,9 @@ async fn handle_post(
         Ok(i) => i,
         Err(r) => return r,
     };
-    let limit = Duration::from_millis(gw.cfg.body_read_timeout_ms);
-    let read = tokio::time::timeout(limit, read_body(body, &headers, gw.cfg.max_body_bytes)).await;
+    let limit = Duration::from_millis(gw.cfg.http.body_read_timeout_ms);
+    let read =
+        tokio::time::timeout(limit, read_body(body, &headers, gw.cfg.http.max_body_bytes)).await;
     let body = match read {
         Ok(Ok(b)) => b,
         Ok(Err(r)) => return closing(version, r),
@@ -329,7 +330,7 @@ impl Source {
 /// every `sse_keepalive_ms` without one, the retry field on the priming event and before an
 /// on-purpose close.
 fn sse(gw: &Arc<Gateway>, source: Source) -> Response {
-    let keepalive = Duration::from_millis(gw.cfg.sse_keepalive_ms.max(100));
+    let keepalive = Duration::from_millis(gw.cfg.http.sse_keepalive_ms.max(100));
     let retry = gw.hub.settings().retry;
     let gw = Arc::downgrade(gw);
     let body = futures::stream::unfold(source, move |mut source| {

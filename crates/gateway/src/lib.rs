@@ -49,111 +49,39 @@ use session::Sessions;
 use sign::Signer;
 pub use status::readiness_of;
 
-/// What the gateway runs with, made by [`GatewayConfig::from_settings`] from the sections it
-/// owns ([`settings`]), which are documented in docs/configuration.md.
-#[derive(Debug, Clone)]
+/// What the gateway runs with: the sections it owns ([`settings`], documented in
+/// docs/configuration.md) whole, as the node read and checked them, the keys of `[tasks]` it
+/// reads, the readiness bounds and the key it signs with.
+#[derive(Debug, Clone, Default)]
 pub struct GatewayConfig {
-    /// Origins allowed to call (DNS-rebinding protection). An entry without a port matches any
-    /// port of that scheme and host. A request without an `Origin` header is allowed.
-    pub allowed_origins: Vec<String>,
+    /// `[http]`: the listener's bodies and streams, the allowed origins.
+    pub http: settings::HttpSettings,
     /// `[auth]`: static tokens, trusted issuers, scopes. Nothing set: no authentication,
     /// every caller is `anonymous`.
     pub auth: auth::AuthConfig,
-    /// Largest accepted request body, in bytes (larger: HTTP 413).
-    pub max_body_bytes: usize,
-    /// Secret that signs session ids and cursors (shared by every node of a cluster).
+    /// `[session]`: the verified-id cache (the secret is [`GatewayConfig::secret`]).
+    pub session: settings::SessionSettings,
+    /// `[limits]`: request, creation and session rates, requests in flight.
+    pub limits: settings::LimitsSettings,
+    /// `[tools]`: the page size of `tools/list`.
+    pub tools: settings::ToolsSettings,
+    /// `[tasks]`: the gateway reads `list_page_size` and `cursor_ttl_ms`.
+    pub tasks: taskmesh_host::TaskSettings,
+    /// What `GET /readyz` holds a follower replica to (from `[cluster]` and `[raft]`).
+    pub readiness: settings::Readiness,
+    /// Key that signs session ids and `tasks/list` cursors: `session.secret`, or the node's
+    /// own key. Empty: a random one.
     pub secret: Vec<u8>,
-    /// `tools/list` page size.
-    pub tools_page_size: usize,
-    /// `tasks/list` page size.
-    pub tasks_page_size: usize,
-    /// Lifetime of a `tasks/list` cursor; an older one is stale (-32602).
-    pub cursor_ttl_ms: u64,
-    /// Interval of SSE keep-alive comments.
-    pub sse_keepalive_ms: u64,
-    /// Events one SSE stream keeps for a reconnection, and its queue length: a `tasks/result`
-    /// or plain-call stream holds its producer back when this many wait unread; a GET stream
-    /// takes no more messages then.
-    pub stream_buffer: usize,
-    /// The reconnection delay sent in the SSE `retry` field.
-    pub sse_retry_ms: u64,
-    /// How long a stream whose connection ended is kept for a reconnection with
-    /// `Last-Event-ID`; 0: not kept.
-    pub sse_resume_window_ms: u64,
-    /// After how long an SSE connection is closed on purpose (the client reconnects with
-    /// `Last-Event-ID`), for 2025-11-25 sessions; 0: never.
-    pub sse_max_stream_ms: u64,
-    /// Requests per second allowed per principal (token bucket); 0 = no limit.
-    pub rate_limit_per_second: u32,
-    /// Burst above the steady rate; 0 = the rate itself.
-    pub rate_limit_burst: u32,
-    /// Tasks one principal may create per minute on this node; 0 = no limit.
-    pub tasks_per_minute: u32,
-    /// Sessions (`initialize`) one principal may open per minute on this node; 0 = no limit.
-    pub sessions_per_minute: u32,
-    /// Wrong bearer tokens one client address may send within a minute; past it its wrong
-    /// tokens get HTTP 429, uncounted and unaudited, until its minute is over, while a token
-    /// that verifies is served; 0 = unlimited.
-    pub failed_auth_per_minute: u32,
-    /// Unknown-task lookups per minute per principal above which an audit warning is logged
-    /// (at most one a minute per principal); 0 = never.
-    pub failed_lookup_alert_per_minute: u32,
-    /// Verified session ids remembered (their signature is checked once); 0 = none.
-    pub verified_session_cache: usize,
-    /// Cancellable requests (plain `tools/call`, `tasks/result` held open) one session may
-    /// have in flight at once; more are refused with `-32001`.
-    pub max_inflight_per_session: usize,
-    /// GET streams one session may hold open at once; one more is refused with HTTP 429.
-    pub max_streams_per_session: usize,
-    /// SSE answers (of every kind) open at once on this node; one more: HTTP 429.
-    pub max_sse_streams: usize,
-    /// SSE answers one principal may have open at once on this node; one more: HTTP 429.
-    pub max_sse_streams_per_principal: usize,
-    /// How long a request's body may take to arrive once its headers did, ms (slower: 408).
-    pub body_read_timeout_ms: u64,
-    /// Task ids one 2026-07-28 `subscriptions/listen` may watch; more are refused with
-    /// `-32602`.
-    pub max_listen_task_ids: usize,
-    /// `subscriptions/listen` streams one principal may hold open on a node at once; one more
-    /// is refused with HTTP 429.
-    pub max_listen_streams_per_principal: usize,
-    /// How long a 2026-07-28 `requestState` (the answers of a plain call's earlier input
-    /// rounds) stays good, ms; an older one is `-32602`.
-    pub request_state_ttl_ms: u64,
-    /// `GET /readyz`: a follower replica more than this many entries behind its group's
-    /// commit index is still catching up (the node is not ready).
-    pub ready_max_lag_entries: u64,
-    /// `GET /readyz`: a follower replica that has not heard from its leader for longer than
-    /// this (ms) has no working leader (the node is not ready).
-    pub ready_max_leader_silence_ms: u64,
-}
-
-impl Default for GatewayConfig {
-    /// The defaults of every section, [`settings::Readiness::default`] and no secret.
-    fn default() -> Self {
-        Self::from_settings(
-            settings::Sections {
-                http: &settings::HttpSettings::default(),
-                auth: &auth::AuthConfig::default(),
-                session: &settings::SessionSettings::default(),
-                limits: &settings::LimitsSettings::default(),
-                tools: &settings::ToolsSettings::default(),
-                tasks: &taskmesh_host::TaskSettings::default(),
-                readiness: settings::Readiness::default(),
-            },
-            Vec::new(),
-        )
-    }
 }
 
 impl GatewayConfig {
     /// How this node's SSE streams are kept (for its [`resume::Hub`]).
     pub fn stream_settings(&self) -> resume::StreamSettings {
         resume::StreamSettings {
-            buffer: self.stream_buffer,
-            window: std::time::Duration::from_millis(self.sse_resume_window_ms),
-            retry: std::time::Duration::from_millis(self.sse_retry_ms),
-            max_connected: std::time::Duration::from_millis(self.sse_max_stream_ms),
+            buffer: self.http.sse_buffer_events,
+            window: std::time::Duration::from_millis(self.http.sse_resume_window_ms),
+            retry: std::time::Duration::from_millis(self.http.sse_retry_ms),
+            max_connected: std::time::Duration::from_millis(self.http.sse_max_stream_ms),
         }
     }
 }
@@ -206,21 +134,21 @@ impl Gateway {
                 signer.clone(),
                 ended_sessions,
                 session_levels,
-                cfg.stream_buffer,
-                cfg.verified_session_cache,
-                cfg.max_streams_per_session,
+                cfg.http.sse_buffer_events,
+                cfg.session.verified_cache,
+                cfg.http.max_streams_per_session,
             ),
             signer,
             auth: auth::Authenticator::new(&cfg_limits.auth),
             slots: slots::Slots::new(
-                cfg_limits.max_sse_streams,
-                cfg_limits.max_sse_streams_per_principal,
+                cfg_limits.http.max_sse_streams,
+                cfg_limits.http.max_sse_streams_per_principal,
             ),
             hub,
             cfg,
             router,
             tools,
-            inflight: inflight::Inflight::new(cfg_limits.max_inflight_per_session),
+            inflight: inflight::Inflight::new(cfg_limits.limits.max_inflight_per_session),
             plain_pending: Mutex::new(HashMap::new()),
             limits: limits::Limits::new(&cfg_limits, node),
             delivery: DeliveryStats::default(),

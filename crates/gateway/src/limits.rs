@@ -57,21 +57,25 @@ pub(crate) struct Limits {
 
 impl Limits {
     pub(crate) fn new(cfg: &GatewayConfig, node: u64) -> Self {
-        let requests = NonZeroU32::new(cfg.rate_limit_per_second).map(|rate| {
-            let burst = NonZeroU32::new(cfg.rate_limit_burst).unwrap_or(rate);
+        let requests = NonZeroU32::new(cfg.limits.requests_per_second).map(|rate| {
+            let burst = NonZeroU32::new(cfg.limits.burst).unwrap_or(rate);
             RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst))
         });
-        let failed_lookups = NonZeroU32::new(cfg.failed_lookup_alert_per_minute)
+        let failed_lookups = NonZeroU32::new(cfg.limits.failed_lookup_alert_per_minute)
             .map(|n| RateLimiter::keyed(Quota::per_minute(n)));
         let per_minute =
             |n: u32| NonZeroU32::new(n).map(|n| RateLimiter::keyed(Quota::per_minute(n)));
         let one = NonZeroU32::MIN;
         Self {
             requests,
-            tasks: per_minute(cfg.tasks_per_minute),
-            sessions: per_minute(cfg.sessions_per_minute),
-            failed_auth: (cfg.failed_auth_per_minute > 0)
-                .then(|| (cfg.failed_auth_per_minute, parking_lot::Mutex::default())),
+            tasks: per_minute(cfg.limits.tasks_per_minute),
+            sessions: per_minute(cfg.limits.sessions_per_minute),
+            failed_auth: (cfg.limits.failed_auth_per_minute > 0).then(|| {
+                (
+                    cfg.limits.failed_auth_per_minute,
+                    parking_lot::Mutex::default(),
+                )
+            }),
             failed_lookups,
             alerts: RateLimiter::keyed(Quota::per_minute(one)),
             node,
@@ -193,10 +197,8 @@ mod tests {
 
     #[test]
     fn an_address_past_its_wrong_tokens_is_locked_and_no_other_is() {
-        let cfg = GatewayConfig {
-            failed_auth_per_minute: 3,
-            ..GatewayConfig::default()
-        };
+        let mut cfg = GatewayConfig::default();
+        cfg.limits.failed_auth_per_minute = 3;
         let limits = Limits::new(&cfg, 1);
         let guesser: std::net::IpAddr = [127, 0, 0, 1].into();
         let other: std::net::IpAddr = [127, 0, 0, 2].into();
@@ -210,13 +212,8 @@ mod tests {
         for _ in 0..5 {
             assert_eq!(limits.wrong_token(None, "x"), WrongToken::Counted);
         }
-        let open = Limits::new(
-            &GatewayConfig {
-                failed_auth_per_minute: 0,
-                ..GatewayConfig::default()
-            },
-            1,
-        );
+        cfg.limits.failed_auth_per_minute = 0;
+        let open = Limits::new(&cfg, 1);
         for _ in 0..50 {
             assert_eq!(open.wrong_token(Some(guesser), "x"), WrongToken::Counted);
         }

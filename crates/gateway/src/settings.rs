@@ -1,8 +1,8 @@
 //! The TOML sections the gateway owns: `[http]` ([`HttpSettings`]), `[session]`
 //! ([`SessionSettings`]), `[limits]` ([`LimitsSettings`]) and `[tools]` ([`ToolsSettings`]);
 //! `[auth]` is [`crate::auth::AuthConfig`]. Each type is the one definition of its section's
-//! keys, defaults and checks; [`GatewayConfig::from_settings`] turns them, with `[auth]`,
-//! the listing keys of `[tasks]` and the readiness inputs, into what the gateway runs with.
+//! keys, defaults and checks; [`crate::GatewayConfig`] holds them whole, with `[auth]`,
+//! `[tasks]` (whose listing keys the gateway reads) and the readiness bounds.
 //! The node reads the listener keys of `[http]` (`max_connections`, `header_read_timeout_ms`,
 //! `max_header_bytes`, `tls`) and the tool choice of `[tools]` (`builtin`, `conformance`)
 //! itself. Every field is documented in docs/configuration.md.
@@ -10,10 +10,6 @@
 use std::path::PathBuf;
 
 use serde::Deserialize;
-use taskmesh_host::TaskSettings;
-
-use crate::auth::AuthConfig;
-use crate::GatewayConfig;
 
 /// The most events `http.sse_buffer_events` may keep per stream.
 pub const MAX_SSE_BUFFER_EVENTS: usize = 65_536;
@@ -363,64 +359,6 @@ impl Readiness {
         Self {
             max_lag_entries: catch_up_entries,
             max_leader_silence_ms: 2 * election_timeout_max_ms,
-        }
-    }
-}
-
-/// The sections a gateway is made from (see [`GatewayConfig::from_settings`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Sections<'a> {
-    /// `[http]`.
-    pub http: &'a HttpSettings,
-    /// `[auth]`.
-    pub auth: &'a AuthConfig,
-    /// `[session]`.
-    pub session: &'a SessionSettings,
-    /// `[limits]`.
-    pub limits: &'a LimitsSettings,
-    /// `[tools]`.
-    pub tools: &'a ToolsSettings,
-    /// `[tasks]` (its listing keys).
-    pub tasks: &'a TaskSettings,
-    /// The readiness bounds, from `[cluster]` and `[raft]`.
-    pub readiness: Readiness,
-}
-
-impl GatewayConfig {
-    /// The gateway's runtime settings from its sections; `secret` signs session ids and
-    /// cursors (`session.secret` or the node's own key).
-    pub fn from_settings(s: Sections<'_>, secret: Vec<u8>) -> Self {
-        let (http, limits) = (s.http, s.limits);
-        Self {
-            allowed_origins: http.allowed_origins.clone(),
-            auth: s.auth.clone(),
-            max_body_bytes: http.max_body_bytes,
-            secret,
-            tools_page_size: s.tools.page_size,
-            tasks_page_size: s.tasks.list_page_size,
-            cursor_ttl_ms: s.tasks.cursor_ttl_ms,
-            sse_keepalive_ms: http.sse_keepalive_ms,
-            stream_buffer: http.sse_buffer_events,
-            sse_retry_ms: http.sse_retry_ms,
-            sse_resume_window_ms: http.sse_resume_window_ms,
-            sse_max_stream_ms: http.sse_max_stream_ms,
-            rate_limit_per_second: limits.requests_per_second,
-            rate_limit_burst: limits.burst,
-            tasks_per_minute: limits.tasks_per_minute,
-            sessions_per_minute: limits.sessions_per_minute,
-            failed_auth_per_minute: limits.failed_auth_per_minute,
-            failed_lookup_alert_per_minute: limits.failed_lookup_alert_per_minute,
-            verified_session_cache: s.session.verified_cache,
-            max_inflight_per_session: limits.max_inflight_per_session,
-            max_streams_per_session: http.max_streams_per_session,
-            max_sse_streams: http.max_sse_streams,
-            max_sse_streams_per_principal: http.max_sse_streams_per_principal,
-            body_read_timeout_ms: http.body_read_timeout_ms,
-            max_listen_task_ids: http.max_listen_task_ids,
-            max_listen_streams_per_principal: http.max_listen_streams_per_principal,
-            request_state_ttl_ms: http.request_state_ttl_ms,
-            ready_max_lag_entries: s.readiness.max_lag_entries,
-            ready_max_leader_silence_ms: s.readiness.max_leader_silence_ms,
         }
     }
 }

@@ -29,8 +29,8 @@ impl Gateway {
             &self.router.shard_status(),
             self.router.shard_count(),
             |shard| !self.router.placed(shard).is_empty(),
-            self.cfg.ready_max_lag_entries,
-            self.cfg.ready_max_leader_silence_ms,
+            self.cfg.readiness.max_lag_entries,
+            self.cfg.readiness.max_leader_silence_ms,
         )
     }
 }

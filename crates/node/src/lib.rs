@@ -303,18 +303,18 @@ impl Config {
     /// The gateway's settings: its own sections, the listing keys of `[tasks]`, and the
     /// readiness bounds taken from `[cluster]` and `[raft]`; `secret` signs session ids.
     pub fn gateway_config(&self, secret: Vec<u8>) -> GatewayConfig {
-        let sections = taskmesh_gateway::settings::Sections {
-            http: &self.http,
-            auth: &self.auth,
-            session: &self.session,
-            limits: &self.limits,
-            tools: &self.tools,
-            tasks: &self.tasks,
+        GatewayConfig {
+            http: self.http.clone(),
+            auth: self.auth.clone(),
+            session: self.session.clone(),
+            limits: self.limits.clone(),
+            tools: self.tools.clone(),
+            tasks: self.tasks.clone(),
             readiness: taskmesh_gateway::settings::Readiness::of(
                 self.cluster.catch_up_entries,
                 self.raft.election_timeout_max_ms,
             ),
-        };
-        GatewayConfig::from_settings(sections, secret)
+            secret,
+        }
     }
 }

@@ -67,7 +67,7 @@ pub(super) async fn tasks_list(
                 .verify::<ListCursor>("tasks-cursor", c)
                 .filter(|c| {
                     c.owner == cx.principal
-                        && now <= c.issued_at_ms.saturating_add(gw.cfg.cursor_ttl_ms)
+                        && now <= c.issued_at_ms.saturating_add(gw.cfg.tasks.cursor_ttl_ms)
                 })
                 .ok_or_else(|| {
                     ErrorObject::invalid_params("Invalid params: invalid or expired cursor")
@@ -77,7 +77,7 @@ pub(super) async fn tasks_list(
     };
     let (records, more) = gw
         .router
-        .list(&cx.principal, after.as_deref(), gw.cfg.tasks_page_size)
+        .list(&cx.principal, after.as_deref(), gw.cfg.tasks.list_page_size)
         .await
         .map_err(|e| wire::host_error(&e))?;
     let next_cursor = match (more, records.last()) {
@@ -129,7 +129,7 @@ pub(crate) async fn tasks_result(
         Attachment::Live { messages, done, .. } => (messages, done),
     };
     // Running: hold the request open as an SSE stream that carries the task's messages.
-    let (tx, rx) = mpsc::channel(gw.cfg.stream_buffer.max(2));
+    let (tx, rx) = mpsc::channel(gw.cfg.http.sse_buffer_events.max(2));
     let cancel = match begin_cancellable(gw, cx, &id) {
         Ok(cancel) => cancel,
         Err(refused) => return refused,

@@ -59,7 +59,7 @@ pub(crate) fn tools_page(
                 .offset
         }
     };
-    let page = gw.cfg.tools_page_size.max(1);
+    let page = gw.cfg.tools.page_size.max(1);
     let tools: Vec<Value> = listing
         .tools()
         .skip(offset)
@@ -253,7 +253,7 @@ fn call_plain(
     progress_token: Option<Value>,
     client: ClientCaps,
 ) -> Reply {
-    let (tx, rx) = mpsc::channel(gw.cfg.stream_buffer.max(2));
+    let (tx, rx) = mpsc::channel(gw.cfg.http.sse_buffer_events.max(2));
     let cancel = match begin_cancellable(gw, cx, &id) {
         Ok(cancel) => cancel,
         Err(refused) => return refused,

@@ -262,7 +262,7 @@ pub(super) async fn open(
             "task notifications need the tasks extension ({EXTENSION}) declared in the request's client capabilities"
         )));
     }
-    let max = gw.cfg.max_listen_task_ids;
+    let max = gw.cfg.http.max_listen_task_ids;
     if let Some(ids) = &requested {
         if ids.len() > max {
             return Err(ErrorObject::invalid_params(format!(
@@ -289,7 +289,7 @@ pub(super) async fn open(
             }
         }
     }
-    let limit = gw.cfg.max_listen_streams_per_principal;
+    let limit = gw.cfg.http.max_listen_streams_per_principal;
     let Some(registration) = gw.listeners.open(principal, limit, &accepted, tools) else {
         return Ok(Err((
             StatusCode::TOO_MANY_REQUESTS,
@@ -343,7 +343,7 @@ pub(super) fn stream(
     id: RequestId,
     listen: Listen,
 ) -> Response {
-    let keepalive = Duration::from_millis(gw.cfg.sse_keepalive_ms.max(100));
+    let keepalive = Duration::from_millis(gw.cfg.http.sse_keepalive_ms.max(100));
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(4);
     let gw = gw.clone();
     let principal = principal.to_string();

@@ -154,7 +154,8 @@ impl Round {
             tool: self.tool.clone(),
             args: self.args.clone(),
             principal: self.principal.clone(),
-            expires_ms: taskmesh_mcp::time::now_ms().saturating_add(gw.cfg.request_state_ttl_ms),
+            expires_ms: taskmesh_mcp::time::now_ms()
+                .saturating_add(gw.cfg.http.request_state_ttl_ms),
             answers: kept,
         };
         json!({

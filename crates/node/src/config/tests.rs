@@ -153,14 +153,21 @@ fn defaults_reach_the_runtime_settings() {
     cfg.validate().unwrap();
     let g = cfg.gateway_config(Vec::new());
     assert_eq!(
-        (g.max_body_bytes, g.tools_page_size, g.tasks_page_size),
+        (
+            g.http.max_body_bytes,
+            g.tools.page_size,
+            g.tasks.list_page_size
+        ),
         (1 << 20, 50, 50)
     );
-    assert_eq!((g.stream_buffer, g.verified_session_cache), (256, 65_536));
-    assert_eq!(g.max_inflight_per_session, 256);
-    assert_eq!(g.ready_max_lag_entries, 100);
     assert_eq!(
-        g.ready_max_leader_silence_ms, 1_200,
+        (g.http.sse_buffer_events, g.session.verified_cache),
+        (256, 65_536)
+    );
+    assert_eq!(g.limits.max_inflight_per_session, 256);
+    assert_eq!(g.readiness.max_lag_entries, 100);
+    assert_eq!(
+        g.readiness.max_leader_silence_ms, 1_200,
         "two of the longest election timeouts"
     );
     let h = cfg.tasks.host_config(cfg.node_id);
