@@ -253,8 +253,8 @@ pub(crate) async fn start_cluster(
     let (grpc_stop_tx, grpc_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let grpc_server = tokio::spawn(async move {
         tonic::transport::Server::builder()
-            .layer(taskmesh_router::TraceLayer)
-            .layer(taskmesh_rpc::peer::AccessLayer)
+            .layer(tower::layer::layer_fn(taskmesh_router::Traced::new))
+            .layer(tower::layer::layer_fn(taskmesh_rpc::peer::Access::new))
             .add_service(raft_svc)
             .add_service(task_svc)
             .add_service(cluster_svc)
@@ -287,12 +287,14 @@ pub(crate) async fn start_cluster(
             shards_in_flight: cfg.cluster.reconcile_shards_in_flight,
             leader_settle: Duration::from_millis(cfg.cluster.leader_settle_ms),
         },
-        membership,
-        host.clone(),
-        router.clone(),
-        registry,
-        open,
-        view,
+        cluster::NodeHandles {
+            membership,
+            host: host.clone(),
+            router: router.clone(),
+            registry,
+            open,
+            view,
+        },
     );
     Ok(Running {
         router,

@@ -31,7 +31,7 @@ use tokio::sync::broadcast;
 pub use leader::Target;
 pub use remote::{GetBatching, PeerAddressError, Peers, MAX_GET_BATCH};
 pub use taskmesh_host::ops::MAX_TASK_ID_LEN;
-pub use traced::TraceLayer;
+pub use traced::Traced;
 
 /// Why a peer could not be added.
 #[derive(Debug, thiserror::Error)]

@@ -22,22 +22,18 @@ use tracing::Instrument;
 /// `cancel`, ...; see `taskmesh_host::Op::name`).
 pub const OPERATION_KEY: &str = "taskmesh-op";
 
-/// Wraps a gRPC server's services (see [`Traced`]); add it with `Server::builder().layer(..)`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TraceLayer;
-
-impl<S> tower::Layer<S> for TraceLayer {
-    type Service = Traced<S>;
-
-    fn layer(&self, inner: S) -> Traced<S> {
-        Traced { inner }
-    }
-}
-
-/// A service whose calls run inside a `peer` span (`rpc`: the gRPC path, `trace_id`).
+/// A service whose calls run inside a `peer` span (`rpc`: the gRPC path, `trace_id`). Wrap a
+/// gRPC server's services with `Server::builder().layer(tower::layer::layer_fn(Traced::new))`.
 #[derive(Debug, Clone)]
 pub struct Traced<S> {
     inner: S,
+}
+
+impl<S> Traced<S> {
+    /// `inner`, traced.
+    pub fn new(inner: S) -> Self {
+        Self { inner }
+    }
 }
 
 impl<S, B> tower::Service<http::Request<B>> for Traced<S>

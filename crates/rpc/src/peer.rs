@@ -1,6 +1,6 @@
 //! The server side of the internal port: accepting connections (TLS handshakes run
 //! concurrently, each bounded in time) and telling every call who made it ([`PeerInfo`]), so
-//! that [`AccessLayer`] can confine an operator's certificate to the cluster service.
+//! that [`Access`] can confine an operator's certificate to the cluster service.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -178,22 +178,18 @@ const CLUSTER_SERVICE: &str = "/taskmesh.v1.ClusterService/";
 
 /// Confines callers to what their certificate allows: a node may call every service, an
 /// operator (`admin.taskmesh`) only the cluster service; others get `PERMISSION_DENIED`.
-/// Add it with `Server::builder().layer(..)`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AccessLayer;
-
-impl<S> tower::Layer<S> for AccessLayer {
-    type Service = Access<S>;
-
-    fn layer(&self, inner: S) -> Access<S> {
-        Access { inner }
-    }
-}
-
-/// See [`AccessLayer`].
+/// Wrap a gRPC server's services with
+/// `Server::builder().layer(tower::layer::layer_fn(Access::new))`.
 #[derive(Debug, Clone)]
 pub struct Access<S> {
     inner: S,
+}
+
+impl<S> Access<S> {
+    /// `inner`, confined.
+    pub fn new(inner: S) -> Self {
+        Self { inner }
+    }
 }
 
 impl<S, B, R> tower::Service<http::Request<B>> for Access<S>

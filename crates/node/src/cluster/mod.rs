@@ -36,7 +36,7 @@ mod grpc;
 mod reconcile;
 
 pub use grpc::ClusterGrpc;
-pub use reconcile::{OpenGroup, ReconcileConfig, Reconciler};
+pub use reconcile::{NodeHandles, OpenGroup, ReconcileConfig, Reconciler};
 
 /// Why a metadata change did not happen.
 #[derive(Debug, Clone, thiserror::Error)]

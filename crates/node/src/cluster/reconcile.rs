@@ -59,16 +59,28 @@ pub struct ReconcileConfig {
     pub shards_in_flight: usize,
 }
 
+/// What the reconciler acts through: this node's metadata handle, host and router, the
+/// registry that peers' Raft messages find replicas in, how to open a shard's replica, and the
+/// metadata view the router's placement reads.
+pub struct NodeHandles {
+    /// This node's handle on the cluster metadata group.
+    pub membership: Arc<Membership>,
+    /// The node's task host.
+    pub host: Host,
+    /// The node's router.
+    pub router: Router,
+    /// Where peers' Raft messages find this node's replicas.
+    pub registry: taskmesh_transport::ReplicaRegistry,
+    /// How to open a replica of a shard on this node.
+    pub open: OpenGroup,
+    /// The metadata the router's placement reads.
+    pub view: Arc<RwLock<ClusterMeta>>,
+}
+
 /// The loop that moves this node towards the cluster metadata (see the module docs).
 pub struct Reconciler {
     cfg: ReconcileConfig,
-    membership: Arc<Membership>,
-    host: Host,
-    router: Router,
-    registry: taskmesh_transport::ReplicaRegistry,
-    open: OpenGroup,
-    /// The metadata the router's placement reads.
-    view: Arc<RwLock<ClusterMeta>>,
+    node: NodeHandles,
     /// Per shard: since when this node leads it.
     leading_since: parking_lot::Mutex<HashMap<u32, tokio::time::Instant>>,
     ticks: u64,
@@ -82,27 +94,11 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    /// A reconciler for this node: its metadata handle, host and router, the registry that
-    /// peers' Raft messages find replicas in, how to open a shard's replica, and the metadata
-    /// view the router's placement reads.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        cfg: ReconcileConfig,
-        membership: Arc<Membership>,
-        host: Host,
-        router: Router,
-        registry: taskmesh_transport::ReplicaRegistry,
-        open: OpenGroup,
-        view: Arc<RwLock<ClusterMeta>>,
-    ) -> Self {
+    /// A reconciler for the node `node` reaches.
+    pub fn new(cfg: ReconcileConfig, node: NodeHandles) -> Self {
         Self {
             cfg,
-            membership,
-            host,
-            router,
-            registry,
-            open,
-            view,
+            node,
             leading_since: parking_lot::Mutex::new(HashMap::new()),
             ticks: 0,
             meta: None,
@@ -125,11 +121,11 @@ impl Reconciler {
 
     /// The metadata as this node has applied it; read again only when its version moved.
     fn current_meta(&mut self) -> Arc<ClusterMeta> {
-        let version = self.membership.version();
+        let version = self.node.membership.version();
         match &self.meta {
             Some(m) if m.version == version && m.is_created() => m.clone(),
             _ => {
-                let m = Arc::new(self.membership.current());
+                let m = Arc::new(self.node.membership.current());
                 self.meta = Some(m.clone());
                 m
             }
@@ -141,7 +137,7 @@ impl Reconciler {
         let mut meta = self.current_meta();
         if !meta.is_created() {
             if let Some(create) = self.cfg.create.clone() {
-                match self.membership.propose(create).await {
+                match self.node.membership.propose(create).await {
                     Ok((m, _)) => meta = Arc::new(m),
                     Err(MetaError::Refused(m)) => anyhow::bail!("creating the cluster: {m}"),
                     Err(e) => {
@@ -161,7 +157,7 @@ impl Reconciler {
                 node_id: me,
                 addr: self.cfg.grpc_addr.clone(),
             };
-            match self.membership.propose(join).await {
+            match self.node.membership.propose(join).await {
                 Ok((m, changed)) => {
                     if changed {
                         tracing::info!(node = me, "joined the cluster");
@@ -184,11 +180,16 @@ impl Reconciler {
         if meta.removed.contains(&me) && self.ticks.is_multiple_of(4) {
             self.forget_all_if_refused(&meta).await?;
         }
-        if self.membership.meta.is_leader() {
-            let voters = meta.meta_voters(&self.membership.meta.voters());
+        if self.node.membership.meta.is_leader() {
+            let voters = meta.meta_voters(&self.node.membership.meta.voters());
             let everyone: BTreeSet<u64> = meta.nodes.keys().copied().collect();
             if let Err(e) = self
-                .converge(&self.membership.meta.clone(), &meta, &voters, &everyone)
+                .converge(
+                    &self.node.membership.meta.clone(),
+                    &meta,
+                    &voters,
+                    &everyone,
+                )
                 .await
             {
                 tracing::debug!(error = %e, "metadata group membership");
@@ -230,14 +231,14 @@ impl Reconciler {
     /// on its replicas, so they are deleted. (On a plaintext port the removed node keeps
     /// asking each group's leader instead, in `shard_step`.)
     async fn forget_all_if_refused(&mut self, meta: &ClusterMeta) -> anyhow::Result<()> {
-        let replicas = self.host.replicas();
-        if replicas.is_empty() || !self.membership.refused_by_every_member(meta).await {
+        let replicas = self.node.host.replicas();
+        if replicas.is_empty() || !self.node.membership.refused_by_every_member(meta).await {
             return Ok(());
         }
         for replica in replicas {
             let shard = replica.shard_id();
-            self.host.remove_shard(shard);
-            self.registry.remove(shard);
+            self.node.host.remove_shard(shard);
+            self.node.registry.remove(shard);
             replica.destroy().await?;
         }
         tracing::info!(
@@ -249,21 +250,21 @@ impl Reconciler {
     /// Hand the metadata to the router (peers and placement).
     fn publish(&self, meta: &ClusterMeta) {
         {
-            let view = self.view.read();
+            let view = self.node.view.read();
             if view.version == meta.version && view.is_created() {
                 return;
             }
         }
-        let old = std::mem::replace(&mut *self.view.write(), meta.clone());
+        let old = std::mem::replace(&mut *self.node.view.write(), meta.clone());
         for (id, addr) in &meta.nodes {
             if *id != self.cfg.node_id {
-                if let Err(e) = self.router.add_peer(*id, addr.clone()) {
+                if let Err(e) = self.node.router.add_peer(*id, addr.clone()) {
                     tracing::warn!(node = id, error = %e, "peer address");
                 }
             }
         }
         for id in old.nodes.keys().filter(|id| !meta.nodes.contains_key(id)) {
-            self.router.remove_peer(*id);
+            self.node.router.remove_peer(*id);
         }
     }
 
@@ -273,12 +274,13 @@ impl Reconciler {
         let me = self.cfg.node_id;
         let placed = meta.replicas(shard).to_vec();
         let here = placed.contains(&me);
-        let (replica, opened) = match self.host.replica(shard) {
+        let (replica, opened) = match self.node.host.replica(shard) {
             Some(replica) => (replica, false),
             None if here => {
-                let replica = (self.open)(shard).await?;
-                self.registry.insert(replica.clone());
-                self.host
+                let replica = (self.node.open)(shard).await?;
+                self.node.registry.insert(replica.clone());
+                self.node
+                    .host
                     .add_shard(replica.clone())
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
                 tracing::info!(shard, "replica opened");
@@ -305,7 +307,8 @@ impl Reconciler {
                 .entry(shard)
                 .or_insert_with(tokio::time::Instant::now);
             if !meta.created.contains(&shard) {
-                self.membership
+                self.node
+                    .membership
                     .propose(MetaCommand::ShardCreated { shard })
                     .await?;
                 return Ok(false);
@@ -328,11 +331,11 @@ impl Reconciler {
         self.leading_since.lock().remove(&shard);
         if !here && meta.is_complete() && self.ticks.is_multiple_of(4) {
             // Placed elsewhere: delete this replica once the group no longer lists this node.
-            let asked = self.router.run(taskmesh_host::ops::Members { shard });
+            let asked = self.node.router.run(taskmesh_host::ops::Members { shard });
             if let Ok(Ok(members)) = tokio::time::timeout(MEMBERS_CALL_TIMEOUT, asked).await {
                 if !members.voters.contains(&me) && !members.learners.contains(&me) {
-                    self.host.remove_shard(shard);
-                    self.registry.remove(shard);
+                    self.node.host.remove_shard(shard);
+                    self.node.registry.remove(shard);
                     replica.destroy().await?;
                     tracing::info!(shard, "replica moved away; deleted here");
                 }

@@ -188,7 +188,7 @@ impl Peers {
         let req = op_to_pb(shard, op);
         let r = self
             .call(id, shard, req, |mut c, mut r| async move {
-                // Named for the leader's span of the call (see `TraceLayer`).
+                // Named for the leader's span of the call (see `Traced`).
                 r.metadata_mut().insert(
                     OPERATION_KEY,
                     tonic::metadata::MetadataValue::from_static(op.name()),
