@@ -50,10 +50,10 @@ impl Http {
     /// A notification or a response: the server accepts it with 202.
     pub(crate) async fn post_message(&self, json: Vec<u8>) -> Result<(), ClientError> {
         let r = self.wire.post(json, &[]).await.map_err(transport)?;
-        if r.status.is_success() {
+        if r.status().is_success() {
             return Ok(());
         }
-        let status = r.status;
+        let status = r.status();
         if status == StatusCode::NOT_FOUND && self.wire.session().id.is_some() {
             if let Some(inner) = self.inner.upgrade() {
                 inner.close("the upstream ended the session");
@@ -109,8 +109,8 @@ impl Http {
                     _ = closed.wait_for(Option::is_some) => return,
                 };
                 match resp {
-                    Ok(r) if r.status == StatusCode::METHOD_NOT_ALLOWED => return,
-                    Ok(r) if r.status.is_success() => {
+                    Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => return,
+                    Ok(r) if r.status().is_success() => {
                         let mut events = r.events(max);
                         loop {
                             let event = tokio::select! {
@@ -125,7 +125,7 @@ impl Http {
                         }
                     }
                     Ok(r) => {
-                        tracing::debug!(status = %r.status, "the upstream's GET stream was refused");
+                        tracing::debug!(status = %r.status(), "the upstream's GET stream was refused");
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "the upstream's GET stream failed")
@@ -160,7 +160,7 @@ async fn read_response(
         return Ok(());
     };
     let r = h.wire.post(json, headers).await.map_err(transport)?;
-    let status = r.status;
+    let status = r.status();
     if status == StatusCode::NOT_FOUND && h.wire.session().id.is_some() {
         inner.close("the upstream ended the session");
         return Err(ClientError::Closed("the upstream ended the session".into()));

@@ -166,7 +166,7 @@ impl Client {
             .send(body, &[])
             .await
             .map_err(|e| format!("send: {e}"))?;
-        let status = r.status.as_u16();
+        let status = r.status().as_u16();
         if status != 200 {
             return Err(format!("HTTP {status}"));
         }
@@ -211,8 +211,8 @@ impl Client {
     async fn post_body(&self, body: reqwest::Body, extra: &[(&str, &str)]) -> Raw {
         let r = self.send(body, extra).await.expect("send");
         Raw {
-            status: r.status.as_u16(),
-            headers: r.headers.clone(),
+            status: r.status().as_u16(),
+            headers: r.headers().clone(),
             body: r.text().await,
         }
     }
@@ -243,7 +243,7 @@ impl Client {
         let id = self.id();
         let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
         let r = self.send(body, extra).await.expect("send");
-        assert_eq!(r.status.as_u16(), 200, "{method}: HTTP {}", r.status);
+        assert_eq!(r.status().as_u16(), 200, "{method}: HTTP {}", r.status());
         let ct = r.content_type().to_string();
         if ct.starts_with("application/json") {
             let body = r.bytes(usize::MAX).await.expect("body");
@@ -327,7 +327,7 @@ impl Client {
         let id = self.id();
         let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
         let r = self.send(body, &[]).await.expect("send");
-        assert_eq!(r.status.as_u16(), 200);
+        assert_eq!(r.status().as_u16(), 200);
         (id, Sse::new(r))
     }
 
@@ -342,7 +342,7 @@ impl Client {
     /// Open the session's GET stream, or the HTTP status it was refused with.
     pub async fn try_open_get(&self) -> Result<Sse, u16> {
         let r = self.get(&[]).await;
-        match r.status.as_u16() {
+        match r.status().as_u16() {
             200 => Ok(Sse::new(r)),
             status => Err(status),
         }
@@ -353,7 +353,7 @@ impl Client {
     pub async fn try_resume(&self, last: &str) -> Result<Sse, (u16, String)> {
         let last = header_value(last).expect("get");
         let r = self.get(&[(LAST_EVENT_ID, last)]).await;
-        match r.status.as_u16() {
+        match r.status().as_u16() {
             200 => Ok(Sse::new(r)),
             status => Err((status, r.text().await)),
         }

@@ -147,9 +147,9 @@ impl Modern {
         change: &[(&str, Option<&str>)],
     ) -> Answer {
         let resp = self.request(method, params, change).await;
-        let status = resp.status.as_u16();
+        let status = resp.status().as_u16();
         assert!(
-            resp.headers.get("mcp-session-id").is_none(),
+            resp.headers().get("mcp-session-id").is_none(),
             "no session on {V}"
         );
         let text = resp.text().await;
@@ -161,7 +161,7 @@ impl Modern {
     /// or the HTTP status and JSON-RPC answer when the answer is not one.
     pub async fn open(&self, method: &str, params: Value) -> Result<crate::sse::Sse, Answer> {
         let resp = self.request(method, params, &[]).await;
-        let status = resp.status.as_u16();
+        let status = resp.status().as_u16();
         if resp.is_sse() {
             return Ok(crate::sse::Sse::new(resp));
         }
