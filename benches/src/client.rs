@@ -16,7 +16,9 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use taskmesh_client::sse::SseParser;
-use taskmesh_client::wire::{HttpTransport, MCP_METHOD, MCP_NAME, PROTOCOL_VERSION as VERSION};
+use taskmesh_client::wire::{
+    HttpTransport, WireError, MCP_METHOD, MCP_NAME, PROTOCOL_VERSION as VERSION,
+};
 
 /// The protocol version the generator speaks.
 pub const PROTOCOL_VERSION: &str = "2025-11-25";
@@ -134,7 +136,10 @@ impl Session {
         }
         let wire = HttpTransport::lean(url, headers, tls)
             .await
-            .map_err(|_| Failure::BadUrl)?;
+            .map_err(|e| match e {
+                WireError::Url(_) => Failure::BadUrl,
+                _ => Failure::Transport,
+            })?;
         if !stateless {
             wire.set_protocol_version(PROTOCOL_VERSION);
         }
@@ -157,7 +162,7 @@ impl Session {
             let r = self.wire.post(body, extra).await?;
             let status = r.status().as_u16();
             let sse = r.is_sse();
-            Ok::<_, taskmesh_client::wire::WireError>((status, sse, r.bytes(usize::MAX).await?))
+            Ok::<_, WireError>((status, sse, r.bytes(usize::MAX).await?))
         };
         let (status, sse, bytes) = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
             .await

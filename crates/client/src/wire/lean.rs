@@ -40,7 +40,7 @@ impl Lean {
         url: &str,
         tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Result<Self, WireError> {
-        let bad = || WireError::Send(format!("not a URL this transport reaches: {url}"));
+        let bad = || WireError::Url(url.to_string());
         let uri: Uri = url.parse().map_err(|_| bad())?;
         let auth = uri.authority().ok_or_else(bad)?;
         let (tls, port) = match (uri.scheme_str(), tls) {

@@ -54,6 +54,9 @@ pub const EVENT_STREAM: &str = "text/event-stream";
 /// Why an exchange failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
+    /// The URL is not one the transport reaches.
+    #[error("not a URL this transport reaches: {0}")]
+    Url(String),
     /// The request could not be sent or got no answer (no connection, a timeout).
     #[error("{0}")]
     Send(String),
