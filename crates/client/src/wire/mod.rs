@@ -162,7 +162,7 @@ impl HttpTransport {
         json: bool,
         extra: &[(HeaderName, HeaderValue)],
     ) -> HeaderMap {
-        let mut h = HeaderMap::with_capacity(8 + self.headers.len() + extra.len());
+        let mut h = HeaderMap::new();
         for (k, v) in &self.headers {
             h.append(k, v.clone());
         }
@@ -229,8 +229,8 @@ impl HttpTransport {
     ) -> Result<Response, WireError> {
         let headers = self.headers(ACCEPT_JSON_OR_SSE, true, extra);
         let r = self.send(Method::POST, headers, body.into()).await?;
-        if let Some(id) = r.headers().get(SESSION_ID) {
-            if self.session.read().id.is_none() {
+        if self.session.read().id.is_none() {
+            if let Some(id) = r.headers().get(SESSION_ID) {
                 let mut session = self.session.write();
                 if session.id.is_none() {
                     let mut id = id.clone();
