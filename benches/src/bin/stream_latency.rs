@@ -27,9 +27,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use futures::StreamExt;
 use hdrhistogram::Histogram;
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use serde_json::{json, Value};
+use taskmesh_client::wire::{self, HttpTransport, Response};
 use tokio::sync::mpsc;
 
 /// Most rounds one run may ask for.
@@ -55,29 +56,21 @@ struct Args {
     rounds: u64,
 }
 
-/// The session: its id, and the headers every request carries.
+/// The session: the transport (which keeps the session's headers) and the request ids.
 struct Client {
-    http: reqwest::Client,
-    url: String,
-    session: String,
-    token: Option<String>,
+    wire: HttpTransport,
     next_id: i64,
 }
 
 impl Client {
-    fn post(&self, url: &str, body: &Value) -> reqwest::RequestBuilder {
-        let mut rb = self
-            .http
-            .post(url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-session-id", &self.session)
-            .header("mcp-protocol-version", "2025-11-25")
-            .body(body.to_string());
-        if let Some(t) = &self.token {
-            rb = rb.header("authorization", format!("Bearer {t}"));
-        }
-        rb
+    async fn post(&self, body: &Value) -> anyhow::Result<Response> {
+        Ok(self.wire.post(body.to_string(), &[]).await?)
+    }
+
+    /// POST `body`; its answer, a JSON body.
+    async fn post_json(&self, body: &Value) -> anyhow::Result<Value> {
+        let r = self.post(body).await?;
+        Ok(serde_json::from_slice(&r.bytes(usize::MAX).await?)?)
     }
 
     fn request(&mut self, method: &str, params: Value) -> (i64, Value) {
@@ -90,27 +83,28 @@ impl Client {
     }
 }
 
+/// The transport of `url`, with the bearer `token` when there is one.
+fn transport(url: &str, token: Option<&str>) -> anyhow::Result<HttpTransport> {
+    let mut headers = HeaderMap::new();
+    if let Some(t) = token {
+        headers.insert(
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {t}"))?,
+        );
+    }
+    Ok(HttpTransport::new(wire::default_http(), url, headers))
+}
+
 /// The JSON-RPC messages of an SSE body, as they arrive.
-fn sse_messages(r: reqwest::Response) -> mpsc::UnboundedReceiver<(Instant, Value)> {
+fn sse_messages(r: Response) -> mpsc::UnboundedReceiver<(Instant, Value)> {
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
-        let mut body = r.bytes_stream();
-        let mut buf: Vec<u8> = Vec::new();
-        while let Some(Ok(chunk)) = body.next().await {
+        let mut events = r.events(usize::MAX);
+        while let Some(Ok(event)) = events.next().await {
             let at = Instant::now();
-            buf.extend_from_slice(&chunk);
-            while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
-                let event: Vec<u8> = buf.drain(..end + 2).collect();
-                let text = String::from_utf8_lossy(&event);
-                let data: String = text
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect();
-                if let Ok(v) = serde_json::from_str::<Value>(&data) {
-                    if tx.send((at, v)).is_err() {
-                        return;
-                    }
+            if let Ok(v) = serde_json::from_slice::<Value>(&event.data) {
+                if tx.send((at, v)).is_err() {
+                    return;
                 }
             }
         }
@@ -137,38 +131,18 @@ async fn next_matching(
 }
 
 async fn connect(args: &Args) -> anyhow::Result<Client> {
-    let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    let wire = transport(&args.url, args.token.as_deref())?;
     let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
         "protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},
         "clientInfo":{"name":"stream_latency","version":"1"}}});
-    let mut rb = http
-        .post(&args.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(init.to_string());
-    if let Some(t) = &args.token {
-        rb = rb.header("authorization", format!("Bearer {t}"));
+    wire.post(init.to_string(), &[]).await?;
+    if wire.session().id.is_none() {
+        bail!("no session id");
     }
-    let r = rb.send().await?;
-    let session = r
-        .headers()
-        .get("mcp-session-id")
-        .context("no session id")?
-        .to_str()?
-        .to_string();
-    let c = Client {
-        http,
-        url: args.url.clone(),
-        session,
-        token: args.token.clone(),
-        next_id: 0,
-    };
+    wire.set_protocol_version("2025-11-25");
+    let c = Client { wire, next_id: 0 };
     let r = c
-        .post(
-            &c.url,
-            &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-        )
-        .send()
+        .post(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
         .await?;
     if r.status() != 202 {
         bail!("notifications/initialized: HTTP {}", r.status());
@@ -198,17 +172,10 @@ async fn main() -> anyhow::Result<()> {
         bail!("--rounds must be 1 to {MAX_ROUNDS}");
     }
     let mut c = connect(&args).await?;
-    let get_url = args.get_url.clone().unwrap_or_else(|| c.url.clone());
-    let mut rb = c
-        .http
-        .get(&get_url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &c.session)
-        .header("mcp-protocol-version", "2025-11-25");
-    if let Some(t) = &c.token {
-        rb = rb.header("authorization", format!("Bearer {t}"));
-    }
-    let r = rb.send().await?;
+    let get_url = args.get_url.as_deref().unwrap_or(&args.url);
+    let get_wire = transport(get_url, args.token.as_deref())?;
+    get_wire.set_session(c.wire.session());
+    let r = get_wire.get(&[]).await?;
     if r.status() != 200 {
         bail!("GET stream: HTTP {}", r.status());
     }
@@ -226,7 +193,7 @@ async fn main() -> anyhow::Result<()> {
             json!({"name":"confirm_delete","arguments":{"filename": format!("r{round}")},
                    "task":{"ttl":60000},"_meta":{"progressToken": format!("a{round}")}}),
         );
-        let created: Value = c.post(&c.url, &call).send().await?.json().await?;
+        let created = c.post_json(&call).await?;
         let task_id = created["result"]["task"]["taskId"]
             .as_str()
             .with_context(|| format!("create: {created}"))?
@@ -239,13 +206,13 @@ async fn main() -> anyhow::Result<()> {
         })
         .await?;
         let (rid, call) = c.request("tasks/result", json!({"taskId": task_id}));
-        let r = c.post(&c.url, &call).send().await?;
+        let r = c.post(&call).await?;
         let mut held = sse_messages(r);
 
         let answer = json!({"jsonrpc":"2.0","id":req["id"],
             "result":{"action":"accept","content":{"confirm":false}}});
         let t0 = Instant::now();
-        let r = c.post(&c.url, &answer).send().await?;
+        let r = c.post(&answer).await?;
         let t_answer = Instant::now();
         if r.status() != 202 {
             bail!("answer: HTTP {}", r.status());
@@ -279,7 +246,7 @@ async fn main() -> anyhow::Result<()> {
                    "task":{"ttl":60000},"_meta":{"progressToken": token}}),
         );
         let t_sent = Instant::now();
-        let created: Value = c.post(&c.url, &call).send().await?.json().await?;
+        let created = c.post_json(&call).await?;
         let t_created = Instant::now();
         if created["result"]["task"]["taskId"].as_str().is_none() {
             bail!("create: {created}");

@@ -6,25 +6,17 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
-use parking_lot::RwLock;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::StatusCode;
 
-use crate::sse::SseReader;
+use crate::wire::{self, Body, HttpTransport, WireError};
 use crate::{ClientError, HttpSpec, Inner};
 
-const SESSION: &str = "mcp-session-id";
-const VERSION: &str = "mcp-protocol-version";
 /// The pause before the GET stream is opened again after it ended.
 const LISTEN_PAUSE: Duration = Duration::from_secs(1);
 
 pub(crate) struct Http {
-    http: reqwest::Client,
-    url: String,
-    headers: HeaderMap,
-    session: RwLock<Option<HeaderValue>>,
-    version: RwLock<Option<HeaderValue>>,
+    wire: Arc<HttpTransport>,
     inner: Weak<Inner>,
 }
 
@@ -45,53 +37,24 @@ impl Http {
                 }
             }
         }
-        let http = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .build()
-            .unwrap_or_default();
         Self {
-            http,
-            url: spec.url.clone(),
-            headers,
-            session: RwLock::new(None),
-            version: RwLock::new(None),
+            wire: Arc::new(HttpTransport::new(wire::default_http(), &spec.url, headers)),
             inner,
         }
     }
 
     pub(crate) fn set_version(&self, v: &str) {
-        *self.version.write() = HeaderValue::try_from(v).ok();
-    }
-
-    fn post(&self, json: Vec<u8>) -> reqwest::RequestBuilder {
-        let mut rb = self
-            .http
-            .post(&self.url)
-            .headers(self.headers.clone())
-            .header(ACCEPT, "application/json, text/event-stream")
-            .header(CONTENT_TYPE, "application/json")
-            .body(json);
-        if let Some(s) = self.session.read().clone() {
-            rb = rb.header(SESSION, s);
-        }
-        if let Some(v) = self.version.read().clone() {
-            rb = rb.header(VERSION, v);
-        }
-        rb
+        self.wire.set_protocol_version(v);
     }
 
     /// A notification or a response: the server accepts it with 202.
     pub(crate) async fn post_message(&self, json: Vec<u8>) -> Result<(), ClientError> {
-        let r = self
-            .post(json)
-            .send()
-            .await
-            .map_err(|e| ClientError::Transport(e.without_url().to_string()))?;
+        let r = self.wire.post(json, &[]).await.map_err(transport)?;
         if r.status().is_success() {
             return Ok(());
         }
         let status = r.status();
-        if status == StatusCode::NOT_FOUND && self.session.read().is_some() {
+        if status == StatusCode::NOT_FOUND && self.wire.session().id.is_some() {
             if let Some(inner) = self.inner.upgrade() {
                 inner.close("the upstream ended the session");
             }
@@ -110,13 +73,10 @@ impl Http {
         json: Vec<u8>,
         headers: &[(HeaderName, HeaderValue)],
     ) {
-        let mut rb = self.post(json);
-        for (k, v) in headers {
-            rb = rb.header(k.clone(), v.clone());
-        }
         let inner = inner.clone();
+        let headers = headers.to_vec();
         tokio::spawn(async move {
-            if let Err(e) = read_response(&inner, rb, id).await {
+            if let Err(e) = read_response(&inner, json, &headers, id).await {
                 inner.fail(id, e);
             } else {
                 inner.fail(
@@ -137,44 +97,30 @@ impl Http {
                 if inner.closed.borrow().is_some() {
                     return;
                 }
+                let mut closed = inner.closed.subscribe();
+                let max = inner.max_message_bytes;
                 let crate::Link::Http(h) = &inner.link else {
                     return;
                 };
-                let mut rb = h
-                    .http
-                    .get(&h.url)
-                    .headers(h.headers.clone())
-                    .header(ACCEPT, "text/event-stream");
-                if let Some(s) = h.session.read().clone() {
-                    rb = rb.header(SESSION, s);
-                }
-                if let Some(v) = h.version.read().clone() {
-                    rb = rb.header(VERSION, v);
-                }
-                let mut closed = inner.closed.subscribe();
-                let max = inner.max_message_bytes;
+                let wire = h.wire.clone();
                 drop(inner);
                 let resp = tokio::select! {
-                    r = rb.send() => r,
+                    r = wire.get(&[]) => r,
                     _ = closed.wait_for(Option::is_some) => return,
                 };
                 match resp {
                     Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => return,
                     Ok(r) if r.status().is_success() => {
-                        let mut body = r.bytes_stream();
-                        let mut sse = SseReader::new(max);
+                        let mut events = r.events(max);
                         loop {
-                            let chunk = tokio::select! {
-                                c = body.next() => c,
+                            let event = tokio::select! {
+                                e = events.next() => e,
                                 _ = closed.wait_for(Option::is_some) => return,
                             };
-                            let Some(Ok(chunk)) = chunk else { break };
-                            let Ok(events) = sse.feed(&chunk) else { break };
+                            let Some(Ok(event)) = event else { break };
                             let Some(inner) = weak.upgrade() else { return };
-                            for data in events {
-                                if !data.is_empty() {
-                                    inner.handle(&data, None);
-                                }
+                            if !event.data.is_empty() {
+                                inner.handle(&event.data, None);
                             }
                         }
                     }
@@ -182,7 +128,7 @@ impl Http {
                         tracing::debug!(status = %r.status(), "the upstream's GET stream was refused");
                     }
                     Err(e) => {
-                        tracing::debug!(error = %e.without_url(), "the upstream's GET stream failed")
+                        tracing::debug!(error = %e, "the upstream's GET stream failed")
                     }
                 }
                 tokio::time::sleep(LISTEN_PAUSE).await;
@@ -192,48 +138,35 @@ impl Http {
 
     /// End the session (`DELETE`), best effort.
     pub(crate) async fn end_session(&self) {
-        let Some(s) = self.session.read().clone() else {
-            return;
-        };
-        let _ = self
-            .http
-            .delete(&self.url)
-            .headers(self.headers.clone())
-            .header(SESSION, s)
-            .send()
-            .await;
+        if self.wire.session().id.is_some() {
+            let _ = self.wire.delete().await;
+        }
     }
+}
+
+fn transport(e: WireError) -> ClientError {
+    ClientError::Transport(e.to_string())
 }
 
 /// Send a request and hand every message of its response to `inner`. `Ok` when the response
 /// ended (with or without the answer: the caller fails the request if it is still pending).
 async fn read_response(
     inner: &Arc<Inner>,
-    rb: reqwest::RequestBuilder,
+    json: Vec<u8>,
+    headers: &[(HeaderName, HeaderValue)],
     id: i64,
 ) -> Result<(), ClientError> {
-    let r = rb
-        .send()
-        .await
-        .map_err(|e| ClientError::Transport(e.without_url().to_string()))?;
     let crate::Link::Http(h) = &inner.link else {
         return Ok(());
     };
-    if let Some(s) = r.headers().get(SESSION) {
-        let mut session = h.session.write();
-        if session.is_none() {
-            let mut s = s.clone();
-            s.set_sensitive(true);
-            *session = Some(s);
-        }
-    }
+    let r = h.wire.post(json, headers).await.map_err(transport)?;
     let status = r.status();
-    if status == StatusCode::NOT_FOUND && h.session.read().is_some() {
+    if status == StatusCode::NOT_FOUND && h.wire.session().id.is_some() {
         inner.close("the upstream ended the session");
         return Err(ClientError::Closed("the upstream ended the session".into()));
     }
     if !status.is_success() {
-        let body = r.text().await.unwrap_or_default();
+        let body = r.text().await;
         // A JSON-RPC error in the body is the server's answer.
         if !body.is_empty() {
             inner.handle(body.as_bytes(), Some(id));
@@ -243,44 +176,28 @@ async fn read_response(
         )));
     }
     let max = inner.max_message_bytes;
-    let is_sse = r
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    let mut body = r.bytes_stream();
-    if is_sse {
-        let mut sse = SseReader::new(max);
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| {
-                ClientError::Closed(format!(
-                    "the upstream's stream broke off: {}",
-                    e.without_url()
-                ))
-            })?;
-            let events = sse.feed(&chunk).map_err(|_| {
-                ClientError::Protocol(format!("the upstream sent a message over {max} bytes"))
-            })?;
-            for data in events {
-                if !data.is_empty() {
-                    inner.handle(&data, Some(id));
+    let too_large =
+        || ClientError::Protocol(format!("the upstream sent a message over {max} bytes"));
+    match r.body(max).await {
+        Ok(Body::Events(mut events)) => {
+            while let Some(event) = events.next().await {
+                let event = event.map_err(|e| match e {
+                    WireError::TooLarge(_) => too_large(),
+                    e => ClientError::Closed(format!("{e}")),
+                })?;
+                if !event.data.is_empty() {
+                    inner.handle(&event.data, Some(id));
                 }
             }
+            Ok(())
         }
-        return Ok(());
-    }
-    let mut json = Vec::new();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| ClientError::Closed(e.without_url().to_string()))?;
-        json.extend_from_slice(&chunk);
-        if json.len() > max {
-            return Err(ClientError::Protocol(format!(
-                "the upstream sent a message over {max} bytes"
-            )));
+        Ok(Body::Json(json)) => {
+            if !json.is_empty() {
+                inner.handle(&json, Some(id));
+            }
+            Ok(())
         }
+        Err(WireError::TooLarge(_)) => Err(too_large()),
+        Err(e) => Err(ClientError::Closed(e.to_string())),
     }
-    if !json.is_empty() {
-        inner.handle(&json, Some(id));
-    }
-    Ok(())
 }

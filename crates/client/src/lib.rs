@@ -23,18 +23,30 @@
 //! one is (callers that relay them run one call at a time per process). A request that belongs
 //! to no call is answered with an error; `ping` is answered at once.
 //!
-//! The connection's shared state and its requests are here; what the server sends is routed in
-//! `incoming.rs`, a plain call's events and result in `call.rs`, a followed task in `task.rs`,
-//! and the two transports in `stdio.rs` and `http.rs` (its SSE framing in `sse.rs`).
+//! # Layers
+//!
+//! The client has two layers. The low one is public, for callers that speak the protocol
+//! themselves (the test client, the load generator):
+//!
+//! - [`sse`]: [`SseParser`](sse::SseParser), the reader of `text/event-stream` bodies;
+//! - [`wire`]: [`HttpTransport`](wire::HttpTransport), one Streamable HTTP endpoint: a POST of
+//!   a message with the headers asked for, answered with the status, the headers and a body
+//!   read whole or as SSE events; the session's headers (`Mcp-Session-Id`,
+//!   `Mcp-Protocol-Version`) kept and sent; the GET stream and the session's end.
+//!
+//! The high one is [`Client`]: its shared state and requests are here; what the server sends
+//! is routed in `incoming.rs`, a plain call's events and result in `call.rs`, a followed task
+//! in `task.rs`, and the two transports in `stdio.rs` and `http.rs` (on [`wire`]).
 
 #![allow(clippy::module_name_repetitions)]
 
 mod call;
 mod http;
 mod incoming;
-mod sse;
+pub mod sse;
 mod stdio;
 mod task;
+pub mod wire;
 
 use call::Steps;
 pub use call::{Step, ToolCall};
@@ -197,7 +209,7 @@ struct Pending {
 }
 
 enum Link {
-    Stdio(stdio::Stdio),
+    Stdio(Box<stdio::Stdio>),
     Http(http::Http),
 }
 
@@ -229,7 +241,7 @@ impl Client {
         let inner = Arc::new_cyclic(|weak| Inner {
             name: opts.name.clone(),
             link: match endpoint {
-                Endpoint::Stdio(_) => Link::Stdio(stdio::Stdio::unstarted()),
+                Endpoint::Stdio(_) => Link::Stdio(Box::new(stdio::Stdio::unstarted())),
                 Endpoint::Http(spec) => Link::Http(http::Http::new(spec, weak.clone())),
             },
             next_id: AtomicI64::new(1),

@@ -1,12 +1,17 @@
 //! An MCP client over Streamable HTTP, as the tests use it: [`Client`] opens a session
-//! (`initialize` + `notifications/initialized`), POSTs JSON-RPC requests with the session,
-//! version and bearer headers, and reads the answer whether it comes as `application/json` or
-//! as an SSE stream ([`Sse`]); [`Raw`] is a whole HTTP answer for the transport tests.
+//! (`initialize` + `notifications/initialized`), POSTs JSON-RPC requests (or any body) with the
+//! session, version and bearer headers, and reads the answer whether it comes as
+//! `application/json` or as an SSE stream ([`Sse`]); [`Raw`] is a whole HTTP answer for the
+//! transport tests. The HTTP exchanges go through the client library's transport
+//! ([`taskmesh_client::wire::HttpTransport`]); what is here is the tests' side: the fields a
+//! test sets, panics that say what went wrong, the status and raw body kept.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use reqwest::header::{HeaderName, HeaderValue, AUTHORIZATION};
 use serde_json::{json, Value};
+use taskmesh_client::wire::{HttpTransport, SessionHeaders, LAST_EVENT_ID};
 
 use crate::{Sse, V};
 
@@ -109,36 +114,47 @@ impl Client {
         Client::connect(url, None, V, json!({"elicitation":{},"sampling":{}})).await
     }
 
-    /// The headers every request of this client carries: the session id and its protocol
-    /// version once a session exists, and the bearer token when there is one.
-    fn with_session_headers(&self, mut rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        if let Some(s) = &self.session {
-            rb = rb
-                .header("mcp-session-id", s)
-                .header("mcp-protocol-version", &self.version);
-        }
+    /// The transport of one request: the session id and its protocol version once a session
+    /// exists, and the bearer token when there is one; `extra` headers converted.
+    fn wire(
+        &self,
+        extra: &[(&str, &str)],
+    ) -> Result<(HttpTransport, Vec<(HeaderName, HeaderValue)>), String> {
+        let mut headers = reqwest::header::HeaderMap::new();
         if let Some(t) = &self.token {
-            rb = rb.header("authorization", format!("Bearer {t}"));
+            headers.insert(AUTHORIZATION, header_value(&format!("Bearer {t}"))?);
         }
-        rb
+        let wire = HttpTransport::new(self.http.clone(), &self.url, headers);
+        if let Some(s) = &self.session {
+            wire.set_session(SessionHeaders {
+                id: Some(header_value(s)?),
+                version: Some(header_value(&self.version)?),
+            });
+        }
+        let extra = extra
+            .iter()
+            .map(|(k, v)| {
+                let k = HeaderName::try_from(*k).map_err(|e| format!("header {k}: {e}"))?;
+                Ok((k, header_value(v)?))
+            })
+            .collect::<Result<_, String>>()?;
+        Ok((wire, extra))
     }
 
-    fn request(
+    /// POST `body` with `extra` headers; the answer, or why none came.
+    async fn send(
         &self,
         body: impl Into<reqwest::Body>,
         extra: &[(&str, &str)],
-    ) -> reqwest::RequestBuilder {
-        let mut rb = self.with_session_headers(
-            self.http
-                .post(&self.url)
-                .header("content-type", "application/json")
-                .header("accept", "application/json, text/event-stream")
-                .body(body),
-        );
-        for (k, v) in extra {
-            rb = rb.header(*k, *v);
-        }
-        rb
+    ) -> Result<taskmesh_client::wire::Response, String> {
+        let (wire, extra) = self.wire(extra)?;
+        wire.post(body, &extra).await.map_err(|e| e.to_string())
+    }
+
+    /// GET the session's stream with `extra` headers; panics when it cannot be sent.
+    async fn get(&self, extra: &[(HeaderName, HeaderValue)]) -> taskmesh_client::wire::Response {
+        let (wire, _) = self.wire(&[]).expect("get");
+        wire.get(extra).await.expect("get")
     }
 
     /// Call a method and return the JSON-RPC response, or why no response came (the node is
@@ -147,22 +163,19 @@ impl Client {
         let id = self.id();
         let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
         let r = self
-            .request(body, &[])
-            .send()
+            .send(body, &[])
             .await
             .map_err(|e| format!("send: {e}"))?;
         let status = r.status().as_u16();
-        let ct = r
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
         if status != 200 {
             return Err(format!("HTTP {status}"));
         }
-        if ct.starts_with("application/json") {
-            return r.json().await.map_err(|e| format!("body: {e}"));
+        if r.content_type().starts_with("application/json") {
+            let body = r
+                .bytes(usize::MAX)
+                .await
+                .map_err(|e| format!("body: {e}"))?;
+            return serde_json::from_slice(&body).map_err(|e| format!("body: {e}"));
         }
         let mut sse = Sse::new(r);
         while let Some(msg) = sse.try_next().await? {
@@ -196,14 +209,11 @@ impl Client {
     }
 
     async fn post_body(&self, body: reqwest::Body, extra: &[(&str, &str)]) -> Raw {
-        let r = self.request(body, extra).send().await.expect("send");
-        let status = r.status().as_u16();
-        let headers = r.headers().clone();
-        let body = r.text().await.unwrap_or_default();
+        let r = self.send(body, extra).await.expect("send");
         Raw {
-            status,
-            headers,
-            body,
+            status: r.status().as_u16(),
+            headers: r.headers().clone(),
+            body: r.text().await,
         }
     }
 
@@ -232,11 +242,13 @@ impl Client {
     ) -> (Value, Vec<Value>) {
         let id = self.id();
         let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
-        let r = self.request(body, extra).send().await.expect("send");
+        let r = self.send(body, extra).await.expect("send");
         assert_eq!(r.status().as_u16(), 200, "{method}: HTTP {}", r.status());
-        let ct = crate::sse::content_type(&r);
+        let ct = r.content_type().to_string();
         if ct.starts_with("application/json") {
-            return (r.json().await.expect("response is JSON"), vec![]);
+            let body = r.bytes(usize::MAX).await.expect("body");
+            let msg = serde_json::from_slice(&body).expect("response is JSON");
+            return (msg, vec![]);
         }
         assert!(ct.starts_with("text/event-stream"), "content-type {ct}");
         let mut sse = Sse::new(r);
@@ -314,7 +326,7 @@ impl Client {
     pub async fn open_stream(&self, method: &str, params: Value) -> (i64, Sse) {
         let id = self.id();
         let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
-        let r = self.request(body, &[]).send().await.expect("send");
+        let r = self.send(body, &[]).await.expect("send");
         assert_eq!(r.status().as_u16(), 200);
         (id, Sse::new(r))
     }
@@ -329,12 +341,7 @@ impl Client {
 
     /// Open the session's GET stream, or the HTTP status it was refused with.
     pub async fn try_open_get(&self) -> Result<Sse, u16> {
-        let rb = self.with_session_headers(
-            self.http
-                .get(&self.url)
-                .header("accept", "text/event-stream"),
-        );
-        let r = rb.send().await.expect("get");
+        let r = self.get(&[]).await;
         match r.status().as_u16() {
             200 => Ok(Sse::new(r)),
             status => Err(status),
@@ -344,16 +351,11 @@ impl Client {
     /// Reconnect to a stream with `GET` and `Last-Event-ID: last`, or the HTTP status and body
     /// it was refused with.
     pub async fn try_resume(&self, last: &str) -> Result<Sse, (u16, String)> {
-        let rb = self.with_session_headers(
-            self.http
-                .get(&self.url)
-                .header("accept", "text/event-stream")
-                .header("last-event-id", last),
-        );
-        let r = rb.send().await.expect("get");
+        let last = header_value(last).expect("get");
+        let r = self.get(&[(LAST_EVENT_ID, last)]).await;
         match r.status().as_u16() {
             200 => Ok(Sse::new(r)),
-            status => Err((status, r.text().await.unwrap_or_default())),
+            status => Err((status, r.text().await)),
         }
     }
 
@@ -371,4 +373,9 @@ impl Client {
         let r = self.post(&body, &[]).await;
         assert_eq!(r.status, 202, "{}", r.body);
     }
+}
+
+/// `v` as a header value, or why it is none.
+pub(crate) fn header_value(v: &str) -> Result<HeaderValue, String> {
+    HeaderValue::try_from(v).map_err(|e| format!("header value {v:?}: {e}"))
 }

@@ -5,8 +5,9 @@
 //!
 //! - [`Server`] (`server`): spawning, signalling, restarting and killing node processes; the
 //!   tail of a process's log is printed when a test panics.
-//! - [`Client`] and [`Raw`] (`client`): the MCP client over Streamable HTTP.
-//! - [`Sse`] (`sse`): the reader of SSE answers.
+//! - [`Client`] and [`Raw`] (`client`): the MCP client over Streamable HTTP, on the transport of
+//!   `taskmesh-client` (its `wire` layer), with the assertions tests want.
+//! - [`Sse`] (`sse`): the JSON-RPC messages of SSE answers, read with the client library's parser.
 //! - `cluster`: node configurations, free ports, retried reads, `GET /status`, the wait for a
 //!   ready cluster.
 //! - [`metrics`]: a node's `GET /metrics` text and its samples.

@@ -1,10 +1,15 @@
 //! A stateless client of protocol 2026-07-28 with the tasks extension, for tests: each
 //! request carries its `_meta` (protocol version, client capabilities) and the routing headers
-//! (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`) taken from its body.
+//! (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`) taken from its body. The requests go
+//! through the client library's transport, with no session.
 
 use std::time::Duration;
 
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{json, Value};
+use taskmesh_client::wire::{HttpTransport, Response};
+
+use crate::client::header_value;
 
 /// The protocol version.
 pub const V: &str = "2026-07-28";
@@ -86,14 +91,15 @@ impl Modern {
         params[field].as_str().map(str::to_string)
     }
 
-    /// The HTTP request of `method` with `params` (its `_meta` added), the routing headers set
-    /// from the body, then `change` applied to the headers (`None` removes one).
-    fn request(
+    /// Send `method` with `params` (its `_meta` added), the routing headers set from the
+    /// body, then `change` applied to the headers (`None` removes one); panics when it cannot
+    /// be sent.
+    async fn request(
         &self,
         method: &str,
         mut params: Value,
         change: &[(&str, Option<&str>)],
-    ) -> reqwest::RequestBuilder {
+    ) -> Response {
         // `_meta` given in `params` is laid over the one every request carries.
         let mut meta = self.meta();
         if let Some(given) = params.get("_meta").and_then(Value::as_object) {
@@ -115,19 +121,21 @@ impl Modern {
                 headers.push(((*k).to_string(), (*v).to_string()));
             }
         }
-        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
-        let mut r = crate::http()
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(body.to_string());
-        for (k, v) in &headers {
-            r = r.header(k.as_str(), v.as_str());
-        }
         if let Some(t) = &self.token {
-            r = r.header("authorization", format!("Bearer {t}"));
+            headers.push(("authorization".into(), format!("Bearer {t}")));
         }
-        r
+        let headers: Vec<(HeaderName, HeaderValue)> = headers
+            .iter()
+            .map(|(k, v)| {
+                let k = HeaderName::try_from(k.as_str()).expect("a header name");
+                (k, header_value(v).expect("send"))
+            })
+            .collect();
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+        HttpTransport::new(crate::http(), &self.url, HeaderMap::new())
+            .post(body.to_string(), &headers)
+            .await
+            .expect("send")
     }
 
     /// `method` with `params` (its `_meta` added), the routing headers set from the body,
@@ -138,17 +146,13 @@ impl Modern {
         params: Value,
         change: &[(&str, Option<&str>)],
     ) -> Answer {
-        let resp = self
-            .request(method, params, change)
-            .send()
-            .await
-            .expect("send");
+        let resp = self.request(method, params, change).await;
         let status = resp.status().as_u16();
         assert!(
             resp.headers().get("mcp-session-id").is_none(),
             "no session on {V}"
         );
-        let text = resp.text().await.expect("body");
+        let text = resp.text().await;
         let body = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
         Answer { status, body }
     }
@@ -156,21 +160,12 @@ impl Modern {
     /// `method` with `params` (request id 7), its answer read as a stream: the SSE stream,
     /// or the HTTP status and JSON-RPC answer when the answer is not one.
     pub async fn open(&self, method: &str, params: Value) -> Result<crate::sse::Sse, Answer> {
-        let resp = self
-            .request(method, params, &[])
-            .send()
-            .await
-            .expect("send");
+        let resp = self.request(method, params, &[]).await;
         let status = resp.status().as_u16();
-        let sse = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        if sse {
+        if resp.is_sse() {
             return Ok(crate::sse::Sse::new(resp));
         }
-        let text = resp.text().await.expect("body");
+        let text = resp.text().await;
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
         Err(Answer { status, body })
     }

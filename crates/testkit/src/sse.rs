@@ -1,17 +1,21 @@
-//! Server-sent events: [`Sse`] reads the JSON-RPC messages of a `text/event-stream` answer
-//! (a POST's stream, `tasks/result`, the session's GET stream) one at a time, skipping
-//! keep-alive comments and events without data (a priming event), and remembering the last
-//! event id and `retry` it saw; an `application/json` answer read through it is one message.
+//! Server-sent events as the tests read them: [`Sse`] reads the JSON-RPC messages of a
+//! `text/event-stream` answer (a POST's stream, `tasks/result`, the session's GET stream) one
+//! at a time, skipping keep-alive comments and events without data (a priming event), and
+//! remembering the last event id and `retry` it saw; an `application/json` answer read
+//! through it is one message. The events come from the client library's SSE parser
+//! ([`taskmesh_client::wire::Events`]).
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::Value;
+use taskmesh_client::wire::{Events, Response};
+
+/// How long a stream may stay silent before the test gives up on it.
+const IDLE: Duration = Duration::from_secs(60);
 
 /// A reader of JSON messages on an SSE response.
 pub struct Sse {
-    stream: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
-    buf: String,
+    body: Body,
     /// The answer's `content-type` (empty when absent); an `application/json` answer is read
     /// as a single message.
     pub content_type: String,
@@ -23,25 +27,23 @@ pub struct Sse {
     pub message_ids: Vec<Option<String>>,
 }
 
-/// The `content-type` of `r` (empty when it has none); panics if it is not visible ASCII.
-pub(crate) fn content_type(r: &reqwest::Response) -> String {
-    r.headers()
-        .get("content-type")
-        .map(|v| {
-            v.to_str()
-                .expect("content-type header is visible ASCII")
-                .to_string()
-        })
-        .unwrap_or_default()
+enum Body {
+    Events(Events),
+    /// An `application/json` answer, read at the first message.
+    Json(Option<Response>),
 }
 
 impl Sse {
-    /// A reader of the body of `r`; panics if its `content-type` is not visible ASCII.
-    pub fn new(r: reqwest::Response) -> Sse {
-        let content_type = content_type(&r);
+    /// A reader of the body of `r`.
+    pub fn new(r: Response) -> Sse {
+        let content_type = r.content_type().to_string();
+        let body = if content_type.starts_with("application/json") {
+            Body::Json(Some(r))
+        } else {
+            Body::Events(r.events(usize::MAX))
+        };
         Sse {
-            stream: r.bytes_stream().boxed(),
-            buf: String::new(),
+            body,
             content_type,
             last_event_id: None,
             retry_ms: None,
@@ -52,56 +54,52 @@ impl Sse {
     /// The next JSON message, `Ok(None)` when the stream ends, or why it broke (bounded by
     /// 60 s of silence). An `application/json` answer is one message: the whole body.
     pub async fn try_next(&mut self) -> Result<Option<Value>, String> {
-        loop {
-            if let Some(i) = self.buf.find("\n\n") {
-                let event: String = self.buf.drain(..i + 2).collect();
-                let field = |name: &str| {
-                    event
-                        .lines()
-                        .filter_map(|l| l.strip_prefix(name))
-                        .map(|v| v.strip_prefix(' ').unwrap_or(v).to_string())
-                        .collect::<Vec<String>>()
+        let events = match &mut self.body {
+            Body::Events(events) => events,
+            Body::Json(r) => {
+                let Some(r) = r.take() else { return Ok(None) };
+                let body = match tokio::time::timeout(IDLE, r.bytes(usize::MAX)).await {
+                    Ok(Ok(b)) => b,
+                    Ok(Err(e)) => return Err(format!("stream: {e}")),
+                    Err(_) => return Err("SSE stream idle for 60 s".into()),
                 };
-                let id = field("id:").pop();
-                if let Some(id) = &id {
-                    self.last_event_id = Some(id.clone());
+                if String::from_utf8_lossy(&body).trim().is_empty() {
+                    return Ok(None);
                 }
-                if let Some(retry) = field("retry:").pop().and_then(|r| r.parse().ok()) {
-                    self.retry_ms = Some(retry);
-                }
-                let data = field("data:");
-                if data.concat().is_empty() {
-                    continue; // a keep-alive comment or a priming event
-                }
-                self.message_ids.push(id);
-                return serde_json::from_str(&data.join("\n"))
+                return serde_json::from_slice(&body)
                     .map(Some)
-                    .map_err(|e| format!("SSE data is not JSON: {e}"));
+                    .map_err(|e| format!("body is not JSON: {e}"));
             }
-            match tokio::time::timeout(Duration::from_secs(60), self.stream.next()).await {
-                Ok(Some(Ok(chunk))) => self.buf.push_str(&String::from_utf8_lossy(&chunk)),
-                Ok(end) => {
-                    if self.content_type.starts_with("application/json")
-                        && !self.buf.trim().is_empty()
-                    {
-                        let body = std::mem::take(&mut self.buf);
-                        return serde_json::from_str(&body)
-                            .map(Some)
-                            .map_err(|e| format!("body is not JSON: {e}"));
-                    }
-                    return match end {
-                        Some(Err(e)) => Err(format!("stream: {e}")),
-                        _ => Ok(None),
-                    };
-                }
+        };
+        loop {
+            let event = match tokio::time::timeout(IDLE, events.next()).await {
+                Ok(Some(Ok(e))) => e,
+                Ok(Some(Err(e))) => return Err(format!("stream: {e}")),
+                Ok(None) => return Ok(None),
                 Err(_) => return Err("SSE stream idle for 60 s".into()),
+            };
+            if let Some(id) = &event.id {
+                self.last_event_id = Some(id.clone());
             }
+            if let Some(retry) = event.retry {
+                self.retry_ms = Some(retry);
+            }
+            if event.data.is_empty() {
+                continue; // a priming event
+            }
+            self.message_ids.push(event.id);
+            return serde_json::from_slice(&event.data)
+                .map(Some)
+                .map_err(|e| format!("SSE data is not JSON: {e}"));
         }
     }
 
     /// End the connection as a dropped network would, keeping what was read (its ids).
     pub fn close(&mut self) {
-        self.stream = futures::stream::empty().boxed();
+        match &mut self.body {
+            Body::Events(events) => events.close(),
+            Body::Json(r) => *r = None,
+        }
     }
 
     /// The next JSON message, or `None` when the stream ends or breaks. Panics after 60 s of
