@@ -16,7 +16,6 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use serde_json::Value;
 use taskmesh_mcp::jsonrpc::{self, Message, RequestId};
 use tracing::Instrument;
 
@@ -444,9 +443,7 @@ async fn reconnect(
         principal,
         session: Some((session, claims)),
     };
-    let mut params = serde_json::Map::new();
-    params.insert("taskId".into(), Value::String(origin.task_id.clone()));
-    let reply = dispatch::tasks::tasks_result(gw, &cx, origin.request_id, &params).await;
+    let reply = dispatch::tasks::tasks_result(gw, &cx, origin.request_id, origin.task_id).await;
     match reply {
         // The answer is ready: it still goes out as the stream the client reconnected to.
         Reply::Json(body) => {

@@ -147,6 +147,22 @@ fn at_least<T: PartialOrd + std::fmt::Display>(key: &str, value: T, min: T) -> R
     Ok(())
 }
 
+/// Check a setting against its bound with [`at_least`] (`>=`) or [`within`] (`in`), naming it
+/// by its key as a user writes it: the section given and the field's own name, so the two
+/// cannot drift apart.
+macro_rules! check {
+    ($section:literal: $s:ident.$field:ident >= $min:expr) => {
+        at_least(concat!($section, ".", stringify!($field)), $s.$field, $min)
+    };
+    ($section:literal: $s:ident.$field:ident in $range:expr) => {
+        within(
+            concat!($section, ".", stringify!($field)),
+            $s.$field,
+            $range,
+        )
+    };
+}
+
 /// `Err` naming `key` when `value` is outside `range`.
 fn within(key: &str, value: usize, range: std::ops::RangeInclusive<usize>) -> Result<(), String> {
     if !range.contains(&value) {
@@ -162,49 +178,21 @@ fn within(key: &str, value: usize, range: std::ops::RangeInclusive<usize>) -> Re
 impl HttpSettings {
     /// Refuse values that cannot work, naming the key as it is written (`http.<key>`).
     pub fn validate(&self) -> Result<(), String> {
-        at_least("http.max_body_bytes", self.max_body_bytes, MIN_BODY_BYTES)?;
-        at_least(
-            "http.max_streams_per_session",
-            self.max_streams_per_session,
-            1,
-        )?;
-        at_least("http.max_sse_streams", self.max_sse_streams, 1)?;
-        at_least(
-            "http.max_sse_streams_per_principal",
-            self.max_sse_streams_per_principal,
-            1,
-        )?;
-        at_least("http.max_connections", self.max_connections, 1)?;
-        at_least(
-            "http.header_read_timeout_ms",
-            self.header_read_timeout_ms,
-            100,
-        )?;
-        within(
-            "http.max_header_bytes",
-            self.max_header_bytes,
-            MIN_HEADER_BYTES..=MAX_HEADER_BYTES,
-        )?;
+        check!("http": self.max_body_bytes >= MIN_BODY_BYTES)?;
+        check!("http": self.max_streams_per_session >= 1)?;
+        check!("http": self.max_sse_streams >= 1)?;
+        check!("http": self.max_sse_streams_per_principal >= 1)?;
+        check!("http": self.max_connections >= 1)?;
+        check!("http": self.header_read_timeout_ms >= 100)?;
+        check!("http": self.max_header_bytes in MIN_HEADER_BYTES..=MAX_HEADER_BYTES)?;
         if let Some(tls) = &self.tls {
-            at_least("http.tls.reload_interval_ms", tls.reload_interval_ms, 100)?;
+            check!("http.tls": tls.reload_interval_ms >= 100)?;
         }
-        at_least("http.body_read_timeout_ms", self.body_read_timeout_ms, 100)?;
-        within(
-            "http.max_listen_task_ids",
-            self.max_listen_task_ids,
-            1..=MAX_LISTEN_TASK_IDS,
-        )?;
-        at_least(
-            "http.max_listen_streams_per_principal",
-            self.max_listen_streams_per_principal,
-            1,
-        )?;
-        at_least("http.request_state_ttl_ms", self.request_state_ttl_ms, 1000)?;
-        within(
-            "http.sse_buffer_events",
-            self.sse_buffer_events,
-            1..=MAX_SSE_BUFFER_EVENTS,
-        )?;
+        check!("http": self.body_read_timeout_ms >= 100)?;
+        check!("http": self.max_listen_task_ids in 1..=MAX_LISTEN_TASK_IDS)?;
+        check!("http": self.max_listen_streams_per_principal >= 1)?;
+        check!("http": self.request_state_ttl_ms >= 1000)?;
+        check!("http": self.sse_buffer_events in 1..=MAX_SSE_BUFFER_EVENTS)?;
         if self.sse_max_stream_ms != 0 && self.sse_max_stream_ms < 1000 {
             return Err(format!(
                 "http.sse_max_stream_ms must be 0 (never) or at least 1000 (got {})",
@@ -292,11 +280,7 @@ impl Default for LimitsSettings {
 impl LimitsSettings {
     /// Refuse values that cannot work, naming the key as it is written (`limits.<key>`).
     pub fn validate(&self) -> Result<(), String> {
-        at_least(
-            "limits.max_inflight_per_session",
-            self.max_inflight_per_session,
-            1,
-        )
+        check!("limits": self.max_inflight_per_session >= 1)
     }
 }
 
@@ -326,7 +310,7 @@ impl Default for ToolsSettings {
 impl ToolsSettings {
     /// Refuse values that cannot work, naming the key as it is written (`tools.<key>`).
     pub fn validate(&self) -> Result<(), String> {
-        at_least("tools.page_size", self.page_size, 1)
+        check!("tools": self.page_size >= 1)
     }
 }
 

@@ -76,14 +76,21 @@ impl From<std::io::Error> for ShardError {
     }
 }
 
+/// A group's answer to a proposal that did not commit.
+type WriteError<S> = RaftError<Group<S>, ClientWriteError<Group<S>>>;
+/// A group's answer to a read that could not be confirmed linearizable.
+type ReadError<S> = RaftError<Group<S>, LinearizableReadError<Group<S>>>;
+/// A group's answer to an initialization it refused.
+type InitError<S> = RaftError<Group<S>, InitializeError<Group<S>>>;
+
 fn not_leader<S: GroupState>(f: ForwardToLeader<Group<S>>) -> ShardError {
     ShardError::NotLeader {
         leader_hint: f.leader_id,
     }
 }
 
-impl<S: GroupState> From<RaftError<Group<S>, ClientWriteError<Group<S>>>> for ShardError {
-    fn from(e: RaftError<Group<S>, ClientWriteError<Group<S>>>) -> Self {
+impl<S: GroupState> From<WriteError<S>> for ShardError {
+    fn from(e: WriteError<S>) -> Self {
         match e {
             RaftError::Fatal(f) => f.into(),
             RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(f),
@@ -99,8 +106,8 @@ impl<S: GroupState> From<RaftError<Group<S>, ClientWriteError<Group<S>>>> for Sh
     }
 }
 
-impl<S: GroupState> From<RaftError<Group<S>, LinearizableReadError<Group<S>>>> for ShardError {
-    fn from(e: RaftError<Group<S>, LinearizableReadError<Group<S>>>) -> Self {
+impl<S: GroupState> From<ReadError<S>> for ShardError {
+    fn from(e: ReadError<S>) -> Self {
         match e {
             RaftError::Fatal(f) => f.into(),
             RaftError::APIError(LinearizableReadError::ForwardToLeader(f)) => not_leader(f),
@@ -111,8 +118,8 @@ impl<S: GroupState> From<RaftError<Group<S>, LinearizableReadError<Group<S>>>> f
     }
 }
 
-impl<S: GroupState> From<RaftError<Group<S>, InitializeError<Group<S>>>> for ShardError {
-    fn from(e: RaftError<Group<S>, InitializeError<Group<S>>>) -> Self {
+impl<S: GroupState> From<InitError<S>> for ShardError {
+    fn from(e: InitError<S>) -> Self {
         match e {
             RaftError::Fatal(f) => f.into(),
             RaftError::APIError(api) => ShardError::Invalid(api.to_string()),

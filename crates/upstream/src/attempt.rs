@@ -18,23 +18,33 @@ use taskmesh_tools::{ToolContext, ToolResult};
 
 use crate::Upstream;
 
+/// What every attempt of one call of an upstream tool shares.
+pub(crate) struct Call<'a> {
+    /// The tool's name on the upstream.
+    pub(crate) remote: &'a str,
+    /// The task's context: its cancellation and its side channel to the client.
+    pub(crate) ctx: &'a ToolContext,
+    /// How long one attempt may wait for its outcome.
+    pub(crate) timeout: Duration,
+    /// Headers every request of the call carries (the trace context).
+    pub(crate) headers: &'a [(HeaderName, HeaderValue)],
+}
+
 impl Upstream {
-    /// One call of `remote`: its outcome (the upstream's answer, or the call cancelled or timed
+    /// One call of the tool: its outcome (the upstream's answer, or the call cancelled or timed
     /// out), or how it was lost before the upstream answered.
     pub(crate) async fn attempt(
         &self,
-        remote: &str,
+        c: &Call<'_>,
         args: Map<String, Value>,
-        ctx: &ToolContext,
-        timeout: Duration,
-        headers: &[(HeaderName, HeaderValue)],
     ) -> Result<ToolResult, ClientError> {
+        let (remote, timeout) = (c.remote, c.timeout);
         let lease = self.lease().await?;
         let mut call = lease
             .client
-            .call_tool_with(remote, args, None, headers)
+            .call_tool_with(remote, args, None, c.headers)
             .await?;
-        match self.follow(&mut call, ctx, remote, timeout).await {
+        match self.follow(&mut call, c).await {
             Followed::Done(Ok(r)) => Ok(Ok(r)),
             Followed::Done(Err(ClientError::Rpc(e))) => Ok(Err(e)),
             Followed::Done(Err(lost)) => Err(lost),
@@ -51,22 +61,16 @@ impl Upstream {
 
     /// Follow `call` (its events relayed to the task as they come) until its outcome, the
     /// task's cancellation or `timeout`, whichever comes first.
-    async fn follow(
-        &self,
-        call: &mut impl Steps,
-        ctx: &ToolContext,
-        remote: &str,
-        timeout: Duration,
-    ) -> Followed {
-        let deadline = tokio::time::sleep(timeout);
+    async fn follow(&self, call: &mut impl Steps, c: &Call<'_>) -> Followed {
+        let deadline = tokio::time::sleep(c.timeout);
         tokio::pin!(deadline);
         loop {
             tokio::select! {
                 step = call.step() => match step {
-                    Step::Event(ev) => self.relay(ev, ctx, remote).await,
+                    Step::Event(ev) => self.relay(ev, c.ctx, c.remote).await,
                     Step::Done(outcome) => return Followed::Done(outcome),
                 },
-                _ = ctx.cancel.cancelled() => return Followed::Cancelled,
+                _ = c.ctx.cancel.cancelled() => return Followed::Cancelled,
                 _ = &mut deadline => return Followed::TimedOut,
             }
         }
@@ -141,20 +145,18 @@ impl Upstream {
     /// task the upstream no longer knows clears `follow`.
     pub(crate) async fn attempt_task(
         &self,
-        remote: &str,
+        c: &Call<'_>,
         args: Map<String, Value>,
-        ctx: &ToolContext,
-        timeout: Duration,
-        headers: &[(HeaderName, HeaderValue)],
         follow: &mut Option<String>,
     ) -> Result<ToolResult, ClientError> {
+        let (remote, ctx, timeout) = (c.remote, c.ctx, c.timeout);
         let lease = self.lease().await?;
         let mut task: TaskCall = match follow.as_deref() {
             Some(id) => lease.client.follow_task(id, self.polling()),
             None => {
                 let t = lease
                     .client
-                    .call_tool_as_task(remote, args, None, headers, self.polling())
+                    .call_tool_as_task(remote, args, None, c.headers, self.polling())
                     .await?;
                 if !t.task_id().is_empty() {
                     *follow = Some(t.task_id().to_string());
@@ -166,7 +168,7 @@ impl Upstream {
                 t
             }
         };
-        match self.follow(&mut task, ctx, remote, timeout).await {
+        match self.follow(&mut task, c).await {
             Followed::Done(Ok(r)) => Ok(Ok(r)),
             Followed::Done(Err(ClientError::Rpc(e))) => Ok(Err(e)),
             Followed::Done(Err(ClientError::TaskCancelled(why))) => Ok(Err(ErrorObject::internal(

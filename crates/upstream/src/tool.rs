@@ -14,7 +14,7 @@ use taskmesh_client::{ClientError, HeaderName, HeaderValue};
 use taskmesh_mcp::ErrorObject;
 use taskmesh_tools::{ResumePolicy, Tool, ToolContext, ToolFuture, ToolSpec};
 
-use crate::attempt::cancelled;
+use crate::attempt::{cancelled, Call};
 use crate::Upstream;
 
 /// One tool of an upstream, served by this node.
@@ -98,12 +98,16 @@ impl Tool for UpstreamTool {
             let mut attempt = 1;
             let mut follows_again = 0;
             loop {
+                let call = Call {
+                    remote: &remote,
+                    ctx: &ctx,
+                    timeout,
+                    headers: &headers,
+                };
                 let result = if as_task {
-                    up.attempt_task(&remote, args.clone(), &ctx, timeout, &headers, &mut follow)
-                        .await
+                    up.attempt_task(&call, args.clone(), &mut follow).await
                 } else {
-                    up.attempt(&remote, args.clone(), &ctx, timeout, &headers)
-                        .await
+                    up.attempt(&call, args.clone()).await
                 };
                 let lost = match result {
                     Ok(outcome) => {

@@ -124,7 +124,12 @@ pub async fn request(
             return task_answer(&id, Box::pin(tasks::tasks_cancel(gw, cx, p)).await)
         }
         "tasks/list" if tasks && gw.has_auth() => Box::pin(tasks::tasks_list(gw, cx, p)).await,
-        "tasks/result" if tasks => return Box::pin(tasks::tasks_result(gw, cx, id, p)).await,
+        "tasks/result" if tasks => {
+            return match task_id_param(p) {
+                Ok(t) => Box::pin(tasks::tasks_result(gw, cx, id, t.to_string())).await,
+                Err(e) => err(&id, &e),
+            }
+        }
         _ => Err(ErrorObject::method_not_found(method)),
     };
     typed(&id, result)

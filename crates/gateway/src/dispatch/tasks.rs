@@ -102,16 +102,15 @@ fn audit_result(task_id: &str) {
     crate::audit::record("task_result_retrieved", task_id, "ok");
 }
 
+/// `tasks/result` of `task_id`: the outcome at once when the task is terminal, else an SSE
+/// stream of its messages until the outcome (also the answer to a reconnection of such a
+/// stream that cannot be continued).
 pub(crate) async fn tasks_result(
     gw: &Arc<Gateway>,
     cx: &Cx,
     id: RequestId,
-    p: &Map<String, Value>,
+    task_id: String,
 ) -> Reply {
-    let task_id = match task_id_param(p) {
-        Ok(t) => t.to_string(),
-        Err(e) => return err(&id, &e),
-    };
     if let Some((session, _)) = &cx.session {
         // A client that asks again for the result has given up the streams of this task it
         // left unread: what they carried goes to this one.
