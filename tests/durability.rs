@@ -209,3 +209,50 @@ async fn changing_the_shard_count_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("32 shards") && err.contains("16"), "{err}");
 }
+
+/// The summed `key=N` fields of the log lines that contain `message`.
+fn summed(lines: &[String], message: &str, key: &str) -> u64 {
+    let field = format!("{key}=");
+    lines
+        .iter()
+        .filter(|l| l.contains(message))
+        .filter_map(|l| {
+            let at = l.find(&field)? + field.len();
+            let digits: String = l[at..].chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn a_restart_logs_its_take_overs_once_per_shard_not_once_per_task() {
+    const TASKS: u64 = 200;
+    const TAKEN_OVER: &str = "task executions taken over";
+    let mut s = Server::start(TASKMESH, "");
+    let c = Client::new_session(&s.url).await;
+    for _ in 0..TASKS {
+        c.start_task("slow_compute", json!({"seconds": 3600})).await;
+    }
+    s.kill9_and_restart();
+    // Every live task is taken over by its shard's new leader (bounded wait).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let lines = loop {
+        let lines = s.log.lock().unwrap().clone();
+        let taken = summed(&lines, TAKEN_OVER, "resumed") + summed(&lines, TAKEN_OVER, "failed");
+        if taken >= TASKS || tokio::time::Instant::now() > deadline {
+            break lines;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        summed(&lines, TAKEN_OVER, "resumed"),
+        TASKS,
+        "slow_compute reruns"
+    );
+    let summaries = lines.iter().filter(|l| l.contains(TAKEN_OVER)).count();
+    assert!(summaries <= 32, "{summaries} summary lines for 32 shards");
+    assert!(
+        !lines.iter().any(|l| l.contains("task execution resumed")),
+        "a line per task at info"
+    );
+}

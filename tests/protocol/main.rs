@@ -11,6 +11,7 @@ mod delivery;
 mod descriptors;
 mod hostile;
 mod input;
+mod logs;
 mod modern;
 mod ops;
 mod resume;

@@ -312,6 +312,9 @@ async fn reconcile(
             }
         }
     };
+    // Counted, and logged once for the shard: a restart may resume many thousands of tasks.
+    let (mut resumed, mut failed) = (0usize, 0usize);
+    let mut refused = false;
     for (task_id, exec_term) in live {
         if host.inner.starting.lock().contains(&task_id) {
             continue; // its create spawns the actor
@@ -328,9 +331,27 @@ async fn reconcile(
             Some((_, stale)) => stale.stop(Some("a newer execution owns the task".into())),
             None => {}
         }
-        if !take_over(host, shard, &task_id, term).await {
-            return false;
+        match take_over(host, shard, &task_id, term).await {
+            TakenOver::Resumed => resumed += 1,
+            TakenOver::Failed => failed += 1,
+            TakenOver::Nothing => {}
+            TakenOver::Refused => {
+                refused = true;
+                break;
+            }
         }
+    }
+    if resumed + failed > 0 {
+        tracing::info!(
+            shard = shard.shard_id(),
+            term,
+            resumed,
+            failed,
+            "task executions taken over (resumed, or failed by their resume policy)"
+        );
+    }
+    if refused {
+        return false;
     }
     // Actors whose task is no longer live here.
     let ours: Vec<(String, ActorRef<TaskMsg>)> = host
@@ -341,14 +362,35 @@ async fn reconcile(
         .filter(|(_, r)| r.shard == shard.shard_id())
         .map(|(id, r)| (id.clone(), r.actor.clone()))
         .collect();
+    let mut stopped = 0usize;
     for (task_id, actor) in ours {
         let live = shard.read_local(|s| s.get(&task_id).is_some_and(|r| !r.status.is_terminal()));
         if !live {
-            tracing::info!(task_id = %task_id, shard = shard.shard_id(), "stopping the execution of a task that is no longer live");
+            tracing::debug!(task_id = %task_id, shard = shard.shard_id(), "stopping the execution of a task that is no longer live");
             actor.stop(Some("the task is no longer live".into()));
+            stopped += 1;
         }
     }
+    if stopped > 0 {
+        tracing::info!(
+            shard = shard.shard_id(),
+            stopped,
+            "executions of tasks no longer live stopped"
+        );
+    }
     true
+}
+
+/// What a take-over did.
+enum TakenOver {
+    /// The execution runs again (or follows its upstream task again).
+    Resumed,
+    /// The task failed by its resume policy (or its tool is gone).
+    Failed,
+    /// Nothing to do: the task expired, or changed meanwhile.
+    Nothing,
+    /// The shard refused the write; the next pass tries again.
+    Refused,
 }
 
 /// Run the live task `task_id`, whose execution does not run here, by its tool's resume
@@ -357,14 +399,13 @@ async fn reconcile(
 /// call an upstream server runs as its own task (`upstream_task`) is resumed whatever the
 /// policy: its new execution follows that task. A resumed
 /// task takes a live-task slot even past `tasks.max_live_tasks`: it was admitted when it was
-/// created, and refusing it would leave it without an execution. Returns false when the shard
-/// refused the write (the next pass tries again).
-async fn take_over(host: &Host, shard: &ShardReplica, task_id: &str, term: u64) -> bool {
+/// created, and refusing it would leave it without an execution.
+async fn take_over(host: &Host, shard: &ShardReplica, task_id: &str, term: u64) -> TakenOver {
     let Some(record) = shard.read_local(|s| s.get(task_id).cloned()) else {
-        return true; // expired meanwhile
+        return TakenOver::Nothing; // expired meanwhile
     };
     if record.status.is_terminal() {
-        return true;
+        return TakenOver::Nothing;
     }
     let tool = host.inner.tools.get(&record.request.tool);
     let policy = tool.as_ref().map(|t| t.spec().resume);
@@ -416,23 +457,24 @@ async fn take_over(host: &Host, shard: &ShardReplica, task_id: &str, term: u64) 
     };
     match shard.propose(cmd).await {
         Ok(Applied::Updated { record }) if !record.status.is_terminal() => {
-            if let Some(tool) = tool {
-                tracing::info!(task_id = %record.task_id, shard = shard.shard_id(), term, "task execution resumed");
-                actor::spawn(host.clone(), shard.shard_id(), record, term, tool, false).await;
-            }
-            true
+            let Some(tool) = tool else {
+                return TakenOver::Nothing;
+            };
+            tracing::debug!(task_id = %record.task_id, shard = shard.shard_id(), term, "task execution resumed");
+            actor::spawn(host.clone(), shard.shard_id(), record, term, tool, false).await;
+            TakenOver::Resumed
         }
         Ok(Applied::Updated { record }) => {
             crate::audit_terminal(host, &record, "task failed by its resume policy");
-            true
+            TakenOver::Failed
         }
         Ok(other) => {
             tracing::debug!(task_id = %record.task_id, result = ?other, "take-over skipped");
-            true
+            TakenOver::Nothing
         }
         Err(e) => {
             tracing::warn!(shard = shard.shard_id(), task_id = %record.task_id, error = %e, "take-over refused; the reconciler tries again");
-            false
+            TakenOver::Refused
         }
     }
 }

@@ -268,12 +268,23 @@ fn init_logging(cfg: &Config) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cfg.log.level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_writer(std::io::stderr);
     if cfg.log.format == "json" {
         builder.json().init();
     } else {
         builder.init();
     }
+}
+
+/// Whether the log is written with terminal colours: only to a terminal, and not when
+/// `NO_COLOR` is set to anything but the empty string (<https://no-color.org>). A log sent to a
+/// file or a pipe stays plain text.
+fn colours(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Resolves on SIGTERM or SIGINT. The handlers are installed when this is called, before the
@@ -388,5 +399,20 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::colours;
+
+    #[test]
+    fn colours_only_on_a_terminal_and_never_with_no_color() {
+        let set = Some(std::ffi::OsStr::new("1"));
+        let empty = Some(std::ffi::OsStr::new(""));
+        assert!(colours(true, None));
+        assert!(colours(true, empty), "an empty NO_COLOR does not count");
+        assert!(!colours(true, set));
+        assert!(!colours(false, None), "a file or a pipe gets plain text");
     }
 }
