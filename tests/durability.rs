@@ -230,8 +230,9 @@ async fn a_restart_logs_its_take_overs_once_per_shard_not_once_per_task() {
     const TAKEN_OVER: &str = "task executions taken over";
     let mut s = Server::start(TASKMESH, "");
     let c = Client::new_session(&s.url).await;
+    let mut ids = Vec::new();
     for _ in 0..TASKS {
-        c.start_task("slow_compute", json!({"seconds": 3600})).await;
+        ids.push(c.start_task("slow_compute", json!({"seconds": 10})).await);
     }
     s.kill9_and_restart();
     // Every live task is taken over by its shard's new leader (bounded wait).
@@ -255,4 +256,10 @@ async fn a_restart_logs_its_take_overs_once_per_shard_not_once_per_task() {
         !lines.iter().any(|l| l.contains("task execution resumed")),
         "a line per task at info"
     );
+    // And every acknowledged task finishes after its take-over.
+    let c = Client::new_session(&s.url).await;
+    for id in &ids {
+        let r = c.call("tasks/result", json!({"taskId": id})).await;
+        assert_eq!(r["result"]["isError"], false, "{id}: {r}");
+    }
 }
