@@ -481,7 +481,20 @@ async fn rmcp_client_runs_upstream_tools_as_tasks() {
         .expect("tools/list");
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["echo", "fail", "refuse", "slow", "wait_cancel"]);
+    // rmcp's client declares no `tasks` capability: it is offered the hand-off tools too.
+    assert_eq!(
+        names,
+        [
+            "echo",
+            "fail",
+            "refuse",
+            "slow",
+            "task_cancel",
+            "task_result",
+            "task_status",
+            "wait_cancel"
+        ]
+    );
     let support_of = |name: &str| {
         tools
             .iter()
@@ -530,4 +543,79 @@ async fn rmcp_client_runs_upstream_tools_as_tasks() {
     let (done, _) = poll_to_terminal(&client, &created.task_id).await;
     assert_eq!(done.status, TaskStatus::Cancelled);
     client.cancel().await.unwrap();
+}
+
+/// rmcp's plain `call_tool` of a long tool, with the hand-off at 300 ms: the answer is the
+/// hand-off (a `CallToolResult` whose structured content names the task), and the offered
+/// tools, called with rmcp's `call_tool` too, follow the task to the result the call would have
+/// given; another principal's calls of them get `-32602`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_plain_call_is_handed_off_and_followed_through_the_offered_tools() {
+    let server = Server::start(
+        TASKMESH,
+        "[auth.tokens]\n\"alice-token-1\" = \"alice\"\n\"bob-token-22\" = \"bob\"\n\n\
+         [tasks]\nhandoff_after_ms = 300\n",
+    );
+    let connect = |token: &'static str| {
+        let config =
+            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                server.url.as_str(),
+            )
+            .auth_header(token);
+        let transport = StreamableHttpClientTransport::from_config(config);
+        async move {
+            tokio::time::timeout(WAIT, ().serve(transport))
+                .await
+                .expect("initialize within 30 s")
+                .expect("rmcp initialize")
+        }
+    };
+    let alice: McpClient = connect("alice-token-1").await;
+    let bob: McpClient = connect("bob-token-22").await;
+
+    let handed = call(
+        &alice,
+        "slow_compute",
+        json!({"seconds": 3, "label": "rmcp-long"}),
+    )
+    .await
+    .expect("the hand-off");
+    assert_ne!(handed.is_error, Some(true));
+    let task = handed.structured_content.clone().expect("the task");
+    assert_eq!(task["status"], "working", "{task}");
+    let id = task["taskId"].as_str().unwrap().to_string();
+    assert!(first_text(&handed).contains(&id));
+
+    for tool in ["task_status", "task_result", "task_cancel"] {
+        let r = call(&bob, tool, json!({"taskId": id, "waitSeconds": 0})).await;
+        match r {
+            Err(ServiceError::McpError(e)) => assert_eq!(e.code, ErrorCode::INVALID_PARAMS),
+            other => panic!("{tool} of another principal's task: {other:?}"),
+        }
+    }
+
+    let status = call(&alice, "task_status", json!({"taskId": id}))
+        .await
+        .expect("task_status");
+    assert_eq!(status.structured_content.unwrap()["status"], "working");
+    let result = call(&alice, "task_result", json!({"taskId": id}))
+        .await
+        .expect("task_result");
+    assert!(first_text(&result).contains("rmcp-long"), "{result:?}");
+    assert_ne!(result.is_error, Some(true));
+    for mut c in [alice, bob] {
+        let _ = tokio::time::timeout(WAIT, c.close()).await;
+    }
+}
+
+/// rmcp's plain `call_tool` of `name`, bounded by [`WAIT`].
+async fn call(
+    client: &McpClient,
+    name: &'static str,
+    arguments: Value,
+) -> Result<CallToolResult, ServiceError> {
+    let params = CallToolRequestParams::new(name).with_arguments(args(arguments));
+    tokio::time::timeout(WAIT, client.call_tool(params))
+        .await
+        .unwrap_or_else(|_| panic!("{name}: no answer within {WAIT:?}"))
 }

@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use taskmesh_testkit::{run_bounded, Client, Server};
 
 mod checks;
+mod handoff;
 
 use checks::check_run;
 
@@ -44,12 +45,17 @@ const AUTH_CONFIG: &str = r#"
 "#;
 
 fn script_path() -> PathBuf {
+    interop_script("python_tasks_client.py")
+}
+
+/// A script of tests/interop.
+fn interop_script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
         .join("..")
         .join("tests")
         .join("interop")
-        .join("python_tasks_client.py")
+        .join(name)
 }
 
 /// One run of the Python script: its steps by name, and everything needed to explain a failure.
@@ -94,17 +100,21 @@ fn run_script(python: &Path, server: &Server, token: Option<&str>) -> Run {
 /// The script with `INTEROP_STEPS=steps` (`upstream`: the steps for a node fronting
 /// tests/upstream/server.py).
 fn run_steps(python: &Path, server: &Server, token: Option<&str>, steps: &str) -> Run {
+    let args: Vec<&str> = token.into_iter().collect();
+    run_file(python, &script_path(), server, &args, steps)
+}
+
+/// `script` run with the server's URL and `args`, and `INTEROP_STEPS=steps`; its steps.
+fn run_file(python: &Path, script: &Path, server: &Server, args: &[&str], steps: &str) -> Run {
     let mut cmd = Command::new(python);
     cmd.env("INTEROP_STEPS", steps);
     cmd.arg("-B")
-        .arg(script_path())
+        .arg(script)
         .arg(&server.url)
+        .args(args)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("PYTHONUNBUFFERED", "1")
         .env_remove("PYTHONPATH");
-    if let Some(t) = token {
-        cmd.arg(t);
-    }
     let done = run_bounded(&mut cmd, SCRIPT_TIMEOUT);
     let context = format!(
         "--- python script ---\n{}\n--- server log ---\n{}",

@@ -9,6 +9,7 @@ use serde_json::json;
 
 mod delivery;
 mod descriptors;
+mod handoff;
 mod hostile;
 mod input;
 mod logs;

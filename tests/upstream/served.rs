@@ -201,21 +201,49 @@ async fn exercise(s: &Server) {
     assert_eq!(text(&r["result"]), "model said: hi");
 
     // Protocol 2026-07-28: an upstream's call cannot be made again for an answer, so a plain
-    // call that asks says to call it as a task; as a task it asks in `inputRequests`.
+    // call that asks is handed off (`tasks.handoff_after_ms`, on by default) as soon as its task
+    // asks; the result tool answers with the task's question as an input round, and the answer
+    // sent back in the next round goes to the task, whose result the round after brings.
     let mut m = taskmesh_testkit::modern::Modern::new(&s.url, None, false);
     m.elicitation = true;
-    let a = m
-        .send("tools/call", json!({"name": "py_ask", "arguments": {}}))
+    let handed = m
+        .ok("tools/call", json!({"name": "py_ask", "arguments": {}}))
         .await;
-    assert_eq!(a.code(), -32603, "{}", a.body);
-    assert!(
-        a.body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("call it as a task"),
-        "{}",
-        a.body
+    assert_eq!(
+        handed["structuredContent"]["status"], "input_required",
+        "{handed}"
     );
+    let id = handed["structuredContent"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let round = m
+        .ok(
+            "tools/call",
+            json!({"name": "task_result", "arguments": {"taskId": id}}),
+        )
+        .await;
+    assert_eq!(round["resultType"], "input_required", "{round}");
+    let (key, asked) = round["inputRequests"]
+        .as_object()
+        .and_then(|r| r.iter().next())
+        .expect("the task's question");
+    assert_eq!(asked["method"], "elicitation/create", "{round}");
+    let answered = m
+        .ok(
+            "tools/call",
+            json!({
+                "name": "task_result",
+                "arguments": {"taskId": id},
+                "inputResponses": {key.as_str(): {"action": "accept", "content": {"name": "Lin"}}},
+                "requestState": round["requestState"],
+            }),
+        )
+        .await;
+    assert_eq!(answered["resultType"], "complete", "{answered}");
+    assert_eq!(text(&answered), "hello Lin", "{answered}");
+
+    // With the extension, as a task it asks in `inputRequests`.
     m.tasks = true;
     let id = m.start("py_ask", json!({})).await;
     let mut key = None;
@@ -361,6 +389,30 @@ async fn an_http_upstream_s_tools_are_served_as_durable_tasks() {
     let upstream = http_server(&python).await;
     let s = Server::start(TASKMESH, &config(&format!("url = {:?}", upstream.url)));
     exercise(&s).await;
+
+    // Without the hand-off, a 2026-07-28 plain call that asks says to call it as a task.
+    let s = Server::start(
+        TASKMESH,
+        &config_with(
+            &format!("url = {:?}", upstream.url),
+            "",
+            "[tasks]\nhandoff_after_ms = 0",
+        ),
+    );
+    let mut m = taskmesh_testkit::modern::Modern::new(&s.url, None, false);
+    m.elicitation = true;
+    let a = m
+        .send("tools/call", json!({"name": "py_ask", "arguments": {}}))
+        .await;
+    assert_eq!(a.code(), -32603, "{}", a.body);
+    assert!(
+        a.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("call it as a task"),
+        "{}",
+        a.body
+    );
 }
 
 /// The node's `GET /status` entry of the upstream.

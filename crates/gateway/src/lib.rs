@@ -17,6 +17,7 @@ pub mod auth;
 pub mod delivery;
 pub mod dispatch;
 mod front;
+mod handoff;
 pub mod http;
 mod inflight;
 mod limits;

@@ -74,6 +74,10 @@ pub struct SessionClaims {
     /// Client declared `sampling`.
     #[serde(rename = "s", default)]
     pub sampling: bool,
+    /// Client declared `tasks` (in ids minted before the claim existed: taken as declared, so
+    /// that their plain calls keep running as they did, never handed off).
+    #[serde(rename = "k", default = "declared")]
+    pub tasks: bool,
     /// 128-bit nonce (hex).
     #[serde(rename = "n")]
     pub nonce: String,
@@ -84,6 +88,10 @@ pub struct SessionClaims {
     /// (0, in ids issued before homes existed: each node holds its own).
     #[serde(rename = "h", default, skip_serializing_if = "is_zero")]
     pub home: u64,
+}
+
+fn declared() -> bool {
+    true
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -108,6 +116,12 @@ impl Cx {
     }
     pub(crate) fn tasks_enabled(&self) -> bool {
         taskmesh_mcp::version_has_tasks(self.version())
+    }
+    /// Whether the session's client speaks tasks: its version has them and it declared the
+    /// `tasks` capability. The plain calls of a session that does not are handed off
+    /// (`tasks.handoff_after_ms`), and it is offered the hand-off tools.
+    pub(crate) fn speaks_tasks(&self) -> bool {
+        self.tasks_enabled() && self.session.as_ref().is_some_and(|(_, c)| c.tasks)
     }
     pub(crate) fn session_id(&self) -> Option<&str> {
         self.session.as_ref().map(|(id, _)| id.as_str())
@@ -336,6 +350,7 @@ mod tests {
             principal: "alice".into(),
             elicitation: false,
             sampling: false,
+            tasks: true,
             nonce: n.into(),
             issued_at_ms: 1,
             home: 0,
@@ -353,7 +368,12 @@ mod tests {
             .map(String::as_str)
             .collect();
         keys.sort_unstable();
-        assert_eq!(keys, ["e", "n", "p", "s", "t", "v"]);
+        assert_eq!(keys, ["e", "k", "n", "p", "s", "t", "v"]);
+        // An id minted before `k` existed reads as a client that declared tasks.
+        let mut old = json;
+        old.as_object_mut().unwrap().remove("k");
+        let read: SessionClaims = serde_json::from_value(old).unwrap();
+        assert!(read.tasks);
     }
 
     fn sessions(cap: usize) -> Sessions {

@@ -4,9 +4,9 @@
 
 use serde::Deserialize;
 
-/// `[tasks]`: the lifetime, polling, admission and listing of tasks. The section is owned
-/// here because the task host reads most of it; the gateway reads `list_page_size` and
-/// `cursor_ttl_ms` from it. Every field is documented in docs/configuration.md.
+/// `[tasks]`: the lifetime, polling, admission and listing of tasks, and the hand-off of plain
+/// calls. The section is owned here because the task host reads most of it; the gateway reads
+/// `list_page_size`, `cursor_ttl_ms` and the `handoff_*` keys from it. Every field is documented in docs/configuration.md.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TaskSettings {
@@ -44,6 +44,32 @@ pub struct TaskSettings {
     /// Largest outcome a task keeps, in bytes of JSON; a larger one fails the task. Default
     /// 4194304 (4 MiB), at least [`MIN_RESULT_BYTES`].
     pub max_result_bytes: usize,
+    /// Hand-off of plain calls (read by the gateway): a plain `tools/call` of a tool that may
+    /// run as a task, from a session that does not speak tasks, runs as a durable task; when
+    /// it is still running after this many ms, the call answers with the task's id and how to
+    /// follow it (the hand-off tools below), and the task runs on. 0 turns hand-off off (plain
+    /// calls then run on the node that took them and end with their connection). Default
+    /// 20000 (20 s, below the usual 60 s request timeouts of MCP clients).
+    pub handoff_after_ms: u64,
+    /// Longest a call of the hand-off result tool waits for the task to end before it answers
+    /// that the task is still working, in ms (a shorter wait may be asked in the call). Default
+    /// 30000, at least 1.
+    pub handoff_wait_max_ms: u64,
+    /// Name of the hand-off tool that tells a task's status. Default `task_status`.
+    pub handoff_status_tool: String,
+    /// Name of the hand-off tool that waits for a task's result and returns it. Default
+    /// `task_result`.
+    pub handoff_result_tool: String,
+    /// Name of the hand-off tool that cancels a task. Default `task_cancel`.
+    pub handoff_cancel_tool: String,
+}
+
+/// Whether `name` is a tool name MCP allows: 1 to 128 ASCII letters, digits, `_`, `-`, `.`.
+fn is_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 /// The smallest `tasks.max_result_bytes` accepted.
@@ -64,6 +90,11 @@ impl Default for TaskSettings {
             write_retry_min_ms: 50,
             write_retry_max_ms: 1_000,
             max_result_bytes: 4 * 1024 * 1024,
+            handoff_after_ms: 20_000,
+            handoff_wait_max_ms: 30_000,
+            handoff_status_tool: "task_status".into(),
+            handoff_result_tool: "task_result".into(),
+            handoff_cancel_tool: "task_cancel".into(),
         }
     }
 }
@@ -97,6 +128,27 @@ impl TaskSettings {
         }
         if self.max_ttl_ms > 0 && self.default_ttl_ms > self.max_ttl_ms {
             return Err("tasks.default_ttl_ms must not exceed tasks.max_ttl_ms".into());
+        }
+        if self.handoff_wait_max_ms == 0 {
+            return Err("tasks.handoff_wait_max_ms must be at least 1".into());
+        }
+        let names = [
+            ("handoff_status_tool", &self.handoff_status_tool),
+            ("handoff_result_tool", &self.handoff_result_tool),
+            ("handoff_cancel_tool", &self.handoff_cancel_tool),
+        ];
+        for (i, (key, name)) in names.iter().enumerate() {
+            if !is_tool_name(name) {
+                return Err(format!(
+                    "tasks.{key} must be 1 to 128 characters of A-Z, a-z, 0-9, '_', '-' and '.' \
+                     (got '{name}')"
+                ));
+            }
+            if let Some((other, _)) = names[..i].iter().find(|(_, n)| n == name) {
+                return Err(format!(
+                    "tasks.{key} must differ from tasks.{other} (both are '{name}')"
+                ));
+            }
         }
         Ok(())
     }
@@ -170,7 +222,7 @@ mod tests {
     #[test]
     fn a_bad_value_is_refused_naming_its_key() {
         type Edit = fn(&mut TaskSettings);
-        let cases: [(Edit, &str); 8] = [
+        let cases: [(Edit, &str); 11] = [
             (|s| s.max_live_tasks = 0, "max_live_tasks"),
             (|s| s.poll_interval_ms = 0, "poll_interval_ms"),
             (|s| s.reconcile_interval_ms = 0, "reconcile_interval_ms"),
@@ -179,6 +231,15 @@ mod tests {
             (|s| s.max_result_bytes = 1023, "max_result_bytes"),
             (|s| s.list_page_size = 0, "list_page_size"),
             (|s| s.default_ttl_ms = s.max_ttl_ms + 1, "default_ttl_ms"),
+            (|s| s.handoff_wait_max_ms = 0, "handoff_wait_max_ms"),
+            (
+                |s| s.handoff_result_tool = "wait for it".into(),
+                "handoff_result_tool",
+            ),
+            (
+                |s| s.handoff_cancel_tool = s.handoff_status_tool.clone(),
+                "handoff_cancel_tool",
+            ),
         ];
         for (edit, key) in cases {
             let mut settings = TaskSettings::default();

@@ -108,10 +108,12 @@ impl Client {
         c
     }
 
-    /// A session on `url` without a token, speaking [`V`] and declaring the elicitation and
-    /// sampling capabilities.
+    /// A session on `url` without a token, speaking [`V`] and declaring the elicitation,
+    /// sampling and tasks capabilities (a client that speaks tasks: its plain calls are not
+    /// handed off).
     pub async fn new_session(url: &str) -> Client {
-        Client::connect(url, None, V, json!({"elicitation":{},"sampling":{}})).await
+        let caps = json!({"elicitation": {}, "sampling": {}, "tasks": {"list": {}, "cancel": {}}});
+        Client::connect(url, None, V, caps).await
     }
 
     /// The transport of one request: the session id and its protocol version once a session

@@ -9,8 +9,11 @@
 //!
 //! Version rules live here: with 2025-11-25 the server declares `tasks` and enforces each
 //! tool's `execution.taskSupport`; with 2025-06-18 and 2025-03-26 it is a plain tools server
-//! (the `task` field is ignored and `tasks/*` methods do not exist).
+//! (the `task` field is ignored and `tasks/*` methods do not exist). A session whose client
+//! does not speak tasks (either version, without the `tasks` capability) has its plain calls
+//! of task-capable tools handed off (`handoff`).
 
+mod handoff;
 mod session;
 pub(crate) mod tasks;
 pub(crate) mod tools;

@@ -48,6 +48,7 @@ pub(super) fn initialize(
         principal: cx.principal.clone(),
         elicitation: caps.contains_key("elicitation"),
         sampling: caps.contains_key("sampling"),
+        tasks: caps.contains_key("tasks"),
         nonce: nonce.iter().map(|b| format!("{b:02x}")).collect(),
         issued_at_ms: now_ms(),
         home: gw.hub.node(),

@@ -116,13 +116,53 @@ pub(crate) async fn tasks_result(
         // left unread: what they carried goes to this one.
         gw.hub.take_over(session, &task_id, TAKE_OVER_BOUND).await;
     }
+    follow(gw, cx, id, task_id, Follow::result()).await
+}
+
+/// What a stream that follows a task answers with besides the task's outcome.
+pub(super) struct Follow {
+    /// After this long, answer with `still` of the task as it stands then, when it runs on.
+    pub(super) until: Option<(std::time::Duration, Still)>,
+    /// A `notifications/cancelled` of the request cancels the task too (a plain call that
+    /// became a task); else it only ends the stream.
+    pub(super) cancels_task: bool,
+    /// The stream answers a `tasks/result` (its event ids name the request, so that a
+    /// reconnection can answer it again, and a later `tasks/result` takes it over).
+    pub(super) is_result: bool,
+}
+
+/// The answer of a followed task that is still running when its stream's time is up.
+pub(super) type Still = Box<dyn FnOnce(&TaskView) -> Value + Send>;
+
+impl Follow {
+    fn result() -> Follow {
+        Follow {
+            until: None,
+            cancels_task: false,
+            is_result: true,
+        }
+    }
+}
+
+/// Answer request `id` with `task_id`'s outcome: at once when the task is terminal, else as an
+/// SSE stream of its messages (its requests to the client, its progress) until the outcome,
+/// or until `how.until`.
+pub(super) async fn follow(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    id: RequestId,
+    task_id: String,
+    how: Follow,
+) -> Reply {
     let attachment = match gw.router.attach(&task_id, &cx.principal).await {
         Ok(a) => a,
         Err(e) => return err(&id, &gw.task_error(&cx.principal, &task_id, &e)),
     };
     let (mut messages, mut done) = match attachment {
         Attachment::Terminal(r) => {
-            audit_result(&task_id);
+            if how.is_result {
+                audit_result(&task_id);
+            }
             return Reply::Json(answer(&id, wire::terminal_answer(&r)));
         }
         Attachment::Live { messages, done, .. } => (messages, done),
@@ -141,7 +181,18 @@ pub(crate) async fn tasks_result(
     let releasing = released.clone();
     let mut logs = crate::logging::LogFilter::new(cx);
     let facts = crate::audit::current();
+    let (limit, mut still) = match how.until {
+        Some((after, still)) => (Some(after), Some(still)),
+        None => (None, None),
+    };
     tokio::spawn(async move {
+        let time_up = async {
+            match limit {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(time_up);
         let mut messages_open = true;
         let final_answer = loop {
             tokio::select! {
@@ -172,7 +223,21 @@ pub(crate) async fn tasks_result(
                         }
                     }
                 },
-                _ = cancel.cancelled() => break None,
+                () = &mut time_up => {
+                    // Time is up: the task as it stands, unless it ended just now.
+                    let Some(still) = still.take() else { continue };
+                    break Some(match gw.router.attach(&task_id, &principal).await {
+                        Ok(Attachment::Terminal(record)) => (wire::terminal_answer(&record), 0),
+                        Ok(Attachment::Live { task, .. }) => (Ok(still(&task)), 0),
+                        Err(e) => (Err(wire::host_error(&e)), 0),
+                    });
+                }
+                _ = cancel.cancelled() => {
+                    if how.cancels_task {
+                        let _ = gw.cancel_task(&task_id, &principal).await;
+                    }
+                    break None;
+                }
                 _ = tx.closed() => break None,
             }
         };
@@ -181,7 +246,9 @@ pub(crate) async fn tasks_result(
         drop(done);
         releasing.cancel();
         if let Some((a, at_us)) = final_answer {
-            crate::audit::record_for(&facts, "task_result_retrieved", &task_id, "ok");
+            if how.is_result {
+                crate::audit::record_for(&facts, "task_result_retrieved", &task_id, "ok");
+            }
             let m = JsonMessage::stamped(Arc::new(answer(&id, a)), Kind::Result, at_us);
             let _ = tx.send(m).await;
         }
@@ -189,10 +256,10 @@ pub(crate) async fn tasks_result(
     Reply::Stream {
         rx,
         json_if_alone: false,
-        origin: Some(ResultOrigin {
+        origin: how.is_result.then_some(ResultOrigin {
             task_id: origin_task,
             request_id: origin_request,
         }),
-        released: Some(released),
+        released: how.is_result.then_some(released),
     }
 }

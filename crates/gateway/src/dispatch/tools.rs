@@ -22,7 +22,7 @@ use taskmesh_task::{ClientCaps, ToolRequest};
 use taskmesh_tools::{Tool, ToolContext, ToolFuture, ToolIo};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{answer, begin_cancellable, err, ok, Cx, Reply};
+use super::{answer, begin_cancellable, err, handoff, ok, Cx, Reply};
 use crate::delivery::{JsonMessage, Kind};
 use crate::{wire, Gateway};
 
@@ -36,7 +36,46 @@ pub(super) fn tools_list(
     cx: &Cx,
     p: &Map<String, Value>,
 ) -> Result<Value, ErrorObject> {
+    if handoff::applies(gw, cx) {
+        return handed_off_page(
+            gw,
+            p,
+            crate::handoff::listing(gw, cx.tasks_enabled(), !cx.tasks_enabled()),
+        );
+    }
     tools_page(gw, p, cx.tasks_enabled())
+}
+
+/// One page of `tools/list` for a session whose plain calls are handed off: `all` is its whole
+/// list (the registered tools as it may call them, then the offered tools).
+pub(crate) fn handed_off_page(
+    gw: &Gateway,
+    p: &Map<String, Value>,
+    all: Vec<Value>,
+) -> Result<Value, ErrorObject> {
+    let offset = match params::opt_str(p, "cursor")? {
+        None => 0,
+        Some(c) => {
+            gw.signer
+                .verify::<ToolsCursor>("tools-cursor", c)
+                .filter(|c| c.offset < all.len())
+                .ok_or_else(|| ErrorObject::invalid_params("Invalid params: invalid cursor"))?
+                .offset
+        }
+    };
+    let page = gw.cfg.tools.page_size.max(1);
+    let total = all.len();
+    let tools: Vec<Value> = all.into_iter().skip(offset).take(page).collect();
+    let mut out = json!({ "tools": tools });
+    if offset + page < total {
+        out["nextCursor"] = json!(gw.signer.sign(
+            "tools-cursor",
+            &ToolsCursor {
+                offset: offset + page
+            }
+        ));
+    }
+    Ok(out)
 }
 
 /// One page of `tools/list` from its `cursor` param, each tool with its
@@ -112,6 +151,12 @@ pub(super) async fn tools_call(
             )
         }
     };
+    let handoff = handoff::applies(gw, cx);
+    if handoff {
+        if let Some(which) = crate::handoff::Offered::named(gw, name) {
+            return handoff::offered(gw, cx, id, which, &args).await;
+        }
+    }
     let Some(tool) = gw.tools.get(name) else {
         return err(
             &id,
@@ -126,11 +171,16 @@ pub(super) async fn tools_call(
         elicitation: claims.is_some_and(|c| c.elicitation),
         sampling: claims.is_some_and(|c| c.sampling),
     };
+    let support = tool.spec().task_support;
+    let plain = task.is_none() || !cx.tasks_enabled();
+    if handoff && plain && crate::handoff::hands_off(support, !cx.tasks_enabled()) {
+        // A client that does not speak tasks: the call runs as a task it can be handed.
+        return handoff::call(gw, cx, id, name, args, progress_token, client).await;
+    }
     if !cx.tasks_enabled() {
         // Older protocol versions: a plain tools server; `task` is ignored.
         return call_plain(gw, cx, id, tool, args, progress_token, client);
     }
-    let support = tool.spec().task_support;
     match (task, support) {
         (Some(_), TaskSupport::Forbidden) => err(
             &id,

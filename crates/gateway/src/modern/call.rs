@@ -2,7 +2,9 @@
 //!
 //! The server decides how a call runs: with the tasks extension declared, a tool that may run
 //! as a task becomes one (its questions to settle first asked in rounds, [`super::rounds`]),
-//! created durably before the answer; else the tool runs as a plain call, asking the client in
+//! created durably before the answer; without it, such a call is handed off when
+//! `tasks.handoff_after_ms` is set ([`super::handoff`]): a task made the same way, whose
+//! outcome answers the call when it ends in time; else the tool runs as a plain call, asking the client in
 //! rounds, and answers its result, or with a progress token or a log level in `_meta` an SSE
 //! stream of its notifications and then its result ([`progress_stream`]).
 
@@ -24,8 +26,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::check::Declared;
 use super::{
-    complete, missing_extension, rounds, tasks, with_server_info, Answer, EXTENSION, META_LOG_LEVEL,
+    complete, handoff, missing_extension, rounds, tasks, with_server_info, Answer, EXTENSION,
+    META_LOG_LEVEL,
 };
+use crate::handoff::Offered;
 use taskmesh_task::ToolRequest;
 
 use crate::{wire, Gateway};
@@ -37,6 +41,13 @@ pub(super) async fn tools_call(
     declared: &Declared,
 ) -> Result<Answer, ErrorObject> {
     let name = params::req_str(p, "name")?;
+    // A client without the tasks extension has its calls handed off, and the tools to follow.
+    let handoff = !declared.tasks && gw.cfg.tasks.handoff_after_ms > 0;
+    if handoff {
+        if let Some(which) = Offered::named(gw, name) {
+            return handoff::offered(gw, principal, which, p).await;
+        }
+    }
     let args = params::opt_obj(p, "arguments")?
         .cloned()
         .unwrap_or_default();
@@ -45,7 +56,8 @@ pub(super) async fn tools_call(
     })?;
     tool.validate(&args)?;
     let support = tool.spec().task_support;
-    if declared.tasks && support != TaskSupport::Forbidden {
+    let handed_off = handoff && crate::handoff::hands_off(support, false);
+    if (declared.tasks && support != TaskSupport::Forbidden) || handed_off {
         // The questions to settle first, in rounds, before the task is made with their answers.
         let first = tool.ask_first();
         let mut answers_json = None;
@@ -84,6 +96,9 @@ pub(super) async fn tools_call(
             },
         };
         let created = gw.create_task(new).await?;
+        if !declared.tasks {
+            return handoff::call(gw, principal, name, &created.task.task_id).await;
+        }
         return Ok(Answer::Value(tasks::created(&created.task)));
     }
     if support == TaskSupport::Required {

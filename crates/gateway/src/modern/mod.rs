@@ -35,6 +35,7 @@
 
 mod call;
 mod check;
+mod handoff;
 pub(crate) mod listen;
 mod rounds;
 pub mod tasks;
@@ -246,7 +247,11 @@ async fn dispatch(
     let value = match method {
         "server/discover" => discover(),
         "tools/list" => {
-            let mut page = crate::dispatch::tools::tools_page(gw, p, false)?;
+            let mut page = if !declared.tasks && gw.cfg.tasks.handoff_after_ms > 0 {
+                crate::dispatch::tools::handed_off_page(gw, p, crate::handoff::listing(gw, false, false))?
+            } else {
+                crate::dispatch::tools::tools_page(gw, p, false)?
+            };
             // The tool list may change at any time (upstreams): not to be cached.
             page["ttlMs"] = json!(0);
             page["cacheScope"] = json!("public");

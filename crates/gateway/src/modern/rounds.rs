@@ -150,6 +150,17 @@ impl Round {
         for (key, method, params) in asked {
             requests.insert(key.clone(), json!({ "method": method, "params": params }));
         }
+        self.answer(gw, Value::Object(requests), kept)
+    }
+
+    /// The `InputRequiredResult` that asks `requests` (`inputRequests` as they are sent),
+    /// with a state that carries no earlier answers: a round of the hand-off result tool,
+    /// whose answers go to a task rather than to a new run of a tool.
+    pub(super) fn input_required_of(&self, gw: &Gateway, requests: Value) -> Value {
+        self.answer(gw, requests, Map::new())
+    }
+
+    fn answer(&self, gw: &Gateway, requests: Value, kept: Map<String, Value>) -> Value {
         let state = State {
             tool: self.tool.clone(),
             args: self.args.clone(),

@@ -1,0 +1,108 @@
+//! The hand-off of plain calls on 2025-11-25 (and the versions before tasks): a handed-off
+//! call and the calls of the offered tools, whose requests follow their task like a
+//! `tasks/result` (the task's progress and its requests to the client travel on the call's
+//! stream). What the generations share is in `crate::handoff`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use taskmesh_host::NewTask;
+use taskmesh_mcp::jsonrpc::RequestId;
+use taskmesh_router::mint_task_id;
+use taskmesh_task::{ClientCaps, TaskView, ToolRequest};
+
+use super::tasks::{follow, Follow};
+use super::{err, ok, Cx, Reply};
+use crate::handoff::{self as shared, Offered};
+use crate::{wire, Gateway};
+
+/// Whether the plain calls of this session are handed off (and it is offered the tools).
+pub(super) fn applies(gw: &Gateway, cx: &Cx) -> bool {
+    gw.cfg.tasks.handoff_after_ms > 0 && !cx.speaks_tasks()
+}
+
+/// A plain call of `name` handed off: the task is created, and the request follows it until it
+/// ends or `tasks.handoff_after_ms` passes. A `notifications/cancelled` of the request cancels
+/// the task; a client that goes away leaves it running.
+pub(super) async fn call(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    id: RequestId,
+    name: &str,
+    args: Map<String, Value>,
+    progress_token: Option<Value>,
+    client: ClientCaps,
+) -> Reply {
+    let task_id = match mint_task_id() {
+        Ok(t) => t,
+        Err(e) => return err(&id, &wire::host_error(&e)),
+    };
+    tracing::Span::current().record("task_id", task_id.as_str());
+    let new = NewTask {
+        task_id,
+        owner: cx.principal.clone(),
+        session: cx.session_id().map(str::to_string),
+        ttl_ms: None,
+        request: ToolRequest {
+            progress_token_json: progress_token.map(|t| t.to_string()),
+            client,
+            traceparent: taskmesh_telemetry::current_traceparent(),
+            ..ToolRequest::new(name, Value::Object(args).to_string())
+        },
+    };
+    let created = match gw.create_task(new).await {
+        Ok(created) => created,
+        Err(e) => return err(&id, &e),
+    };
+    let (gw2, tool) = (gw.clone(), name.to_string());
+    let how = Follow {
+        until: Some((
+            Duration::from_millis(gw.cfg.tasks.handoff_after_ms),
+            Box::new(move |task: &TaskView| shared::handed_off(&gw2, &tool, task)),
+        )),
+        cancels_task: true,
+        is_result: false,
+    };
+    follow(gw, cx, id, created.task.task_id, how).await
+}
+
+/// A call of an offered tool.
+pub(super) async fn offered(
+    gw: &Arc<Gateway>,
+    cx: &Cx,
+    id: RequestId,
+    which: Offered,
+    args: &Map<String, Value>,
+) -> Reply {
+    let task_id = match shared::task_id_arg(args) {
+        Ok(t) => t.to_string(),
+        Err(e) => return err(&id, &e),
+    };
+    match which {
+        Offered::Status => match gw.get_task(&cx.principal, &task_id).await {
+            Ok(task) => ok(&id, &shared::status(gw, &task)),
+            Err(e) => err(&id, &e),
+        },
+        Offered::Cancel => match gw.cancel_task(&task_id, &cx.principal).await {
+            Ok(task) => ok(&id, &shared::cancelled(gw, &task)),
+            Err(e) => err(&id, &gw.task_error(&cx.principal, &task_id, &e)),
+        },
+        Offered::Result => {
+            let wait = match shared::wait_of(gw, args) {
+                Ok(w) => w,
+                Err(e) => return err(&id, &e),
+            };
+            let gw2 = gw.clone();
+            let how = Follow {
+                until: Some((
+                    wait,
+                    Box::new(move |task: &TaskView| shared::still_running(&gw2, task)),
+                )),
+                cancels_task: false,
+                is_result: false,
+            };
+            follow(gw, cx, id, task_id, how).await
+        }
+    }
+}
