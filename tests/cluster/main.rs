@@ -11,6 +11,7 @@ use taskmesh_testkit::{free_ports, Client, Server, V};
 
 mod admin;
 mod backup;
+mod client_tasks;
 mod handoff;
 mod membership;
 mod modern;

@@ -7,6 +7,7 @@
 
 use serde_json::json;
 
+mod client_tasks;
 mod delivery;
 mod descriptors;
 mod handoff;

@@ -78,6 +78,12 @@ pub struct SessionClaims {
     /// that their plain calls keep running as they did, never handed off).
     #[serde(rename = "k", default = "declared")]
     pub tasks: bool,
+    /// Client declared `tasks.requests.elicitation.create`: it runs elicitations as tasks.
+    #[serde(rename = "te", default, skip_serializing_if = "is_false")]
+    pub elicitation_tasks: bool,
+    /// Client declared `tasks.requests.sampling.createMessage`.
+    #[serde(rename = "ts", default, skip_serializing_if = "is_false")]
+    pub sampling_tasks: bool,
     /// 128-bit nonce (hex).
     #[serde(rename = "n")]
     pub nonce: String,
@@ -88,6 +94,10 @@ pub struct SessionClaims {
     /// (0, in ids issued before homes existed: each node holds its own).
     #[serde(rename = "h", default, skip_serializing_if = "is_zero")]
     pub home: u64,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn declared() -> bool {
@@ -351,6 +361,8 @@ mod tests {
             elicitation: false,
             sampling: false,
             tasks: true,
+            elicitation_tasks: false,
+            sampling_tasks: false,
             nonce: n.into(),
             issued_at_ms: 1,
             home: 0,

@@ -62,6 +62,23 @@ pub struct TaskSettings {
     pub handoff_result_tool: String,
     /// Name of the hand-off tool that cancels a task. Default `task_cancel`.
     pub handoff_cancel_tool: String,
+    /// TTL asked of a client's task, in ms: an `elicitation/create` or `sampling/createMessage`
+    /// sent task-augmented to a client that declared it runs them as tasks carries
+    /// `task.ttl` = this. Default 86400000 (24 h: a person may take hours to answer), at least
+    /// 1000.
+    pub client_task_ttl_ms: u64,
+    /// Shortest pause between two `tasks/get` of a client's task, in ms: the client's
+    /// `pollInterval` is raised to it. Default 500, at least 1.
+    pub client_poll_min_ms: u64,
+    /// Longest pause between two `tasks/get` of a client's task, in ms: the client's
+    /// `pollInterval` is lowered to it (and used when it suggests none). Default 30000, at
+    /// least `client_poll_min_ms`.
+    pub client_poll_max_ms: u64,
+    /// How long a `tasks/get` or `tasks/result` sent to a client about its task may go
+    /// unanswered, in ms; past it the client is taken as gone and the request that its task
+    /// answers fails (the tool decides; the built-in tools fail their task with a status
+    /// message that says so). Default 600000 (10 min), at least 1000.
+    pub client_answer_timeout_ms: u64,
 }
 
 /// Whether `name` is a tool name MCP allows: 1 to 128 ASCII letters, digits, `_`, `-`, `.`.
@@ -95,6 +112,10 @@ impl Default for TaskSettings {
             handoff_status_tool: "task_status".into(),
             handoff_result_tool: "task_result".into(),
             handoff_cancel_tool: "task_cancel".into(),
+            client_task_ttl_ms: 86_400_000,
+            client_poll_min_ms: 500,
+            client_poll_max_ms: 30_000,
+            client_answer_timeout_ms: 600_000,
         }
     }
 }
@@ -128,6 +149,19 @@ impl TaskSettings {
         }
         if self.max_ttl_ms > 0 && self.default_ttl_ms > self.max_ttl_ms {
             return Err("tasks.default_ttl_ms must not exceed tasks.max_ttl_ms".into());
+        }
+        if self.client_task_ttl_ms < 1000 {
+            return Err("tasks.client_task_ttl_ms must be at least 1000".into());
+        }
+        if self.client_poll_min_ms == 0 || self.client_poll_max_ms < self.client_poll_min_ms {
+            return Err(format!(
+                "tasks.client_poll_min_ms must be at least 1 and at most tasks.client_poll_max_ms \
+                 (got {} and {})",
+                self.client_poll_min_ms, self.client_poll_max_ms
+            ));
+        }
+        if self.client_answer_timeout_ms < 1000 {
+            return Err("tasks.client_answer_timeout_ms must be at least 1000".into());
         }
         if self.handoff_wait_max_ms == 0 {
             return Err("tasks.handoff_wait_max_ms must be at least 1".into());
@@ -222,7 +256,7 @@ mod tests {
     #[test]
     fn a_bad_value_is_refused_naming_its_key() {
         type Edit = fn(&mut TaskSettings);
-        let cases: [(Edit, &str); 11] = [
+        let cases: [(Edit, &str); 14] = [
             (|s| s.max_live_tasks = 0, "max_live_tasks"),
             (|s| s.poll_interval_ms = 0, "poll_interval_ms"),
             (|s| s.reconcile_interval_ms = 0, "reconcile_interval_ms"),
@@ -232,6 +266,12 @@ mod tests {
             (|s| s.list_page_size = 0, "list_page_size"),
             (|s| s.default_ttl_ms = s.max_ttl_ms + 1, "default_ttl_ms"),
             (|s| s.handoff_wait_max_ms = 0, "handoff_wait_max_ms"),
+            (|s| s.client_task_ttl_ms = 999, "client_task_ttl_ms"),
+            (|s| s.client_poll_max_ms = 1, "client_poll_min_ms"),
+            (
+                |s| s.client_answer_timeout_ms = 10,
+                "client_answer_timeout_ms",
+            ),
             (
                 |s| s.handoff_result_tool = "wait for it".into(),
                 "handoff_result_tool",

@@ -47,6 +47,7 @@ impl Host {
             exec_term: term,
             updated_index: 0,
             upstream_task: None,
+            client_task: None,
         };
         let applied = shard.propose(Command::Create { record }).await;
         match applied {

@@ -432,10 +432,18 @@ async fn take_over(host: &Host, shard: &ShardReplica, task_id: &str, term: u64) 
         },
         _ => {
             let why = match policy {
-                Some(_) => format!(
-                    "The execution was interrupted by a node restart or failover; tool '{}' has resume policy 'fail', so it was not run again.",
-                    record.request.tool
-                ),
+                Some(_) => {
+                    let waited = record.client_task.as_ref().map_or(String::new(), |c| {
+                        format!(
+                            " It was waiting on the client's task {} ({}), which stays with the client.",
+                            c.task_id, c.method
+                        )
+                    });
+                    format!(
+                        "The execution was interrupted by a node restart or failover; tool '{}' has resume policy 'fail', so it was not run again.{waited}",
+                        record.request.tool
+                    )
+                }
                 None => format!(
                     "The execution was interrupted and tool '{}' is no longer configured.",
                     record.request.tool

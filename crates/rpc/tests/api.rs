@@ -37,6 +37,8 @@ fn sample_record(task_id: &str, owner: &str) -> TaskRecord {
             client: Some(ClientCaps {
                 elicitation: true,
                 sampling: false,
+                elicitation_tasks: false,
+                sampling_tasks: false,
             }),
             answers_json: None,
             traceparent: None,
@@ -51,6 +53,7 @@ fn sample_record(task_id: &str, owner: &str) -> TaskRecord {
         exec_term: 3,
         updated_index: 42,
         upstream_task: None,
+        client_task: None,
     }
 }
 

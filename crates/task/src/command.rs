@@ -82,6 +82,21 @@ pub enum Command {
         /// When the upstream accepted the task; `last_updated_at_ms` never moves back before it.
         at_ms: u64,
     },
+    /// The execution of `term` waits on a task the client runs for one of its requests
+    /// (`Some`), or no longer does (`None`): recorded so that a later execution follows the same
+    /// client task. The status stays; the status message becomes `message`.
+    FollowClient {
+        /// The task whose execution waits.
+        task_id: TaskId,
+        /// Execution term of the proposer; rejected if older than the record's `exec_term`.
+        term: u64,
+        /// The client's task, or `None` once its answer is in.
+        client_task: Option<crate::ClientTask>,
+        /// The new status message; `None` clears it.
+        message: Option<String>,
+        /// When it changed; `last_updated_at_ms` never moves back before it.
+        at_ms: u64,
+    },
     /// Restore records from a backup (`taskmesh restore`): each record whose task id the shard
     /// does not hold is inserted as it was backed up, except that a live one's `exec_term` is
     /// reset to 0 so that this shard's leader takes its execution over (by the tool's resume
@@ -109,7 +124,8 @@ impl Command {
             | Command::Finish { task_id, .. }
             | Command::Cancel { task_id, .. }
             | Command::Resume { task_id, .. }
-            | Command::Follow { task_id, .. } => Some(task_id),
+            | Command::Follow { task_id, .. }
+            | Command::FollowClient { task_id, .. } => Some(task_id),
             Command::Expire { .. } | Command::Import { .. } => None,
         }
     }
@@ -178,6 +194,7 @@ impl std::fmt::Display for Command {
             Command::Cancel { .. } => "cancel",
             Command::Resume { .. } => "resume",
             Command::Follow { .. } => "follow",
+            Command::FollowClient { .. } => "follow_client",
             Command::Expire { task_ids, .. } => {
                 return write!(f, "expire({} tasks)", task_ids.len());
             }

@@ -13,7 +13,7 @@ pub mod state;
 pub mod status;
 
 pub use command::{Applied, Command, Rejection};
-pub use record::{ClientCaps, Outcome, TaskRecord, TaskView, ToolRequest};
+pub use record::{ClientCaps, ClientTask, Outcome, TaskRecord, TaskView, ToolRequest};
 pub use state::ShardState;
 pub use status::TaskStatus;
 

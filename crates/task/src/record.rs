@@ -74,6 +74,41 @@ pub struct ClientCaps {
     /// The client's session declared sampling support (`sampling/createMessage` may be sent).
     #[serde(default)]
     pub sampling: bool,
+    /// The client runs `elicitation/create` as a task when asked to (2025-11-25 client
+    /// capability `tasks.requests.elicitation.create`): the request is sent task-augmented.
+    #[serde(default)]
+    pub elicitation_tasks: bool,
+    /// The client runs `sampling/createMessage` as a task when asked to (client capability
+    /// `tasks.requests.sampling.createMessage`).
+    #[serde(default)]
+    pub sampling_tasks: bool,
+}
+
+impl ClientCaps {
+    /// Whether a request of `method` may be sent to the client task-augmented.
+    pub fn runs_as_task(&self, method: &str) -> bool {
+        match method {
+            "elicitation/create" => self.elicitation_tasks,
+            "sampling/createMessage" => self.sampling_tasks,
+            _ => false,
+        }
+    }
+}
+
+/// A request of a task's execution that the client runs as its own task (a task-augmented
+/// `elicitation/create` or `sampling/createMessage`), recorded once the client created it: the
+/// execution follows it with `tasks/get` and takes its answer from `tasks/result`, and a later
+/// execution (after a failover) follows the same client task when its tool asks the same
+/// request again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientTask {
+    /// Which of the execution's requests it answers: the key the tool asked it under, or
+    /// `<method>#<n>` for the n-th request of that method the tool asked without one.
+    pub key: String,
+    /// The request's method.
+    pub method: String,
+    /// The client's task id.
+    pub task_id: String,
 }
 
 /// The durable form of a task: what its shard's state machine, log and snapshots hold.
@@ -115,6 +150,9 @@ pub struct TaskRecord {
     /// task instead of running the tool again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_task: Option<String>,
+    /// The client task the execution waits on, while it waits ([`crate::Command::FollowClient`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_task: Option<ClientTask>,
 }
 
 impl TaskRecord {
@@ -217,6 +255,7 @@ impl TaskRecord {
             exec_term: 1,
             updated_index: 0,
             upstream_task: None,
+            client_task: None,
         }
     }
 }

@@ -249,6 +249,16 @@ impl ShardState {
                 r.upstream_task = Some(upstream_task.clone());
                 r.status_message = message.clone();
             }),
+            Command::FollowClient {
+                task_id,
+                term,
+                client_task,
+                message,
+                at_ms,
+            } => self.update(task_id, Some(*term), index, *at_ms, |r| {
+                r.client_task = client_task.clone();
+                r.status_message = message.clone();
+            }),
             Command::Import { records } => {
                 let mut inserted = Vec::new();
                 for record in records {

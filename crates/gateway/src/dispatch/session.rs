@@ -49,6 +49,8 @@ pub(super) fn initialize(
         elicitation: caps.contains_key("elicitation"),
         sampling: caps.contains_key("sampling"),
         tasks: caps.contains_key("tasks"),
+        elicitation_tasks: tasks_request(&caps, "elicitation", "create"),
+        sampling_tasks: tasks_request(&caps, "sampling", "createMessage"),
         nonce: nonce.iter().map(|b| format!("{b:02x}")).collect(),
         issued_at_ms: now_ms(),
         home: gw.hub.node(),
@@ -66,4 +68,14 @@ pub(super) fn initialize(
         body: jsonrpc::response(id, &result),
         session_id,
     }
+}
+
+/// Whether the client's capabilities declare `tasks.requests.<kind>.<method>`: it runs such
+/// requests of the server as tasks.
+fn tasks_request(caps: &Map<String, Value>, kind: &str, method: &str) -> bool {
+    caps.get("tasks")
+        .and_then(|t| t.get("requests"))
+        .and_then(|r| r.get(kind))
+        .and_then(|k| k.get(method))
+        .is_some_and(Value::is_object)
 }

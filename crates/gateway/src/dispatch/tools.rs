@@ -167,9 +167,13 @@ pub(super) async fn tools_call(
         return err(&id, &e);
     }
     let claims = cx.session.as_ref().map(|(_, c)| c);
+    // Requests run as client tasks only on a version with tasks.
+    let tasks = cx.tasks_enabled();
     let client = ClientCaps {
         elicitation: claims.is_some_and(|c| c.elicitation),
         sampling: claims.is_some_and(|c| c.sampling),
+        elicitation_tasks: tasks && claims.is_some_and(|c| c.elicitation_tasks),
+        sampling_tasks: tasks && claims.is_some_and(|c| c.sampling_tasks),
     };
     let support = tool.spec().task_support;
     let plain = task.is_none() || !cx.tasks_enabled();

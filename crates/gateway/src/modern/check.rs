@@ -149,6 +149,8 @@ pub(super) fn check(
         client: ClientCaps {
             elicitation: caps.get("elicitation").is_some_and(Value::is_object),
             sampling: caps.get("sampling").is_some_and(Value::is_object),
+            // Client-hosted tasks are not part of this generation.
+            ..ClientCaps::default()
         },
         caps: caps.clone(),
     })

@@ -5,19 +5,128 @@
 //! [`handle_msg`] in a boxed future; a status change it needs goes through `write.rs`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use ractor::{ActorProcessingErr, ActorRef};
 use serde_json::{json, Map, Value};
 use taskmesh_mcp::jsonrpc::{self, RequestId};
 use taskmesh_mcp::{notify, ServerRequestId, META_RELATED_TASK};
-use taskmesh_task::{Applied, Command, TaskStatus};
+use taskmesh_task::{Applied, ClientTask, Command, TaskStatus};
+use taskmesh_tools::ToolResult;
+use tokio::sync::oneshot;
 
 use super::write::{again, deliver, request_seq, write};
-use super::{finish_of, AfterWrite, Carrier, Pending, State, TaskMsg};
+use super::{client, finish_of, AfterWrite, Carrier, Pending, State, TaskMsg};
 use crate::now_ms;
 
 /// The status message of a task whose call an upstream server runs as its own task.
 const FOLLOWING: &str = "The upstream server runs the call as a task; following it.";
+
+/// The status message of a task whose execution waits on a client task.
+fn waiting_message(c: &ClientTask) -> String {
+    format!(
+        "Waiting for the client's task {} ({}) to end.",
+        c.task_id, c.method
+    )
+}
+
+/// The client's answer to one of the task's requests is in: back to `working` when nothing
+/// else is asked, then the answer to whoever asked.
+async fn answered(
+    myself: &ActorRef<TaskMsg>,
+    st: &mut State,
+    reply: oneshot::Sender<ToolResult>,
+    outcome: ToolResult,
+) {
+    let still_asking = !st.pending.is_empty()
+        || st.following.is_some()
+        || st
+            .after_write
+            .iter()
+            .any(|a| matches!(a, AfterWrite::Deliver { .. } | AfterWrite::Follow { .. }));
+    if !still_asking && st.wanted.0 == TaskStatus::InputRequired {
+        st.wanted = (
+            TaskStatus::Working,
+            Some("The task is in progress.".to_string()),
+        );
+        if let Some(since) = st.asked_at.take() {
+            taskmesh_metrics::metrics::histogram!(taskmesh_metrics::names::INPUT_REQUIRED_WAIT)
+                .record(since.elapsed().as_secs_f64());
+        }
+    }
+    st.after_write.push(AfterWrite::Reply { reply, outcome });
+    write(myself, st, false).await;
+}
+
+/// Record with the task the client task its execution waits on (or, with `None`, that it no
+/// longer waits on one), with the status message that says so; whether it was written. An
+/// execution that is superseded stops; a write the shard cannot make now is left out (a
+/// failover then applies the tool's resume policy without it).
+async fn record_client_task(
+    myself: &ActorRef<TaskMsg>,
+    st: &mut State,
+    client_task: Option<&ClientTask>,
+) -> bool {
+    let message = match client_task {
+        Some(c) => Some(waiting_message(c)),
+        None => st.wanted.1.clone().filter(|_| st.wanted.0 == st.recorded),
+    };
+    if client_task.is_some() && st.wanted.0 == st.recorded {
+        st.wanted.1.clone_from(&message);
+    }
+    let cmd = Command::FollowClient {
+        task_id: st.task_id.clone(),
+        term: st.term,
+        client_task: client_task.cloned(),
+        message,
+        at_ms: now_ms(),
+    };
+    let Ok(shard) = st.host.shard(st.shard) else {
+        st.cancel.cancel();
+        myself.stop(None);
+        return false;
+    };
+    match shard.propose(cmd).await {
+        Ok(Applied::Updated { .. }) => true,
+        Ok(other) => {
+            tracing::debug!(task_id = %st.task_id, result = ?other, "client task not recorded: the execution is superseded; stopping");
+            st.cancel.cancel();
+            myself.stop(None);
+            false
+        }
+        Err(e) => {
+            tracing::warn!(task_id = %st.task_id, shard = st.shard, error = %e,
+                "the client task could not be recorded; following it anyway");
+            true
+        }
+    }
+}
+
+/// Follow `client_task` for the tool's request that `reply` answers.
+pub(super) fn follow(
+    myself: &ActorRef<TaskMsg>,
+    st: &mut State,
+    client_task: ClientTask,
+    reply: oneshot::Sender<ToolResult>,
+    first_poll_ms: Option<u64>,
+) {
+    let t = &st.host.inner.cfg.tasks;
+    let bounds = client::Bounds {
+        min: Duration::from_millis(t.client_poll_min_ms),
+        max: Duration::from_millis(t.client_poll_max_ms),
+        answer_timeout: Duration::from_millis(t.client_answer_timeout_ms),
+    };
+    tracing::debug!(task_id = %st.task_id, client_task = %client_task.task_id, method = %client_task.method, "following the client's task");
+    if let Some(old) = st.following.replace(client::Following::start(
+        myself.clone(),
+        client_task,
+        reply,
+        first_poll_ms,
+        bounds,
+    )) {
+        old.stop();
+    }
+}
 
 /// Handle one message of a task actor.
 pub(super) async fn handle_msg(
@@ -76,12 +185,34 @@ pub(super) async fn handle_msg(
             let _ = reply.send(claimed);
         }
         TaskMsg::Outbound {
+            key,
             method,
             params,
             reply,
         } => {
             if st.outcome.is_some() {
                 return Ok(()); // the tool finished: `reply` drops, the request fails
+            }
+            let key = key.unwrap_or_else(|| {
+                let n = st.unkeyed.entry(method).or_insert(0);
+                *n += 1;
+                format!("{method}#{n}")
+            });
+            if st.wanted.0 != TaskStatus::InputRequired {
+                let msg = format!("Waiting for the client to answer {method}.");
+                st.wanted = (TaskStatus::InputRequired, Some(msg));
+                st.asked_at = Some(std::time::Instant::now());
+            }
+            // The request an earlier execution's client task answers: follow that task.
+            if let Some(client_task) = st
+                .recorded_client_task
+                .take_if(|c| c.key == key && c.method == method)
+            {
+                st.wanted.1 = Some(waiting_message(&client_task));
+                st.after_write
+                    .push(AfterWrite::Follow { client_task, reply });
+                write(&myself, st, false).await;
+                return Ok(());
             }
             let id = ServerRequestId::Task {
                 task_id: st.task_id.clone(),
@@ -98,46 +229,91 @@ pub(super) async fn handle_msg(
                 META_RELATED_TASK,
                 json!({ "taskId": st.task_id }),
             );
+            // A client that runs such requests as tasks gets it task-augmented.
+            let augmented = st.client.runs_as_task(method).then(|| {
+                let ttl = st.host.inner.cfg.tasks.client_task_ttl_ms;
+                params.insert("task".into(), json!({ "ttl": ttl }));
+                (key, method)
+            });
             let json = Arc::new(jsonrpc::request(
                 &RequestId::String(id.clone()),
                 method,
                 &Value::Object(params),
             ));
-            if st.wanted.0 != TaskStatus::InputRequired {
-                let msg = format!("Waiting for the client to answer {method}.");
-                st.wanted = (TaskStatus::InputRequired, Some(msg));
-                st.asked_at = Some(std::time::Instant::now());
-            }
-            st.after_write.push(AfterWrite::Deliver { id, json, reply });
+            st.after_write.push(AfterWrite::Deliver {
+                id,
+                json,
+                reply,
+                augmented,
+            });
             write(&myself, st, false).await;
+        }
+        TaskMsg::ToClient {
+            method,
+            params,
+            reply,
+        } => {
+            if st.outcome.is_some() {
+                return Ok(());
+            }
+            let id = ServerRequestId::Task {
+                task_id: st.task_id.clone(),
+                seq: st.next_request,
+            }
+            .to_string();
+            st.next_request += 1;
+            let json = Arc::new(jsonrpc::request(
+                &RequestId::String(id.clone()),
+                method,
+                &params,
+            ));
+            let carrier = deliver(st, json.clone(), Some(&id));
+            st.pending.insert(
+                id,
+                Pending {
+                    json,
+                    reply,
+                    carrier,
+                    augmented: None,
+                },
+            );
         }
         TaskMsg::Response {
             request_id,
             outcome,
         } => {
-            let Some(Pending { reply, .. }) = st.pending.remove(&request_id) else {
+            let Some(Pending {
+                reply, augmented, ..
+            }) = st.pending.remove(&request_id)
+            else {
                 tracing::debug!(task_id = %st.task_id, request_id = %request_id, "answer to no pending request");
                 return Ok(());
             };
-            let still_asking = !st.pending.is_empty()
-                || st
-                    .after_write
-                    .iter()
-                    .any(|a| matches!(a, AfterWrite::Deliver { .. }));
-            if !still_asking && st.wanted.0 == TaskStatus::InputRequired {
-                st.wanted = (
-                    TaskStatus::Working,
-                    Some("The task is in progress.".to_string()),
-                );
-                if let Some(since) = st.asked_at.take() {
-                    taskmesh_metrics::metrics::histogram!(
-                        taskmesh_metrics::names::INPUT_REQUIRED_WAIT
-                    )
-                    .record(since.elapsed().as_secs_f64());
+            // The client runs the request as its task: record it, then follow it.
+            if let (Some((key, method)), Ok(answer)) = (augmented, &outcome) {
+                if let Some((client_id, first_poll)) = client::created_task(answer) {
+                    let client_task = ClientTask {
+                        key,
+                        method: method.to_string(),
+                        task_id: client_id,
+                    };
+                    if record_client_task(&myself, st, Some(&client_task)).await {
+                        follow(&myself, st, client_task, reply, first_poll);
+                    }
+                    return Ok(());
                 }
             }
-            st.after_write.push(AfterWrite::Reply { reply, outcome });
-            write(&myself, st, false).await;
+            answered(&myself, st, reply, outcome).await;
+        }
+        TaskMsg::ClientTaskEnded { key, outcome } => {
+            let Some(f) = st.following.take_if(|f| f.client_task.key == key) else {
+                return Ok(());
+            };
+            let reply = f.reply;
+            // Its answer is in: a later execution asks again rather than follow it.
+            if record_client_task(&myself, st, None).await {
+                answered(&myself, st, reply, outcome).await;
+            }
         }
         TaskMsg::Progress {
             progress,

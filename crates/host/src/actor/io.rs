@@ -29,15 +29,11 @@ impl ToolIo for ActorIo {
     }
 
     fn request(&self, method: &'static str, params: Value) -> ToolFuture {
-        let stopped = Err(ErrorObject::internal("the task stopped"));
-        self.ask(
-            |reply| TaskMsg::Outbound {
-                method,
-                params,
-                reply,
-            },
-            stopped,
-        )
+        self.outbound(None, method, params)
+    }
+
+    fn ask(&self, key: &str, method: &'static str, params: Value) -> ToolFuture {
+        self.outbound(Some(key.to_string()), method, params)
     }
 
     fn log(&self, message: LogMessage) -> BoxFuture<'static, ()> {
@@ -50,7 +46,7 @@ impl ToolIo for ActorIo {
         upstream_task: String,
     ) -> BoxFuture<'static, Result<(), String>> {
         let stopped = Err("the task stopped".to_string());
-        self.ask(
+        self.send(
             |reply| TaskMsg::Follow {
                 upstream_task,
                 reply,
@@ -61,9 +57,23 @@ impl ToolIo for ActorIo {
 }
 
 impl ActorIo {
+    /// A request to the client, under the tool's `key` when it gave one.
+    fn outbound(&self, key: Option<String>, method: &'static str, params: Value) -> ToolFuture {
+        let stopped = Err(ErrorObject::internal("the task stopped"));
+        self.send(
+            |reply| TaskMsg::Outbound {
+                key,
+                method,
+                params,
+                reply,
+            },
+            stopped,
+        )
+    }
+
     /// Cast the message `msg` makes around a reply channel and wait for the actor's answer;
     /// `stopped` when the actor is gone or drops the message unanswered.
-    fn ask<T: Send + 'static>(
+    fn send<T: Send + 'static>(
         &self,
         msg: impl FnOnce(oneshot::Sender<T>) -> TaskMsg,
         stopped: T,

@@ -21,6 +21,7 @@
 //! `write.rs`, the tool's side of the conversation ([`ToolIo`](taskmesh_tools::ToolIo)) in
 //! `io.rs`, and the status and outcome a tool run ends with in `outcome.rs`.
 
+mod client;
 mod handle;
 mod io;
 mod outcome;
@@ -70,6 +71,9 @@ pub enum TaskMsg {
     },
     /// The tool asks the client something.
     Outbound {
+        /// The key the tool asks under ([`taskmesh_tools::ToolIo::ask`]); `None` for a request
+        /// without one.
+        key: Option<String>,
         /// JSON-RPC method of the request (`elicitation/create`, `sampling/createMessage`).
         method: &'static str,
         /// Its params; anything but an object is sent as an empty object, with the related-task
@@ -78,6 +82,24 @@ pub enum TaskMsg {
         /// Gets the client's answer; the tool gets an error instead when the task stops first
         /// or the tool has already finished.
         reply: oneshot::Sender<ToolResult>,
+    },
+    /// The follower of a client task asks the client about it (`tasks/get`, `tasks/result`):
+    /// sent as the tool's requests are, while the task stays `input_required`.
+    ToClient {
+        /// `tasks/get` or `tasks/result`.
+        method: &'static str,
+        /// `{taskId}` of the client's task.
+        params: Value,
+        /// Gets the client's answer.
+        reply: oneshot::Sender<ToolResult>,
+    },
+    /// The client task the execution followed ended: `outcome` is the answer to the tool's
+    /// request it ran (its `tasks/result`), or why there is none.
+    ClientTaskEnded {
+        /// The tool's request's key.
+        key: String,
+        /// The answer, or the error the tool's request gets.
+        outcome: ToolResult,
     },
     /// The tool reports progress.
     Progress {
@@ -128,6 +150,9 @@ struct Pending {
     json: Arc<Vec<u8>>,
     reply: oneshot::Sender<ToolResult>,
     carrier: Carrier,
+    /// Sent task-augmented: the key and method of the tool's request, should the client answer
+    /// with a task of its own.
+    augmented: Option<(String, &'static str)>,
 }
 
 /// What waits until the log holds the status the execution is in.
@@ -136,6 +161,13 @@ enum AfterWrite {
     Deliver {
         id: String,
         json: Arc<Vec<u8>>,
+        reply: oneshot::Sender<ToolResult>,
+        augmented: Option<(String, &'static str)>,
+    },
+    /// A client task an earlier execution recorded for the same request: followed once
+    /// `input_required` is recorded.
+    Follow {
+        client_task: taskmesh_task::ClientTask,
         reply: oneshot::Sender<ToolResult>,
     },
     /// The client's answer: handed to the tool once `working` is recorded again.
@@ -194,6 +226,16 @@ pub struct State {
     /// Requests delivered to the client and not answered yet.
     pending: HashMap<String, Pending>,
     next_request: u64,
+    /// What the client declared it can answer, and run as its own tasks.
+    client: taskmesh_task::ClientCaps,
+    /// The client task an earlier execution waited on, until this execution asks the request
+    /// it answers (then it is followed rather than asked again).
+    recorded_client_task: Option<taskmesh_task::ClientTask>,
+    /// The client task this execution follows, with the tool's request it answers.
+    following: Option<client::Following>,
+    /// How many requests of each method the tool asked without a key (their keys are
+    /// `<method>#<n>`).
+    unkeyed: HashMap<&'static str, u64>,
 }
 
 /// Spawn the actor of a live task. `reserved` says whether the caller already holds a live-task
@@ -353,6 +395,10 @@ impl Actor for TaskActor {
             next_sink: 0,
             pending: HashMap::new(),
             next_request: 1,
+            client: record.request.client,
+            recorded_client_task: record.client_task,
+            following: None,
+            unkeyed: HashMap::new(),
         })
     }
 
@@ -378,6 +424,9 @@ impl Actor for TaskActor {
         st.cancel.cancel();
         for (_, Pending { reply, .. }) in st.pending.drain() {
             let _ = reply.send(Err(ErrorObject::internal("the task stopped")));
+        }
+        if let Some(f) = st.following.take() {
+            f.stop();
         }
         let mut actors = st.host.inner.actors.lock();
         if actors

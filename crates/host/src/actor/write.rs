@@ -38,7 +38,12 @@ pub(super) async fn write(myself: &ActorRef<TaskMsg>, st: &mut State, retry: boo
             None => {
                 for after in std::mem::take(&mut st.after_write) {
                     match after {
-                        AfterWrite::Deliver { id, json, reply } => {
+                        AfterWrite::Deliver {
+                            id,
+                            json,
+                            reply,
+                            augmented,
+                        } => {
                             let carrier = deliver(st, json.clone(), Some(&id));
                             st.pending.insert(
                                 id,
@@ -46,8 +51,12 @@ pub(super) async fn write(myself: &ActorRef<TaskMsg>, st: &mut State, retry: boo
                                     json,
                                     reply,
                                     carrier,
+                                    augmented,
                                 },
                             );
+                        }
+                        AfterWrite::Follow { client_task, reply } => {
+                            super::handle::follow(myself, st, client_task, reply, Some(0));
                         }
                         AfterWrite::Reply { reply, outcome } => {
                             let _ = reply.send(outcome);

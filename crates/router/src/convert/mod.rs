@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use taskmesh_host::{HostError, TaskRead};
 use taskmesh_rpc::v1;
-use taskmesh_task::{ClientCaps, Outcome, TaskRecord, TaskStatus, TaskView, ToolRequest};
+use taskmesh_task::{
+    ClientCaps, ClientTask, Outcome, TaskRecord, TaskStatus, TaskView, ToolRequest,
+};
 
 /// A struct literal whose fields listed in brackets move from the fields of the same name of
 /// `$from` (the two forms agree on their name and type), and whose other fields are given.
@@ -100,6 +102,7 @@ pub fn record_to_pb(r: TaskRecord) -> v1::TaskRecord {
          poll_interval_ms, exec_term, updated_index, upstream_task] from r,
         status: status_to_pb(r.status) as i32,
         request: Some(request_to_pb(r.request)),
+        client_task: r.client_task.map(|c| moving!(v1::ClientTask { [key, method, task_id] from c, })),
         outcome: r.outcome.map(|o| v1::Outcome {
             kind: Some(match o {
                 Outcome::Result { json } => v1::outcome::Kind::ResultJson(json),
@@ -125,6 +128,8 @@ pub fn request_to_pb(r: ToolRequest) -> v1::ToolRequest {
         client: Some(v1::ClientCaps {
             elicitation: r.client.elicitation,
             sampling: r.client.sampling,
+            elicitation_tasks: r.client.elicitation_tasks,
+            sampling_tasks: r.client.sampling_tasks,
         }),
     })
 }
@@ -138,6 +143,8 @@ pub fn request_from_pb(r: v1::ToolRequest) -> ToolRequest {
         client: ClientCaps {
             elicitation: client.elicitation,
             sampling: client.sampling,
+            elicitation_tasks: client.elicitation_tasks,
+            sampling_tasks: client.sampling_tasks,
         },
     })
 }
@@ -161,6 +168,7 @@ pub fn record_from_pb(r: v1::TaskRecord) -> Option<TaskRecord> {
         status: status,
         request: request,
         outcome: outcome,
+        client_task: r.client_task.map(|c| moving!(ClientTask { [key, method, task_id] from c, })),
     }))
 }
 
@@ -267,6 +275,8 @@ mod tests {
                 client: ClientCaps {
                     elicitation: true,
                     sampling: false,
+                    elicitation_tasks: false,
+                    sampling_tasks: true,
                 },
                 answers_json: Some(r#"{"user_name":{"action":"accept"}}"#.into()),
                 traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
@@ -279,6 +289,11 @@ mod tests {
             exec_term: 4,
             updated_index: 5,
             upstream_task: Some("up-1".into()),
+            client_task: Some(ClientTask {
+                key: "elicitation/create#1".into(),
+                method: "elicitation/create".into(),
+                task_id: "client-7".into(),
+            }),
         };
         let view = TaskView::from(&r);
         assert_eq!(record_from_pb(record_to_pb(r.clone())), Some(r));

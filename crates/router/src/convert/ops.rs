@@ -373,6 +373,7 @@ mod tests {
             exec_term: 4,
             updated_index: 5,
             upstream_task: None,
+            client_task: None,
         }
     }
 
@@ -390,6 +391,8 @@ mod tests {
                     client: ClientCaps {
                         elicitation: true,
                         sampling: false,
+                        elicitation_tasks: true,
+                        sampling_tasks: false,
                     },
                     answers_json: Some(r#"{"k":{"action":"accept"}}"#.into()),
                     ..ToolRequest::new("slow_compute", r#"{"seconds":1}"#)

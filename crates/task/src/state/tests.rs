@@ -407,3 +407,56 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_client_task_is_recorded_and_cleared_by_the_current_execution_only() {
+    let mut s = ShardState::new();
+    s.apply(
+        &Command::Create {
+            record: record("a", "p", None),
+        },
+        1,
+    );
+    let waiting = crate::ClientTask {
+        key: "elicitation/create#1".into(),
+        method: "elicitation/create".into(),
+        task_id: "client-1".into(),
+    };
+    let follow = |term: u64, c: Option<crate::ClientTask>| Command::FollowClient {
+        task_id: "a".into(),
+        term,
+        client_task: c,
+        message: Some("waiting".into()),
+        at_ms: 1_100,
+    };
+    let Applied::Updated { record } = s.apply(&follow(1, Some(waiting.clone())), 2) else {
+        panic!("the current execution records its client task");
+    };
+    assert_eq!(record.client_task.as_ref(), Some(&waiting));
+    assert_eq!(record.status_message.as_deref(), Some("waiting"));
+    let resume = Command::Resume {
+        task_id: "a".into(),
+        term: 2,
+        message: None,
+        at_ms: 1_200,
+    };
+    let Applied::Updated { record } = s.apply(&resume, 3) else {
+        panic!("resumed");
+    };
+    assert_eq!(
+        record.client_task.as_ref(),
+        Some(&waiting),
+        "a new execution finds the client task to follow"
+    );
+    assert_eq!(
+        s.apply(&follow(1, None), 4),
+        Applied::Rejected(Rejection::StaleTerm {
+            proposed: 1,
+            current: 2
+        })
+    );
+    let Applied::Updated { record } = s.apply(&follow(2, None), 5) else {
+        panic!("cleared by the current execution");
+    };
+    assert_eq!(record.client_task, None);
+}

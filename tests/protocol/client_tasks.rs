@@ -1,0 +1,215 @@
+//! Tasks in the other direction (2025-11-25): taskmesh as the requestor of its client's tasks.
+//! A client that declared `tasks.requests.elicitation.create` gets the tool's elicitation
+//! task-augmented; answered with a `CreateTaskResult`, the server task records the client's
+//! task, stays `input_required` and follows it with `tasks/get` (at the client's
+//! `pollInterval`), then takes the answer from `tasks/result`. The client here is the raw test
+//! client answering on its GET stream as a task receiver would.
+
+use serde_json::{json, Value};
+use taskmesh_testkit::{Client, Server, Sse, V};
+
+use crate::TASKMESH;
+
+/// Client tasks polled at least every 50 ms; their TTL asked as 120 s.
+const CONFIG: &str = "[tasks]\nclient_poll_min_ms = 50\nclient_task_ttl_ms = 120000\n";
+
+/// A client that runs elicitations as its own tasks.
+async fn receiver(s: &Server) -> Client {
+    let caps = json!({
+        "elicitation": {},
+        "tasks": {"list": {}, "cancel": {}, "requests": {"elicitation": {"create": {}}}},
+    });
+    Client::connect(&s.url, None, V, caps).await
+}
+
+/// The next request of `method` the server sends on `get`.
+async fn next_request(get: &mut Sse, method: &str) -> Value {
+    loop {
+        let m = get.next().await.expect("the GET stream stays open");
+        if m["method"] == method {
+            return m;
+        }
+    }
+}
+
+/// A client task as `tasks/get` and `CreateTaskResult` show it.
+fn client_task(id: &str, status: &str, message: Option<&str>) -> Value {
+    let mut t = json!({
+        "taskId": id,
+        "status": status,
+        "ttl": 120000,
+        "createdAt": "2026-12-06T10:00:00.000Z",
+        "lastUpdatedAt": "2026-12-06T10:00:01.000Z",
+        "pollInterval": 60,
+    });
+    if let Some(m) = message {
+        t["statusMessage"] = json!(m);
+    }
+    t
+}
+
+#[tokio::test]
+async fn an_elicitation_runs_as_the_client_s_task_and_its_result_resumes_the_tool() {
+    let s = Server::start(TASKMESH, CONFIG);
+    let c = receiver(&s).await;
+    let mut get = c.open_get().await;
+    let id = c
+        .start_task("confirm_delete", json!({"filename": "report.pdf"}))
+        .await;
+
+    // The elicitation comes task-augmented, with the TTL the server chose.
+    let ask = next_request(&mut get, "elicitation/create").await;
+    assert_eq!(ask["params"]["task"], json!({"ttl": 120000}), "{ask}");
+    assert_eq!(
+        ask["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        id.as_str()
+    );
+    c.answer(
+        &ask["id"],
+        json!({"task": client_task("client-1", "working", None)}),
+    )
+    .await;
+
+    // Followed: the server task waits, naming the client's task, and polls it.
+    let poll = next_request(&mut get, "tasks/get").await;
+    assert_eq!(poll["params"]["taskId"], "client-1", "{poll}");
+    let waiting = c.ok("tasks/get", json!({"taskId": id})).await;
+    assert_eq!(waiting["status"], "input_required", "{waiting}");
+    assert!(
+        waiting["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("client-1"),
+        "{waiting}"
+    );
+    c.answer(
+        &poll["id"],
+        json!(client_task(
+            "client-1",
+            "input_required",
+            Some("asking the user")
+        )),
+    )
+    .await;
+    let poll = next_request(&mut get, "tasks/get").await;
+    c.answer(&poll["id"], client_task("client-1", "completed", None))
+        .await;
+
+    // Once terminal: its result is the elicitation's answer.
+    let fetch = next_request(&mut get, "tasks/result").await;
+    assert_eq!(fetch["params"]["taskId"], "client-1", "{fetch}");
+    c.answer(
+        &fetch["id"],
+        json!({
+            "action": "accept",
+            "content": {"confirm": true},
+            "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "client-1"}},
+        }),
+    )
+    .await;
+    let done = c.wait_status(&id, "completed").await;
+    assert_eq!(done["status"], "completed");
+    let r = c.ok("tasks/result", json!({"taskId": id})).await;
+    assert!(
+        r["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("report.pdf"),
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_client_task_fails_the_server_task_with_a_message_that_says_so() {
+    let s = Server::start(TASKMESH, CONFIG);
+    let c = receiver(&s).await;
+    let mut get = c.open_get().await;
+    let id = c
+        .start_task("confirm_delete", json!({"filename": "x"}))
+        .await;
+    let ask = next_request(&mut get, "elicitation/create").await;
+    c.answer(
+        &ask["id"],
+        json!({"task": client_task("client-2", "working", None)}),
+    )
+    .await;
+    let poll = next_request(&mut get, "tasks/get").await;
+    c.answer(
+        &poll["id"],
+        client_task("client-2", "failed", Some("the user closed the form")),
+    )
+    .await;
+    // Its result is read for the reason.
+    let fetch = next_request(&mut get, "tasks/result").await;
+    assert_eq!(fetch["params"]["taskId"], "client-2", "{fetch}");
+    let body = json!({"jsonrpc": "2.0", "id": fetch["id"], "error": {"code": -32603, "message": "form closed"}});
+    assert_eq!(c.post(&body.to_string(), &[]).await.status, 202);
+    let failed = c.wait_status(&id, "failed").await;
+    let message = failed["statusMessage"].as_str().unwrap();
+    assert!(
+        message.contains("client-2")
+            && message.contains("failed")
+            && message.contains("the user closed the form")
+            && message.contains("form closed"),
+        "{failed}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_task_the_client_no_longer_knows_fails_the_server_task() {
+    let s = Server::start(TASKMESH, CONFIG);
+    let c = receiver(&s).await;
+    let mut get = c.open_get().await;
+    let id = c
+        .start_task("confirm_delete", json!({"filename": "y"}))
+        .await;
+    let ask = next_request(&mut get, "elicitation/create").await;
+    c.answer(
+        &ask["id"],
+        json!({"task": client_task("client-3", "working", None)}),
+    )
+    .await;
+    let poll = next_request(&mut get, "tasks/get").await;
+    let body = json!({"jsonrpc": "2.0", "id": poll["id"], "error": {"code": -32602, "message": "Task not found"}});
+    assert_eq!(c.post(&body.to_string(), &[]).await.status, 202);
+    let failed = c.wait_status(&id, "failed").await;
+    let message = failed["statusMessage"].as_str().unwrap();
+    assert!(
+        message.contains("client-3") && message.contains("no longer knows"),
+        "{failed}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_run_tasks_gets_a_plain_request_and_may_answer_plainly() {
+    let s = Server::start(TASKMESH, CONFIG);
+    // Without tasks.requests: a plain request.
+    let c = Client::new_session(&s.url).await;
+    let mut get = c.open_get().await;
+    let id = c
+        .start_task("confirm_delete", json!({"filename": "z"}))
+        .await;
+    let ask = next_request(&mut get, "elicitation/create").await;
+    assert!(ask["params"].get("task").is_none(), "{ask}");
+    c.answer(
+        &ask["id"],
+        json!({"action": "accept", "content": {"confirm": false}}),
+    )
+    .await;
+    c.wait_status(&id, "completed").await;
+
+    // A receiver may still answer a task-augmented request with the plain result.
+    let c = receiver(&s).await;
+    let mut get = c.open_get().await;
+    let id = c
+        .start_task("confirm_delete", json!({"filename": "w"}))
+        .await;
+    let ask = next_request(&mut get, "elicitation/create").await;
+    assert!(ask["params"].get("task").is_some(), "{ask}");
+    c.answer(
+        &ask["id"],
+        json!({"action": "accept", "content": {"confirm": false}}),
+    )
+    .await;
+    c.wait_status(&id, "completed").await;
+}
