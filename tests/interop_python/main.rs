@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use taskmesh_testkit::{run_bounded, Client, Server};
 
 mod checks;
+mod client_tasks;
 mod handoff;
 
 use checks::check_run;

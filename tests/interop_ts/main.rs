@@ -24,6 +24,8 @@ use taskmesh_testkit::{run_bounded, Server};
 /// The server executable under test.
 const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
 
+mod client_tasks;
+
 const SDK_PACKAGE: &str = "@modelcontextprotocol/sdk@1.32.2";
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
 const TOKEN: &str = "ts-interop-token";
@@ -31,14 +33,19 @@ const TOKEN: &str = "ts-interop-token";
 /// A directory with the SDK installed and the client script beside its `node_modules` (ES
 /// modules resolve packages from the script's own directory).
 fn provision() -> PathBuf {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/ts_tasks_client.mjs");
+    provision_with(&script)
+}
+
+/// The SDK's directory with `script` copied beside its `node_modules`.
+fn provision_with(script: &Path) -> PathBuf {
     let dir = npm_package(
         Path::new(env!("CARGO_TARGET_TMPDIR")),
         "ts-mcp-sdk-1.32.2",
         SDK_PACKAGE,
     );
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/ts_tasks_client.mjs");
-    std::fs::copy(&script, dir.join("ts_tasks_client.mjs")).unwrap();
+    std::fs::copy(script, dir.join(script.file_name().unwrap())).unwrap();
     dir
 }
 
