@@ -11,15 +11,9 @@
 # per second and the server's CPU time per answered poll (/proc/PID/stat, user + system), and
 # at the end the median of each build.
 set -euo pipefail
-[ $# -ge 2 ] || {
-    echo "usage: $0 ROUNDS BIN_DIR [BIN_DIR ...]" >&2
-    exit 2
-}
-rounds=$1
-shift
-dirs=("$@")
 load=(--scenario poll --sessions 16 --concurrency 64 --tasks 1000)
 . "$(dirname "$0")/common.sh"
+rounds_and_dirs "$@"
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 one_run() { # BIN_DIR -> "polls/s µs/poll"

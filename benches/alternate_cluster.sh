@@ -17,17 +17,11 @@
 # polled shards) and on nodes 2 and 3 together (the leaders), and creates/s; at the end the
 # median of each figure per build. CPU times are read from /proc/PID/stat (user + system).
 set -euo pipefail
-[ $# -ge 2 ] || {
-    echo "usage: $0 ROUNDS BIN_DIR [BIN_DIR ...]" >&2
-    exit 2
-}
-rounds=$1
-shift
-dirs=("$@")
 shards=${SHARDS:-32}
 quiet=${QUIET_S:-30}
-loadgen=${dirs[0]}/loadgen
 . "$(dirname "$0")/common.sh"
+rounds_and_dirs "$@"
+loadgen=${dirs[0]}/loadgen
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 node_pid() { cat "$bench_cluster/node-$1.pid"; }
 

@@ -2,6 +2,8 @@
 # directory), and on exit stops every process recorded in `bench_pids` and the cluster in
 # `bench_cluster` (a cluster/start.sh directory, when set), then removes `work`.
 #
+#   rounds_and_dirs "$@" the arguments ROUNDS BIN_DIR [BIN_DIR ...] of the alternating
+#                        benches: sets `rounds` and `dirs`, or prints the usage and exits
 #   free_port            a free loopback TCP port
 #   wait_port PORT       wait (up to 30 s) until something listens on PORT
 #   start_serve BIN [TOML]
@@ -28,6 +30,16 @@ bench_cleanup() {
     rm -rf "$work"
 }
 trap bench_cleanup EXIT
+
+rounds_and_dirs() {
+    if [ $# -lt 2 ]; then
+        echo "usage: $0 ROUNDS BIN_DIR [BIN_DIR ...]" >&2
+        exit 2
+    fi
+    rounds=$1
+    shift
+    dirs=("$@")
+}
 
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'

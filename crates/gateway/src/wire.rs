@@ -66,11 +66,16 @@ impl<'a> TaskObject<'a> {
     }
 }
 
-impl Serialize for TaskObject<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+impl TaskObject<'_> {
+    /// The number of fields [`TaskObject::write_fields`] writes (one skipped when absent).
+    pub const FIELDS: usize = 7;
+
+    /// Write the task's fields into `t`, a struct being serialised: the `Task` object's own, or
+    /// an answer that holds a task's fields beside its own (no `#[serde(flatten)]`, which goes
+    /// through a buffered map).
+    pub fn write_fields<T: serde::ser::SerializeStruct>(&self, t: &mut T) -> Result<(), T::Error> {
         let v = self.view;
         let (ttl, poll_interval) = self.names;
-        let mut t = s.serialize_struct("Task", 7)?;
         t.serialize_field("taskId", &v.task_id)?;
         t.serialize_field("status", &wire_status(self.status))?;
         match &v.status_message {
@@ -80,7 +85,14 @@ impl Serialize for TaskObject<'_> {
         t.serialize_field("createdAt", &Rfc3339Ms(v.created_at_ms))?;
         t.serialize_field("lastUpdatedAt", &Rfc3339Ms(v.last_updated_at_ms))?;
         t.serialize_field(ttl, &v.ttl_ms)?;
-        t.serialize_field(poll_interval, &v.poll_interval_ms)?;
+        t.serialize_field(poll_interval, &v.poll_interval_ms)
+    }
+}
+
+impl Serialize for TaskObject<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut t = s.serialize_struct("Task", Self::FIELDS)?;
+        self.write_fields(&mut t)?;
         t.end()
     }
 }

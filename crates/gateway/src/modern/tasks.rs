@@ -37,14 +37,21 @@ pub(crate) fn created(v: &TaskView) -> Value {
 /// The `tasks/get` result of a `working` task, serialised as it stands (the hot path of
 /// polls: no intermediate JSON value). The same fields as [`live`], with `resultType` and the
 /// server's info in `_meta`.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
 pub(crate) struct WorkingAnswer<'a> {
-    #[serde(flatten)]
     task: TaskObject<'a>,
     result_type: &'static str,
-    #[serde(rename = "_meta")]
     meta: ServerInfoMeta,
+}
+
+impl serde::Serialize for WorkingAnswer<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut t = s.serialize_struct("WorkingAnswer", TaskObject::FIELDS + 2)?;
+        self.task.write_fields(&mut t)?;
+        t.serialize_field("resultType", self.result_type)?;
+        t.serialize_field("_meta", &self.meta)?;
+        t.end()
+    }
 }
 
 #[derive(serde::Serialize)]

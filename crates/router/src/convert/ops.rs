@@ -171,7 +171,8 @@ fn create_from_pb(r: v1::CreateTaskRequest) -> Result<NewTask, Status> {
         ));
     }
     if let Some(t) = &tool.progress_token_json {
-        serde_json::from_str::<serde_json::Value>(t)
+        // Checked, not kept: the token travels as the text it is.
+        serde_json::from_str::<serde::de::IgnoredAny>(t)
             .map_err(|e| Status::invalid_argument(format!("progress_token_json: {e}")))?;
     }
     // The span serving this call, under the gateway's: the task's executions follow it.
