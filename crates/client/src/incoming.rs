@@ -111,18 +111,41 @@ impl Inner {
             });
             return;
         }
-        let (reply, answer) = oneshot::channel();
         let params = params.unwrap_or(json!({}));
-        let follower = self.follows.lock().of_params(&params);
-        let event = CallEvent::Request {
-            method: method.clone(),
-            params,
-            reply,
-        };
-        let taken = match follower.or_else(|| self.call_of(origin)) {
-            Some(tx) => tx.try_send(event).is_ok(),
-            None => false,
-        };
+        if let Some(receiver) = self.receiver.clone() {
+            if method.starts_with("tasks/") {
+                // About a task this client runs for the server.
+                let inner = self.clone();
+                tokio::spawn(async move {
+                    let outcome = receiver
+                        .answer(&method, &params)
+                        .await
+                        .unwrap_or_else(|| Err(ErrorObject::method_not_found(&method)));
+                    inner.answer(&id, outcome).await;
+                });
+                return;
+            }
+            let asks = matches!(
+                method.as_str(),
+                "elicitation/create" | "sampling/createMessage"
+            );
+            if let (true, Some(task)) = (asks, params.get("task").filter(|t| t.is_object())) {
+                // Run it as a task: answered now with the task, its result the caller's answer.
+                let created = receiver.create(task);
+                let inner = self.clone();
+                let answer = created
+                    .as_ref()
+                    .map(|c| c.answer.clone())
+                    .map_err(Clone::clone);
+                tokio::spawn(async move { inner.answer(&id, answer).await });
+                if let Ok(created) = created {
+                    self.hand_over(method, params, created.result, origin);
+                }
+                return;
+            }
+        }
+        let (reply, answer) = oneshot::channel();
+        let taken = self.hand_over(method.clone(), params, reply, origin);
         let inner = self.clone();
         tokio::spawn(async move {
             let outcome = if taken {
@@ -132,13 +155,54 @@ impl Inner {
             } else {
                 Err(ErrorObject::method_not_found(&method))
             };
-            let json = match outcome {
-                Ok(v) => jsonrpc::response(&id, &v),
-                Err(e) => jsonrpc::error_response(Some(&id), &e),
-            };
-            if let Err(e) = inner.notify(json).await {
-                tracing::debug!(upstream = %inner.name, error = %e, "answer to the upstream's request not sent");
-            }
+            inner.answer(&id, outcome).await;
         });
+    }
+
+    /// Hand a request of the server to the call it belongs to, whose answer goes to `reply`;
+    /// whether a call took it (else `reply` gets `-32601`).
+    fn hand_over(
+        &self,
+        method: String,
+        params: Value,
+        reply: oneshot::Sender<Result<Value, ErrorObject>>,
+        origin: Option<i64>,
+    ) -> bool {
+        let follower = self.follows.lock().of_params(&params);
+        let target = follower.or_else(|| self.call_of(origin));
+        let not_found = ErrorObject::method_not_found(&method);
+        let event = CallEvent::Request {
+            method,
+            params,
+            reply,
+        };
+        match target.map(|tx| tx.try_send(event)) {
+            Some(Ok(())) => true,
+            Some(Err(
+                mpsc::error::TrySendError::Full(event) | mpsc::error::TrySendError::Closed(event),
+            )) => {
+                refuse(event, not_found);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Send the answer to the server's request `id`.
+    async fn answer(&self, id: &RequestId, outcome: Result<Value, ErrorObject>) {
+        let json = match outcome {
+            Ok(v) => jsonrpc::response(id, &v),
+            Err(e) => jsonrpc::error_response(Some(id), &e),
+        };
+        if let Err(e) = self.notify(json).await {
+            tracing::debug!(upstream = %self.name, error = %e, "answer to the server's request not sent");
+        }
+    }
+}
+
+/// Answer a request no call took with `error`.
+fn refuse(event: CallEvent, error: ErrorObject) {
+    if let CallEvent::Request { reply, .. } = event {
+        let _ = reply.send(Err(error));
     }
 }

@@ -43,6 +43,7 @@
 mod call;
 mod http;
 mod incoming;
+mod receiver;
 pub mod sse;
 mod stdio;
 mod task;
@@ -108,6 +109,14 @@ pub struct Options {
     pub max_message_bytes: usize,
     /// How long `initialize` may take.
     pub connect_timeout: Duration,
+    /// Run the server's `elicitation/create` and `sampling/createMessage` as tasks of this
+    /// client when the server asks for it (protocol 2025-11-25): the client declares
+    /// `tasks.requests.elicitation.create` and `tasks.requests.sampling.createMessage`, answers
+    /// such a request at once with a task, and serves the server's `tasks/get`, `tasks/result`,
+    /// `tasks/list` and `tasks/cancel` about it. The caller answers the request as any other
+    /// ([`CallEvent::Request`]); its answer, whenever it comes, is the task's result. Off by
+    /// default.
+    pub run_requests_as_tasks: bool,
 }
 
 impl Default for Options {
@@ -117,6 +126,7 @@ impl Default for Options {
             protocol_version: None,
             max_message_bytes: 16 << 20,
             connect_timeout: Duration::from_secs(30),
+            run_requests_as_tasks: false,
         }
     }
 }
@@ -225,6 +235,8 @@ struct Inner {
     max_message_bytes: usize,
     /// The tasks followed on this connection.
     follows: Mutex<task::Follows>,
+    /// The tasks this client runs for the server ([`Options::run_requests_as_tasks`]).
+    receiver: Option<Arc<receiver::Receiver>>,
 }
 
 /// A connection to one MCP server. Cheap to clone; the connection ends when the last clone
@@ -250,6 +262,9 @@ impl Client {
             tools_changed: watch::channel(0).0,
             max_message_bytes: opts.max_message_bytes,
             follows: Mutex::new(task::Follows::default()),
+            receiver: opts
+                .run_requests_as_tasks
+                .then(|| Arc::new(receiver::Receiver::default())),
         });
         if let (Endpoint::Stdio(spec), Link::Stdio(s)) = (endpoint, &inner.link) {
             s.start(spec, &inner)?;
@@ -258,9 +273,20 @@ impl Client {
             .protocol_version
             .clone()
             .unwrap_or_else(|| taskmesh_mcp::V2025_11_25.to_string());
+        let mut capabilities = json!({ "elicitation": {}, "sampling": {} });
+        if opts.run_requests_as_tasks {
+            capabilities["tasks"] = json!({
+                "list": {},
+                "cancel": {},
+                "requests": {
+                    "elicitation": { "create": {} },
+                    "sampling": { "createMessage": {} },
+                },
+            });
+        }
         let params = json!({
             "protocolVersion": wanted,
-            "capabilities": { "elicitation": {}, "sampling": {} },
+            "capabilities": capabilities,
             "clientInfo": { "name": opts.name, "version": env!("CARGO_PKG_VERSION") },
         });
         let handshake = inner.request("initialize", params, None);
