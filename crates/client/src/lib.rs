@@ -44,13 +44,15 @@ mod call;
 mod http;
 mod incoming;
 pub mod sse;
+mod stateless;
 mod stdio;
 mod task;
 pub mod wire;
 
 use call::Steps;
 pub use call::{Step, ToolCall};
-pub use task::{Polling, TaskCall};
+pub use stateless::{StatelessCall, StatelessClient, TASKS_EXTENSION, V2026_07_28};
+pub use task::{task_support, Polling, TaskCall, MAX_TASK_PAGES};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -61,7 +63,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 pub use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{json, Map, Value};
-use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
+use taskmesh_mcp::jsonrpc::RequestId;
+pub use taskmesh_mcp::jsonrpc::{self, ErrorObject};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// A stdio server: the process to start.
@@ -84,6 +87,23 @@ pub struct HttpSpec {
     pub url: String,
     /// Headers sent with every request (an `Authorization` header, say).
     pub headers: Vec<(String, String)>,
+}
+
+impl HttpSpec {
+    /// The endpoint `url`, with no headers.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// The same, with `token` sent as `Authorization: Bearer {token}` on every request.
+    pub fn with_bearer(mut self, token: &str) -> Self {
+        self.headers
+            .push(("authorization".into(), format!("Bearer {token}")));
+        self
+    }
 }
 
 /// Which server to connect to.

@@ -52,6 +52,18 @@ impl Polling {
     }
 }
 
+/// The most pages of `tasks/list` read before the list is taken as endless.
+pub const MAX_TASK_PAGES: usize = 1000;
+
+/// How a tool may be called, from its `tools/list` entry's `execution.taskSupport`
+/// (2025-11-25): `"forbidden"` (also when absent or unknown), `"optional"` or `"required"`.
+pub fn task_support(tool: &Value) -> &str {
+    match tool["execution"]["taskSupport"].as_str() {
+        Some(s @ ("optional" | "required")) => s,
+        _ => "forbidden",
+    }
+}
+
 /// Where the events of the followed tasks go: by progress token and by task id.
 #[derive(Default)]
 pub(crate) struct Follows {
@@ -139,6 +151,70 @@ impl Client {
         Ok(call)
     }
 
+    /// Whether the server accepts task-augmented `tools/call` (its `tasks.requests.tools.call`
+    /// capability).
+    pub fn offers_tasks(&self) -> bool {
+        self.server.capabilities["tasks"]["requests"]["tools"]
+            .get("call")
+            .is_some()
+    }
+
+    /// Whether the server implements `tasks/list` (its `tasks.list` capability).
+    pub fn lists_tasks(&self) -> bool {
+        self.server.capabilities["tasks"].get("list").is_some()
+    }
+
+    /// `tasks/get`: the task as the server has it now (a flat `Task`).
+    pub async fn get_task(&self, task_id: &str) -> Result<Value, ClientError> {
+        self.request("tasks/get", json!({ "taskId": task_id }))
+            .await
+    }
+
+    /// `tasks/result`: the task's outcome, once it is terminal (the server holds the answer
+    /// until then). A request the task makes meanwhile belongs to no call of this client and
+    /// is refused: [`Client::follow_task`] answers them.
+    pub async fn task_result(&self, task_id: &str) -> Result<Value, ClientError> {
+        self.request("tasks/result", json!({ "taskId": task_id }))
+            .await
+    }
+
+    /// `tasks/cancel`: the task as cancelled (a server refuses a task already terminal).
+    pub async fn cancel_task(&self, task_id: &str) -> Result<Value, ClientError> {
+        self.request("tasks/cancel", json!({ "taskId": task_id }))
+            .await
+    }
+
+    /// Every task `tasks/list` gives, all pages (at most [`MAX_TASK_PAGES`]), as it gives them.
+    pub async fn list_tasks(&self) -> Result<Vec<Value>, ClientError> {
+        let mut tasks = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_TASK_PAGES {
+            let params = match &cursor {
+                Some(c) => json!({ "cursor": c }),
+                None => json!({}),
+            };
+            let page = self.request("tasks/list", params).await?;
+            let Some(list) = page.get("tasks").and_then(Value::as_array) else {
+                return Err(ClientError::Protocol(
+                    "tasks/list result has no tasks array".into(),
+                ));
+            };
+            tasks.extend(list.iter().cloned());
+            match page.get("nextCursor") {
+                Some(Value::String(c)) => cursor = Some(c.clone()),
+                None | Some(Value::Null) => return Ok(tasks),
+                Some(_) => {
+                    return Err(ClientError::Protocol(
+                        "tasks/list nextCursor is not a string".into(),
+                    ))
+                }
+            }
+        }
+        Err(ClientError::Protocol(format!(
+            "tasks/list did not end within {MAX_TASK_PAGES} pages"
+        )))
+    }
+
     /// Follow task `task_id`, created earlier, to its result.
     pub fn follow_task(&self, task_id: &str, polling: Polling) -> TaskCall {
         let (tx, rx) = mpsc::channel(CALL_EVENTS);
@@ -193,6 +269,13 @@ impl TaskCall {
     /// knows the task, or how the connection failed.
     pub async fn next(&mut self) -> Step {
         self.steps.next(&self.inner).await
+    }
+
+    /// Stop following the task and leave it running on the server; its id (empty when the
+    /// server answered the call without a task). It can be followed again with
+    /// [`Client::follow_task`].
+    pub fn detach(self) -> String {
+        self.task_id.clone()
     }
 
     /// Cancel the task on the server (`tasks/cancel`); its outcome is not awaited.

@@ -1,0 +1,256 @@
+//! One connection to an MCP server over Streamable HTTP, in whichever protocol generation the
+//! settings and the server agree on, behind one interface for the commands: the tools, a
+//! call (as a task when the server offers one), and the task methods.
+//!
+//! With [`Protocol::Auto`] the command line sends `initialize` first: a server that answers
+//! it speaks 2025-11-25 (or an older version the client knows), which carries live progress
+//! of tasks and `tasks/list`; a server that refuses it is asked `server/discover`, and used
+//! with 2026-07-28 when it lists that version.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use taskmesh_client::{
+    jsonrpc, task_support, Client, ClientError, Endpoint, ErrorObject, HttpSpec, Options, Polling,
+    StatelessCall, StatelessClient, Step, TaskCall, ToolCall,
+};
+
+use super::settings::{Protocol, Settings};
+use super::Failure;
+
+/// How long connecting (the handshake, or `server/discover`) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A connection of one generation.
+pub enum Conn {
+    /// 2025-11-25 (or older): a session.
+    Classic(Client),
+    /// 2026-07-28 with the tasks extension.
+    Modern(StatelessClient),
+}
+
+/// A call or a followed task, of either generation.
+pub enum Running {
+    /// A plain 2025-11-25 call.
+    Plain(ToolCall),
+    /// A 2025-11-25 task.
+    Task(TaskCall),
+    /// A 2026-07-28 call, or the task the server made of it.
+    Modern(StatelessCall),
+}
+
+impl Running {
+    /// The next event, or the outcome.
+    pub async fn next(&mut self) -> Step {
+        match self {
+            Running::Plain(c) => c.next().await,
+            Running::Task(t) => t.next().await,
+            Running::Modern(m) => m.next().await,
+        }
+    }
+
+    /// The task's id, when the call runs as one.
+    pub fn task_id(&self) -> Option<String> {
+        match self {
+            Running::Plain(_) => None,
+            Running::Task(t) => Some(t.task_id().to_string()).filter(|id| !id.is_empty()),
+            Running::Modern(m) => m.task_id(),
+        }
+    }
+}
+
+fn polling() -> Polling {
+    Polling {
+        min: Duration::from_millis(100),
+        max: Duration::from_secs(2),
+        default: Duration::from_millis(500),
+    }
+}
+
+impl Conn {
+    /// Connect as `settings` say.
+    pub async fn open(settings: &Settings) -> Result<Conn, Failure> {
+        let mut spec = HttpSpec::new(settings.url.clone());
+        if let Some(t) = &settings.token {
+            spec = spec.with_bearer(t);
+        }
+        let opts = Options {
+            name: "taskmesh-cli".into(),
+            connect_timeout: CONNECT_TIMEOUT,
+            ..Options::default()
+        };
+        let classic = || async {
+            Client::connect(&Endpoint::Http(spec.clone()), &opts)
+                .await
+                .map(Conn::Classic)
+        };
+        let modern = || async {
+            StatelessClient::discover(&spec, &opts)
+                .await
+                .map(Conn::Modern)
+        };
+        let url = &settings.url;
+        match settings.protocol {
+            Protocol::V2025 => classic().await.map_err(|e| {
+                Failure::connect(format!("cannot open a 2025-11-25 session with {url}: {e}"))
+            }),
+            Protocol::V2026 => modern()
+                .await
+                .map_err(|e| Failure::connect(format!("{url} does not serve 2026-07-28: {e}"))),
+            Protocol::Auto => match classic().await {
+                Ok(c) => Ok(c),
+                Err(first) if refused(&first) => modern().await.map_err(|e| {
+                    Failure::connect(format!(
+                        "{url} answers neither initialize ({first}) nor server/discover ({e})"
+                    ))
+                }),
+                Err(e) => Err(Failure::connect(format!("cannot connect to {url}: {e}"))),
+            },
+        }
+    }
+
+    /// The protocol version in use.
+    pub fn protocol(&self) -> &str {
+        match self {
+            Conn::Classic(c) => &c.server().protocol_version,
+            Conn::Modern(m) => &m.server().protocol_version,
+        }
+    }
+
+    /// End the session, if there is one.
+    pub async fn close(&self) {
+        if let Conn::Classic(c) = self {
+            c.close().await;
+        }
+    }
+
+    /// Every tool, as listed.
+    pub async fn tools(&self) -> Result<Vec<Value>, ClientError> {
+        match self {
+            Conn::Classic(c) => c.list_tools().await,
+            Conn::Modern(m) => m.list_tools().await,
+        }
+    }
+
+    /// Whether a tool listed as `tool` runs as a task on this connection: on 2025-11-25 when
+    /// the server accepts task calls and the tool's `taskSupport` is not `forbidden`; on
+    /// 2026-07-28 the server decides (`None`: not known before the call).
+    pub fn runs_as_task(&self, tool: Option<&Value>) -> Option<bool> {
+        match self {
+            Conn::Classic(c) => {
+                Some(c.offers_tasks() && tool.is_some_and(|t| task_support(t) != "forbidden"))
+            }
+            Conn::Modern(_) => None,
+        }
+    }
+
+    /// Call `name` with `args`: as a task when the server offers one for it.
+    pub async fn call(&self, name: &str, args: Map<String, Value>) -> Result<Running, Failure> {
+        match self {
+            Conn::Classic(c) => {
+                let tools = c.list_tools().await.map_err(Failure::client)?;
+                let tool = tools.iter().find(|t| t["name"] == name);
+                if self.runs_as_task(tool) == Some(true) {
+                    c.call_tool_as_task(name, args, None, &[], polling())
+                        .await
+                        .map(Running::Task)
+                        .map_err(Failure::outcome)
+                } else {
+                    c.call_tool(name, args, None)
+                        .await
+                        .map(Running::Plain)
+                        .map_err(Failure::outcome)
+                }
+            }
+            Conn::Modern(m) => m
+                .call_tool(name, args, polling())
+                .await
+                .map(Running::Modern)
+                .map_err(Failure::outcome),
+        }
+    }
+
+    /// Follow task `id` to its outcome.
+    pub fn follow(&self, id: &str) -> Running {
+        match self {
+            Conn::Classic(c) => Running::Task(c.follow_task(id, polling())),
+            Conn::Modern(m) => Running::Modern(m.follow_task(id, polling())),
+        }
+    }
+
+    /// `tasks/get` (the task as the server shows it on this generation).
+    pub async fn get(&self, id: &str) -> Result<Value, ClientError> {
+        match self {
+            Conn::Classic(c) => c.get_task(id).await,
+            Conn::Modern(m) => m.get_task(id).await,
+        }
+    }
+
+    /// `tasks/list`, every page; 2026-07-28 has none.
+    pub async fn list(&self) -> Result<Vec<Value>, Failure> {
+        match self {
+            Conn::Classic(c) if !c.lists_tasks() => Err(Failure::usage(
+                "the server does not offer tasks/list (its tasks.list capability); \
+                 taskmesh offers it when authentication is on",
+            )),
+            Conn::Classic(c) => c.list_tasks().await.map_err(Failure::client),
+            Conn::Modern(_) => Err(Failure::usage(
+                "protocol 2026-07-28 has no tasks/list: use --protocol 2025-11-25 with a server that offers it",
+            )),
+        }
+    }
+
+    /// `tasks/cancel`: what the server answered (2026-07-28: an acknowledgement, then the
+    /// task as `tasks/get` shows it).
+    pub async fn cancel(&self, id: &str) -> Result<Value, ClientError> {
+        match self {
+            Conn::Classic(c) => c.cancel_task(id).await,
+            Conn::Modern(m) => {
+                m.cancel_task(id).await?;
+                m.get_task(id).await
+            }
+        }
+    }
+
+    /// The task's outcome once it is terminal (waiting for it): the result, or the JSON-RPC
+    /// error of a failed task.
+    pub async fn result(&self, id: &str) -> Result<Value, ClientError> {
+        match self {
+            Conn::Classic(c) => c.task_result(id).await,
+            Conn::Modern(_) => {
+                let mut r = self.follow(id);
+                loop {
+                    match r.next().await {
+                        Step::Event(taskmesh_client::CallEvent::Request { reply, .. }) => {
+                            let _ = reply.send(Err(refusal(
+                                "`tasks result` answers no questions: use `tasks watch`",
+                            )));
+                        }
+                        Step::Event(_) => {}
+                        Step::Done(outcome) => return outcome,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The JSON-RPC error the command line answers a server's request with when it cannot
+/// answer it.
+pub fn refusal(message: &str) -> ErrorObject {
+    ErrorObject {
+        code: jsonrpc::METHOD_NOT_FOUND,
+        message: message.to_string(),
+        data: None,
+    }
+}
+
+/// Whether `initialize` failed in a way that says the server may speak 2026-07-28 only: it
+/// answered (an error, a refusal at the HTTP level), rather than not being reached at all.
+fn refused(e: &ClientError) -> bool {
+    match e {
+        ClientError::Rpc(_) | ClientError::Protocol(_) => true,
+        ClientError::Transport(t) => t.contains("answered HTTP"),
+        _ => false,
+    }
+}

@@ -1,0 +1,283 @@
+//! Following a call or a task to its end, showing how it goes: on a terminal a live progress
+//! bar (indicatif) on standard error with the status, the progress and the status message;
+//! off a terminal plain lines on standard error; with `--json` nothing. The server's questions
+//! are asked as they come ([`super::prompt`]), a log message is printed above the bar, and a
+//! sampling request is refused (the command line has no model).
+//!
+//! Ctrl-C while a task is followed asks what to do: cancel the task (`tasks/cancel`), detach
+//! (the task runs on, and its id is printed with the command that follows it again), or keep
+//! following. A plain call has nothing to detach from: Ctrl-C gives it up, which cancels it.
+
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::Value;
+use taskmesh_client::{CallEvent, ClientError, Step};
+
+use super::conn::{refusal, Conn, Running};
+use super::prompt;
+
+/// How following ended.
+pub enum Ended {
+    /// The call's outcome.
+    Outcome(Result<Value, ClientError>),
+    /// The user detached from task `id`.
+    Detached(String),
+    /// The user cancelled task `id`; what `tasks/cancel` answered.
+    Cancelled(String, Result<Value, ClientError>),
+    /// The user gave up a plain call.
+    Interrupted,
+}
+
+/// Where the progress goes.
+pub struct Display {
+    bar: Option<ProgressBar>,
+    /// Plain lines on standard error (not a terminal, not `--json`).
+    lines: bool,
+    status: String,
+    message: Option<String>,
+    progress: Option<(f64, Option<f64>, Option<String>)>,
+}
+
+/// The scale of the bar: progress is a float, the bar counts in thousandths.
+const SCALE: f64 = 1000.0;
+
+impl Display {
+    /// A display for following `what`: a bar on a terminal, lines off one, nothing with
+    /// `quiet`.
+    pub fn new(what: &str, quiet: bool) -> Self {
+        let terminal = console::Term::stderr().is_term() && console::user_attended_stderr();
+        let bar = (!quiet && terminal).then(|| {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            bar.set_style(spinner_style());
+            bar.set_prefix(what.to_string());
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        });
+        Self {
+            bar,
+            lines: !quiet && !terminal,
+            status: "starting".into(),
+            message: None,
+            progress: None,
+        }
+    }
+
+    fn status(&mut self, status: String, message: Option<String>) {
+        if self.lines {
+            match &message {
+                Some(m) => eprintln!("status: {status}: {m}"),
+                None => eprintln!("status: {status}"),
+            }
+        }
+        self.status = status;
+        self.message = message;
+        self.redraw();
+    }
+
+    fn progress(&mut self, progress: f64, total: Option<f64>, message: Option<String>) {
+        if self.lines {
+            eprintln!(
+                "progress: {}{}",
+                progress_text(progress, total),
+                message
+                    .as_deref()
+                    .map(|m| format!(" {m}"))
+                    .unwrap_or_default()
+            );
+        }
+        self.progress = Some((progress, total, message));
+        self.redraw();
+    }
+
+    fn log(&self, params: &Value) {
+        let level = params["level"].as_str().unwrap_or("info");
+        let text = match &params["data"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        match &self.bar {
+            Some(bar) => bar.println(format!("{level}: {text}")),
+            None if self.lines => eprintln!("{level}: {text}"),
+            None => {}
+        }
+    }
+
+    fn redraw(&self) {
+        let Some(bar) = &self.bar else { return };
+        let mut parts = vec![self.status.clone()];
+        if let Some((p, total, m)) = &self.progress {
+            parts.push(progress_text(*p, *total));
+            if let Some(m) = m {
+                parts.push(m.clone());
+            }
+            match total {
+                Some(t) if *t > 0.0 => {
+                    if bar.length().is_none() {
+                        bar.set_style(bar_style());
+                    }
+                    bar.set_length((t * SCALE) as u64);
+                    bar.set_position((p.min(*t) * SCALE) as u64);
+                }
+                _ => {}
+            }
+        }
+        if let Some(m) = &self.message {
+            parts.push(m.clone());
+        }
+        bar.set_message(parts.join(" · "));
+    }
+
+    /// Run `f` (which asks in the terminal) with the bar out of the way.
+    fn aside<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.bar {
+            Some(bar) => tokio::task::block_in_place(|| bar.suspend(f)),
+            None => tokio::task::block_in_place(f),
+        }
+    }
+
+    /// Take the bar off the screen.
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn progress_text(progress: f64, total: Option<f64>) -> String {
+    match total {
+        Some(t) => format!("{progress}/{t}"),
+        None => format!("{progress}"),
+    }
+}
+
+fn spinner_style() -> ProgressStyle {
+    ProgressStyle::with_template("{spinner:.cyan} {prefix:.bold} {elapsed} {wide_msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner())
+}
+
+fn bar_style() -> ProgressStyle {
+    ProgressStyle::with_template(
+        "{spinner:.cyan} {prefix:.bold} [{bar:30.cyan/blue}] {percent:>3}% {wide_msg}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .progress_chars("=> ")
+}
+
+/// What Ctrl-C while following a task asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    Cancel,
+    Detach,
+    Keep,
+}
+
+fn ask_choice(task_id: &str) -> Choice {
+    if !prompt::can_ask() {
+        return Choice::Detach;
+    }
+    let picked = dialoguer::Select::with_theme(&dialoguer::theme::ColorfulTheme::default())
+        .with_prompt(format!("Interrupted. What about task {task_id}?"))
+        .items([
+            "Cancel the task",
+            "Detach (the task runs on)",
+            "Keep following",
+        ])
+        .default(0)
+        .interact_on_opt(&console::Term::stderr());
+    match picked {
+        Ok(Some(0)) => Choice::Cancel,
+        Ok(Some(2)) => Choice::Keep,
+        _ => Choice::Detach,
+    }
+}
+
+/// Ctrl-C, as a stream of signals.
+struct Interrupts {
+    #[cfg(unix)]
+    sigint: tokio::signal::unix::Signal,
+}
+
+impl Interrupts {
+    fn new() -> std::io::Result<Self> {
+        Ok(Self {
+            #[cfg(unix)]
+            sigint: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?,
+        })
+    }
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            self.sigint.recv().await;
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Follow `running` to its end.
+pub async fn follow(conn: &Conn, running: &mut Running, display: &mut Display) -> Ended {
+    let mut interrupts = match Interrupts::new() {
+        Ok(i) => Some(i),
+        Err(e) => {
+            eprintln!("Ctrl-C cannot be caught ({e}); it will end the command");
+            None
+        }
+    };
+    loop {
+        let step = tokio::select! {
+            s = running.next() => s,
+            _ = async {
+                match &mut interrupts {
+                    Some(i) => i.next().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let Some(id) = running.task_id() else {
+                    display.finish();
+                    return Ended::Interrupted;
+                };
+                match display.aside(|| ask_choice(&id)) {
+                    Choice::Cancel => {
+                        display.finish();
+                        let answer = conn.cancel(&id).await;
+                        return Ended::Cancelled(id, answer);
+                    }
+                    Choice::Detach => {
+                        display.finish();
+                        return Ended::Detached(id);
+                    }
+                    Choice::Keep => continue,
+                }
+            }
+        };
+        match step {
+            Step::Event(CallEvent::Progress {
+                progress,
+                total,
+                message,
+            }) => display.progress(progress, total, message),
+            Step::Event(CallEvent::Status { status, message }) => display.status(status, message),
+            Step::Event(CallEvent::Log(params)) => display.log(&params),
+            Step::Event(CallEvent::Request {
+                method,
+                params,
+                reply,
+            }) => {
+                let answer = if method == "elicitation/create" {
+                    Ok(display.aside(|| prompt::elicit(&params)))
+                } else {
+                    Err(refusal(&format!("the command line cannot answer {method}")))
+                };
+                let _ = reply.send(answer);
+            }
+            Step::Done(outcome) => {
+                display.finish();
+                return Ended::Outcome(outcome);
+            }
+        }
+    }
+}
