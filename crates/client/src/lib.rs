@@ -1,4 +1,5 @@
-//! An MCP client, for taskmesh's calls to the MCP servers it stands in front of (upstreams).
+//! An MCP client, for taskmesh's calls to the MCP servers it stands in front of (upstreams),
+//! and for its command line (`taskmesh call`, `tools`, `tasks`).
 //!
 //! [`Client::connect`] starts a stdio server process ([`StdioSpec`]) or opens a Streamable
 //! HTTP session ([`HttpSpec`]), and runs the `initialize` handshake at the newest protocol
@@ -13,9 +14,79 @@
 //! - [`Client::call_tool_as_task`] sends a task-augmented `tools/call` and follows the task
 //!   the server creates to its result ([`TaskCall`]; [`Client::follow_task`] follows one made
 //!   earlier), polling at the server's `pollInterval` within [`Polling`]'s bounds;
+//! - [`Client::get_task`], [`Client::list_tasks`] (every page), [`Client::task_result`] and
+//!   [`Client::cancel_task`] are the task methods one by one, for tasks made by any
+//!   connection of the same principal; [`Client::offers_tasks`] and [`task_support`] say
+//!   whether a call may be made as a task; [`TaskCall::detach`] leaves a task running;
 //! - [`Client::tools_changed`] tells when the server sent `notifications/tools/list_changed`;
 //! - [`Client::closed`] tells when the connection ended (the process exited, the session was
 //!   ended by the server), and why.
+//!
+//! [`HttpSpec::with_bearer`] sends a bearer token with every request.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), taskmesh_client::ClientError> {
+//! use serde_json::{json, Map};
+//! use taskmesh_client::{CallEvent, Client, Endpoint, HttpSpec, Options, Polling, Step};
+//!
+//! let spec = HttpSpec::new("http://127.0.0.1:8080/mcp").with_bearer("alice-token-1");
+//! let client = Client::connect(&Endpoint::Http(spec), &Options::default()).await?;
+//! let mut args = Map::new();
+//! args.insert("seconds".into(), json!(5));
+//! let mut call = client
+//!     .call_tool_as_task("slow_compute", args, None, &[], Polling::default())
+//!     .await?;
+//! let task_id = call.task_id().to_string();
+//! loop {
+//!     match call.next().await {
+//!         Step::Event(CallEvent::Progress { progress, total, .. }) => {
+//!             println!("{progress}/{total:?}")
+//!         }
+//!         Step::Event(CallEvent::Request { reply, .. }) => {
+//!             let _ = reply.send(Ok(json!({ "action": "decline" })));
+//!         }
+//!         Step::Event(_) => {}
+//!         Step::Done(result) => {
+//!             println!("{}", result?);
+//!             break;
+//!         }
+//!     }
+//! }
+//! // The task, as the server keeps it, from this or any other connection of its owner.
+//! let task = client.get_task(&task_id).await?;
+//! assert_eq!(task["status"], "completed");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Protocol 2026-07-28
+//!
+//! [`StatelessClient`] is the requestor of the stateless generation with the tasks extension
+//! (no session: [`StatelessClient::discover`] instead of a handshake). The server decides
+//! whether a call becomes a task; [`StatelessCall`] follows either, polling `tasks/get`,
+//! turning `inputRequests` into [`CallEvent::Request`]s answered with `tasks/update`, and
+//! yielding the result inlined once the task is terminal:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), taskmesh_client::ClientError> {
+//! use serde_json::Map;
+//! use taskmesh_client::{HttpSpec, Options, Polling, StatelessClient, Step};
+//!
+//! let spec = HttpSpec::new("http://127.0.0.1:8080/mcp");
+//! let client = StatelessClient::discover(&spec, &Options::default()).await?;
+//! assert!(client.offers_tasks());
+//! let mut call = client.call_tool("failing_job", Map::new(), Polling::default()).await?;
+//! println!("task {:?}", call.task_id());
+//! let outcome = loop {
+//!     if let Step::Done(outcome) = call.next().await {
+//!         break outcome;
+//!     }
+//! };
+//! // A tool error is a `completed` task whose result has `isError`.
+//! assert_eq!(outcome?["isError"], true);
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! What belongs to a call: progress by its progress token (one per call, set by the client);
 //! over HTTP, requests and log messages by the response stream of the call they came on; over
@@ -37,6 +108,7 @@
 //! The high one is [`Client`]: its shared state and requests are here; what the server sends
 //! is routed in `incoming.rs`, a plain call's events and result in `call.rs`, a followed task
 //! in `task.rs`, and the two transports in `stdio.rs` and `http.rs` (on [`wire`]).
+//! [`StatelessClient`] (`stateless.rs`) is on [`wire`] too.
 
 #![allow(clippy::module_name_repetitions)]
 

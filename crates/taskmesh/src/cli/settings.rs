@@ -34,10 +34,10 @@ pub enum Protocol {
     /// 2026-07-28.
     #[default]
     Auto,
-    /// 2025-11-25: a session, opened with `initialize`.
+    /// A session, opened with `initialize`.
     #[value(name = "2025-11-25")]
     V2025,
-    /// 2026-07-28 with the tasks extension: no session.
+    /// The stateless generation with the tasks extension, found with `server/discover`.
     #[value(name = "2026-07-28")]
     V2026,
 }
