@@ -125,15 +125,20 @@ impl Display {
         if let Some(m) = &self.message {
             parts.push(m.clone());
         }
-        bar.set_message(parts.join(" · "));
+        bar.set_message(shortened(&parts.join(" · "), MESSAGE_CHARS));
     }
 
     /// Run `f` (which asks in the terminal) with the bar out of the way.
     fn aside<R>(&self, f: impl FnOnce() -> R) -> R {
-        match &self.bar {
-            Some(bar) => tokio::task::block_in_place(|| bar.suspend(f)),
-            None => tokio::task::block_in_place(f),
-        }
+        let Some(bar) = &self.bar else {
+            return tokio::task::block_in_place(f);
+        };
+        // Taken off its terminal (which clears its line) while the question is asked, then
+        // drawn again below it.
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+        let r = tokio::task::block_in_place(f);
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+        r
     }
 
     /// Take the bar off the screen.
@@ -144,6 +149,21 @@ impl Display {
     }
 }
 
+/// The longest message on the bar's line, in characters: the line stays shorter than a
+/// terminal's width, so that nothing typed at it (Ctrl-C's `^C`) wraps it onto two lines,
+/// which the bar could then not clear.
+const MESSAGE_CHARS: usize = 100;
+
+/// `s`, cut to `max` characters with an ellipsis.
+fn shortened(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut cut: String = s.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
 fn progress_text(progress: f64, total: Option<f64>) -> String {
     match total {
         Some(t) => format!("{progress}/{t}"),
@@ -152,13 +172,13 @@ fn progress_text(progress: f64, total: Option<f64>) -> String {
 }
 
 fn spinner_style() -> ProgressStyle {
-    ProgressStyle::with_template("{spinner:.cyan} {prefix:.bold} {elapsed} {wide_msg}")
+    ProgressStyle::with_template("{spinner:.cyan} {prefix:.bold} {elapsed} {msg}")
         .unwrap_or_else(|_| ProgressStyle::default_spinner())
 }
 
 fn bar_style() -> ProgressStyle {
     ProgressStyle::with_template(
-        "{spinner:.cyan} {prefix:.bold} [{bar:30.cyan/blue}] {percent:>3}% {wide_msg}",
+        "{spinner:.cyan} {prefix:.bold} [{bar:30.cyan/blue}] {percent:>3}% {msg}",
     )
     .unwrap_or_else(|_| ProgressStyle::default_bar())
     .progress_chars("=> ")
@@ -279,5 +299,23 @@ pub async fn follow(conn: &Conn, running: &mut Running, display: &mut Display) -
                 return Ended::Outcome(outcome);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut() {
+        assert_eq!(shortened("working", 10), "working");
+        assert_eq!(shortened("abcdefghijkl", 5), "abcd…");
+        assert_eq!(shortened("ééééé", 5), "ééééé");
+    }
+
+    #[test]
+    fn progress_reads_with_or_without_a_total() {
+        assert_eq!(progress_text(3.0, Some(10.0)), "3/10");
+        assert_eq!(progress_text(0.5, None), "0.5");
     }
 }
