@@ -122,6 +122,12 @@ fn exit_codes_tell_a_result_from_a_failure_from_a_usage_error() {
     assert!(bad.stderr.contains("key=value"), "{bad:?}");
     let unknown = cli.run(&["tasks", "get", "no-such-task"]);
     assert_eq!(unknown.code, 2, "{unknown:?}");
+    let unknown = cli.run(&["tasks", "result", "no-such-task"]);
+    assert_eq!(unknown.code, 2, "{unknown:?}");
+    let unknown = cli.run(&["call", "no_such_tool"]);
+    assert_eq!(unknown.code, 2, "{unknown:?}");
+    let refused = cli.run(&["call", "slow_compute", "seconds=-1"]);
+    assert_eq!(refused.code, 2, "arguments the tool refuses: {refused:?}");
     let port = taskmesh_testkit::free_ports(1)[0];
     let down = Cli::at(&format!("http://127.0.0.1:{port}/mcp")).run(&["tools"]);
     assert_eq!(down.code, 2, "{down:?}");

@@ -49,6 +49,16 @@ impl Running {
         }
     }
 
+    /// Give up a plain call: on 2025-11-25 `notifications/cancelled`; on 2026-07-28 its
+    /// answer stream is closed. A task is left running.
+    pub async fn give_up(self) {
+        match self {
+            Running::Plain(c) => c.cancel("interrupted by the user").await,
+            Running::Task(t) => drop(t.detach()),
+            Running::Modern(m) => drop(m),
+        }
+    }
+
     /// The task's id, when the call runs as one.
     pub fn task_id(&self) -> Option<String> {
         match self {

@@ -239,7 +239,7 @@ impl Interrupts {
 }
 
 /// Follow `running` to its end.
-pub async fn follow(conn: &Conn, running: &mut Running, display: &mut Display) -> Ended {
+pub async fn follow(conn: &Conn, mut running: Running, display: &mut Display) -> Ended {
     let mut interrupts = match Interrupts::new() {
         Ok(i) => Some(i),
         Err(e) => {
@@ -258,6 +258,7 @@ pub async fn follow(conn: &Conn, running: &mut Running, display: &mut Display) -
             } => {
                 let Some(id) = running.task_id() else {
                     display.finish();
+                    running.give_up().await;
                     return Ended::Interrupted;
                 };
                 match display.aside(|| ask_choice(&id)) {

@@ -9,8 +9,9 @@
 //!
 //! Exit codes: [`EXIT_OK`] for a completed call whose result is not a tool error (and for the
 //! commands that only read or detach), [`EXIT_FAILED`] for a tool error, a failed or cancelled
-//! task, or a call the server answered with an error, [`EXIT_USAGE`] for a usage error or a
-//! server that cannot be reached or used.
+//! task, or a call the server answered with an error, [`EXIT_USAGE`] for a usage error (also
+//! one the server found: an unknown tool or task, arguments it refuses) or a server that
+//! cannot be reached or used.
 
 mod conn;
 mod follow;
@@ -57,9 +58,12 @@ impl Failure {
     }
 
     /// A call's own outcome was an error: a JSON-RPC error or a task that did not complete
-    /// is the call's failure; a transport problem is the connection's.
+    /// is the call's failure, but for the errors that say the request was wrong (an unknown
+    /// tool or task, arguments the tool refuses: [`is_usage_error`]); a transport problem is
+    /// the connection's.
     fn outcome(e: ClientError) -> Self {
-        let code = match e {
+        let code = match &e {
+            ClientError::Rpc(o) if is_usage_error(o.code) => EXIT_USAGE,
             ClientError::Rpc(_) | ClientError::TaskCancelled(_) | ClientError::TaskLost(_) => {
                 EXIT_FAILED
             }
@@ -70,6 +74,13 @@ impl Failure {
             message: e.to_string(),
         }
     }
+}
+
+/// Whether a JSON-RPC error code says the request itself was wrong: invalid request, method
+/// not found, invalid params (an unknown tool or task id, arguments that do not fit).
+pub fn is_usage_error(code: i64) -> bool {
+    use taskmesh_client::jsonrpc::{INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND};
+    [INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND].contains(&code)
 }
 
 /// `taskmesh call`.
@@ -241,7 +252,7 @@ pub fn parse_arguments(json: Option<&str>, pairs: &[String]) -> Result<Map<Strin
 }
 
 async fn call(conn: &Conn, a: &CallArgs, args: Map<String, Value>) -> Result<u8, Failure> {
-    let mut running = conn.call(&a.tool, args).await?;
+    let running = conn.call(&a.tool, args).await?;
     if a.detach {
         if let Some(id) = running.task_id() {
             if let Running::Task(t) = running {
@@ -256,7 +267,7 @@ async fn call(conn: &Conn, a: &CallArgs, args: Map<String, Value>) -> Result<u8,
         );
     }
     let mut display = Display::new(&a.tool, a.json);
-    let ended = follow::follow(conn, &mut running, &mut display).await;
+    let ended = follow::follow(conn, running, &mut display).await;
     finish(ended, conn.protocol(), a.json)
 }
 
@@ -345,9 +356,9 @@ async fn tasks(conn: &Conn, cmd: TasksCommand, json: bool) -> Result<u8, Failure
             Ok(EXIT_OK)
         }
         TasksCommand::Watch { id } => {
-            let mut running = conn.follow(&id);
+            let running = conn.follow(&id);
             let mut display = Display::new(&id, json);
-            let ended = follow::follow(conn, &mut running, &mut display).await;
+            let ended = follow::follow(conn, running, &mut display).await;
             finish(ended, conn.protocol(), json)
         }
     }
@@ -387,8 +398,10 @@ mod tests {
             print_result(&json!({"content": [], "isError": true}), true),
             EXIT_FAILED
         );
-        let rpc = ClientError::Rpc(taskmesh_client::ErrorObject::new(-32602, "no"));
+        let rpc = ClientError::Rpc(taskmesh_client::ErrorObject::new(-32603, "no"));
         assert_eq!(Failure::outcome(rpc).code, EXIT_FAILED);
+        let unknown = ClientError::Rpc(taskmesh_client::ErrorObject::new(-32602, "no tool"));
+        assert_eq!(Failure::outcome(unknown).code, EXIT_USAGE);
         assert_eq!(
             Failure::outcome(ClientError::TaskCancelled("x".into())).code,
             EXIT_FAILED
