@@ -256,11 +256,35 @@ pub fn refusal(message: &str) -> ErrorObject {
 }
 
 /// Whether `initialize` failed in a way that says the server may speak 2026-07-28 only: it
-/// answered (an error, a refusal at the HTTP level), rather than not being reached at all.
+/// answered (an error, a refusal at the HTTP level), rather than not being reached at all or
+/// refusing the caller (401, 403: the other generation would be refused the same way).
 fn refused(e: &ClientError) -> bool {
     match e {
         ClientError::Rpc(_) | ClientError::Protocol(_) => true,
-        ClientError::Transport(t) => t.contains("answered HTTP"),
+        ClientError::Transport(t) => {
+            t.contains("answered HTTP") && !t.contains("HTTP 401") && !t.contains("HTTP 403")
+        }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_refused_initialize_is_followed_by_server_discover() {
+        let rpc = ClientError::Rpc(ErrorObject::new(-32601, "Method not found"));
+        assert!(refused(&rpc));
+        assert!(refused(&ClientError::Transport(
+            "the upstream answered HTTP 400 Bad Request".into()
+        )));
+        assert!(!refused(&ClientError::Transport(
+            "the upstream answered HTTP 401 Unauthorized".into()
+        )));
+        assert!(!refused(&ClientError::Transport(
+            "error sending request".into()
+        )));
+        assert!(!refused(&ClientError::Timeout(CONNECT_TIMEOUT)));
     }
 }
