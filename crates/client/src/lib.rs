@@ -22,42 +22,8 @@
 //! - [`Client::closed`] tells when the connection ended (the process exited, the session was
 //!   ended by the server), and why.
 //!
-//! [`HttpSpec::with_bearer`] sends a bearer token with every request.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), taskmesh_client::ClientError> {
-//! use serde_json::{json, Map};
-//! use taskmesh_client::{CallEvent, Client, Endpoint, HttpSpec, Options, Polling, Step};
-//!
-//! let spec = HttpSpec::new("http://127.0.0.1:8080/mcp").with_bearer("alice-token-1");
-//! let client = Client::connect(&Endpoint::Http(spec), &Options::default()).await?;
-//! let mut args = Map::new();
-//! args.insert("seconds".into(), json!(5));
-//! let mut call = client
-//!     .call_tool_as_task("slow_compute", args, None, &[], Polling::default())
-//!     .await?;
-//! let task_id = call.task_id().to_string();
-//! loop {
-//!     match call.next().await {
-//!         Step::Event(CallEvent::Progress { progress, total, .. }) => {
-//!             println!("{progress}/{total:?}")
-//!         }
-//!         Step::Event(CallEvent::Request { reply, .. }) => {
-//!             let _ = reply.send(Ok(json!({ "action": "decline" })));
-//!         }
-//!         Step::Event(_) => {}
-//!         Step::Done(result) => {
-//!             println!("{}", result?);
-//!             break;
-//!         }
-//!     }
-//! }
-//! // The task, as the server keeps it, from this or any other connection of its owner.
-//! let task = client.get_task(&task_id).await?;
-//! assert_eq!(task["status"], "completed");
-//! # Ok(())
-//! # }
-//! ```
+//! [`HttpSpec::with_bearer`] sends a bearer token with every request; [`TaskCall`] shows a
+//! task call followed to its end.
 //!
 //! # Protocol 2026-07-28
 //!
@@ -65,28 +31,8 @@
 //! (no session: [`StatelessClient::discover`] instead of a handshake). The server decides
 //! whether a call becomes a task; [`StatelessCall`] follows either, polling `tasks/get`,
 //! turning `inputRequests` into [`CallEvent::Request`]s answered with `tasks/update`, and
-//! yielding the result inlined once the task is terminal:
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), taskmesh_client::ClientError> {
-//! use serde_json::Map;
-//! use taskmesh_client::{HttpSpec, Options, Polling, StatelessClient, Step};
-//!
-//! let spec = HttpSpec::new("http://127.0.0.1:8080/mcp");
-//! let client = StatelessClient::discover(&spec, &Options::default()).await?;
-//! assert!(client.offers_tasks());
-//! let mut call = client.call_tool("failing_job", Map::new(), Polling::default()).await?;
-//! println!("task {:?}", call.task_id());
-//! let outcome = loop {
-//!     if let Step::Done(outcome) = call.next().await {
-//!         break outcome;
-//!     }
-//! };
-//! // A tool error is a `completed` task whose result has `isError`.
-//! assert_eq!(outcome?["isError"], true);
-//! # Ok(())
-//! # }
-//! ```
+//! yielding the result inlined once the task is terminal (an example is on
+//! [`StatelessClient`]).
 //!
 //! What belongs to a call: progress by its progress token (one per call, set by the client);
 //! over HTTP, requests and log messages by the response stream of the call they came on; over

@@ -88,6 +88,41 @@ impl Follows {
 }
 
 /// A task the server runs for a call of this client, followed to its result.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), taskmesh_client::ClientError> {
+/// use serde_json::{json, Map};
+/// use taskmesh_client::{CallEvent, Client, Endpoint, HttpSpec, Options, Polling, Step};
+///
+/// let spec = HttpSpec::new("http://127.0.0.1:8080/mcp").with_bearer("alice-token-1");
+/// let client = Client::connect(&Endpoint::Http(spec), &Options::default()).await?;
+/// let mut args = Map::new();
+/// args.insert("seconds".into(), json!(5));
+/// let mut call = client
+///     .call_tool_as_task("slow_compute", args, None, &[], Polling::default())
+///     .await?;
+/// let task_id = call.task_id().to_string();
+/// loop {
+///     match call.next().await {
+///         Step::Event(CallEvent::Progress { progress, total, .. }) => {
+///             println!("{progress}/{total:?}")
+///         }
+///         Step::Event(CallEvent::Request { reply, .. }) => {
+///             let _ = reply.send(Ok(json!({ "action": "decline" })));
+///         }
+///         Step::Event(_) => {}
+///         Step::Done(result) => {
+///             println!("{}", result?);
+///             break;
+///         }
+///     }
+/// }
+/// // The task, as the server keeps it, from this or any other connection of its owner.
+/// let task = client.get_task(&task_id).await?;
+/// assert_eq!(task["status"], "completed");
+/// # Ok(())
+/// # }
+/// ```
 pub struct TaskCall {
     task_id: String,
     steps: Steps,
