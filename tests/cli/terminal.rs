@@ -1,9 +1,9 @@
 //! The command line under a real terminal: tmux runs it in a detached session of its own
 //! server (a socket named for this test), the test types into it (`send-keys`) and reads the
 //! screen (`capture-pane`) until what it waits for shows, within a bound. The progress bar
-//! moves, the server's questions are answered at the prompt (on both generations), and Ctrl-C
-//! offers to cancel the task, which then ends `cancelled`. The tmux server is killed when the
-//! test ends, passed or not.
+//! moves, the server's questions are answered at the prompt (on both generations, and for a
+//! task left running and watched later), and Ctrl-C offers to cancel the task, which then ends
+//! `cancelled`. The tmux server is killed when the test ends, passed or not.
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -177,6 +177,26 @@ fn questions_are_answered_at_the_prompt() {
     let end = t.wait_text("EXIT=");
     assert!(
         end.contains("Deleted report.txt") && end.contains("EXIT=0"),
+        "{end}"
+    );
+    drop(t);
+
+    // A task left running asks when it is watched, from another process.
+    let id = cli
+        .ok(&["call", "confirm_delete", "filename=notes.txt", "--detach"])
+        .stdout
+        .trim()
+        .to_string();
+    let t = Tmux::run(&cli, &["tasks", "watch", &id]);
+    t.wait_for("the question", |s| {
+        s.contains("Delete notes.txt?") && s.contains("Decline")
+    });
+    t.keys(&["Enter"]);
+    t.wait_text("Delete the file?");
+    t.keys(&["n"]);
+    let end = t.wait_text("EXIT=");
+    assert!(
+        end.contains("Kept notes.txt") && end.contains("EXIT=0"),
         "{end}"
     );
     drop(t);

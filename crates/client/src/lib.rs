@@ -17,7 +17,8 @@
 //! - [`Client::get_task`], [`Client::list_tasks`] (every page), [`Client::task_result`] and
 //!   [`Client::cancel_task`] are the task methods one by one, for tasks made by any
 //!   connection of the same principal; [`Client::offers_tasks`] and [`task_support`] say
-//!   whether a call may be made as a task; [`TaskCall::detach`] leaves a task running;
+//!   whether a call may be made as a task; [`Client::start_task`] creates a task without
+//!   following it, and [`TaskCall::detach`] stops following one;
 //! - [`Client::tools_changed`] tells when the server sent `notifications/tools/list_changed`;
 //! - [`Client::closed`] tells when the connection ended (the process exited, the session was
 //!   ended by the server), and why.
@@ -70,7 +71,7 @@ pub mod wire;
 use call::Steps;
 pub use call::{Step, ToolCall};
 pub use stateless::{StatelessCall, StatelessClient, TASKS_EXTENSION, V2026_07_28};
-pub use task::{task_support, Polling, TaskCall, MAX_TASK_PAGES};
+pub use task::{task_support, Polling, TaskCall, TaskStart, MAX_TASK_PAGES};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

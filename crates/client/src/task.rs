@@ -52,6 +52,15 @@ impl Polling {
     }
 }
 
+/// What the server answered a task-augmented `tools/call` with ([`Client::start_task`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskStart {
+    /// The task it created: its `Task` object (`taskId`, `status`, ...).
+    Created(Value),
+    /// The `CallToolResult`: it ran the call without a task.
+    Answered(Value),
+}
+
 /// The most pages of `tasks/list` read before the list is taken as endless.
 pub const MAX_TASK_PAGES: usize = 1000;
 
@@ -184,6 +193,39 @@ impl Client {
             status = created["task"]["status"].as_str().unwrap_or_default(), "upstream task created");
         call.start(task_id, tx, polling);
         Ok(call)
+    }
+
+    /// Send a task-augmented `tools/call` of `name` (`ttl_ms`: the retention asked for) and
+    /// return what the server answered, without following the task: for a caller that leaves
+    /// it running, to be read or followed later ([`Client::follow_task`]) by any connection of
+    /// its owner. Nothing is asked of this connection on the task's behalf.
+    pub async fn start_task(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        ttl_ms: Option<u64>,
+        headers: &[(HeaderName, HeaderValue)],
+    ) -> Result<TaskStart, ClientError> {
+        let mut task = Map::new();
+        if let Some(ttl) = ttl_ms {
+            task.insert("ttl".into(), json!(ttl));
+        }
+        let params = json!({ "name": name, "arguments": arguments, "task": task });
+        let id = self.inner.next_id();
+        let answer = self
+            .inner
+            .start(id, "tools/call", params, None, headers)
+            .await?;
+        let answer = answer
+            .await
+            .unwrap_or_else(|_| Err(self.inner.why_closed()))?;
+        match answer.get("task") {
+            Some(t) if t["taskId"].is_string() => Ok(TaskStart::Created(t.clone())),
+            _ if answer.get("content").is_some() => Ok(TaskStart::Answered(answer)),
+            _ => Err(ClientError::Protocol(
+                "the answer to a task-augmented tools/call is neither a task nor a result".into(),
+            )),
+        }
     }
 
     /// Whether the server accepts task-augmented `tools/call` (its `tasks.requests.tools.call`

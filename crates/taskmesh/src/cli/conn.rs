@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use taskmesh_client::{
     jsonrpc, task_support, Client, ClientError, Endpoint, ErrorObject, HttpSpec, Options, Polling,
-    StatelessCall, StatelessClient, Step, TaskCall, ToolCall,
+    StatelessCall, StatelessClient, Step, TaskCall, TaskStart, ToolCall,
 };
 
 use super::settings::{Protocol, Settings};
@@ -27,6 +27,16 @@ pub enum Conn {
     Classic(Client),
     /// 2026-07-28 with the tasks extension.
     Modern(StatelessClient),
+}
+
+/// How a call left running started.
+pub enum Start {
+    /// As task `id`.
+    Task(String),
+    /// Without a task, already answered: its result.
+    Done(Value),
+    /// Without a task, still running.
+    Running(Running),
 }
 
 /// A call or a followed task, of either generation.
@@ -180,6 +190,38 @@ impl Conn {
         }
     }
 
+    /// Call `name` with `args` to leave it running: the id of the task the server made of
+    /// it, or how it runs when the server made none.
+    pub async fn start(&self, name: &str, args: Map<String, Value>) -> Result<Start, Failure> {
+        match self {
+            Conn::Classic(c) => {
+                let tools = c.list_tools().await.map_err(Failure::client)?;
+                let tool = tools.iter().find(|t| t["name"] == name);
+                if self.runs_as_task(tool) != Some(true) {
+                    return self.call(name, args).await.map(Start::Running);
+                }
+                match c.start_task(name, args, None, &[]).await {
+                    Ok(TaskStart::Created(task)) => match task["taskId"].as_str() {
+                        Some(id) => Ok(Start::Task(id.to_string())),
+                        None => Err(Failure::client(ClientError::Protocol(
+                            "the created task has no id".into(),
+                        ))),
+                    },
+                    Ok(TaskStart::Answered(result)) => Ok(Start::Done(result)),
+                    Err(e) => Err(Failure::outcome(e)),
+                }
+            }
+            // The server decides; a task's questions wait in it until it is followed.
+            Conn::Modern(_) => {
+                let running = self.call(name, args).await?;
+                Ok(match running.task_id() {
+                    Some(id) => Start::Task(id),
+                    None => Start::Running(running),
+                })
+            }
+        }
+    }
+
     /// Follow task `id` to its outcome.
     pub fn follow(&self, id: &str) -> Running {
         match self {
@@ -218,28 +260,6 @@ impl Conn {
             Conn::Modern(m) => {
                 m.cancel_task(id).await?;
                 m.get_task(id).await
-            }
-        }
-    }
-
-    /// The task's outcome once it is terminal (waiting for it): the result, or the JSON-RPC
-    /// error of a failed task.
-    pub async fn result(&self, id: &str) -> Result<Value, ClientError> {
-        match self {
-            Conn::Classic(c) => c.task_result(id).await,
-            Conn::Modern(_) => {
-                let mut r = self.follow(id);
-                loop {
-                    match r.next().await {
-                        Step::Event(taskmesh_client::CallEvent::Request { reply, .. }) => {
-                            let _ = reply.send(Err(refusal(
-                                "`tasks result` answers no questions: use `tasks watch`",
-                            )));
-                        }
-                        Step::Event(_) => {}
-                        Step::Done(outcome) => return outcome,
-                    }
-                }
             }
         }
     }

@@ -22,7 +22,7 @@ pub mod settings;
 use serde_json::{json, Map, Value};
 use taskmesh_client::ClientError;
 
-use conn::{Conn, Running};
+use conn::{Conn, Start};
 use follow::{Display, Ended};
 use settings::ConnFlags;
 
@@ -137,7 +137,7 @@ pub enum TasksCommand {
         /// The task's id.
         id: String,
     },
-    /// A task's result, once it is terminal (waits for it).
+    /// A task's result, once it is terminal (waits for it, answering its questions).
     Result {
         /// The task's id.
         id: String,
@@ -252,20 +252,24 @@ pub fn parse_arguments(json: Option<&str>, pairs: &[String]) -> Result<Map<Strin
 }
 
 async fn call(conn: &Conn, a: &CallArgs, args: Map<String, Value>) -> Result<u8, Failure> {
-    let running = conn.call(&a.tool, args).await?;
-    if a.detach {
-        if let Some(id) = running.task_id() {
-            if let Running::Task(t) = running {
-                t.detach();
+    let running = if a.detach {
+        match conn.start(&a.tool, args).await? {
+            Start::Task(id) => {
+                print_detached(&id, conn.protocol(), a.json);
+                return Ok(EXIT_OK);
             }
-            print_detached(&id, conn.protocol(), a.json);
-            return Ok(EXIT_OK);
+            Start::Done(result) => return Ok(print_result(&result, a.json)),
+            Start::Running(running) => {
+                eprintln!(
+                    "the server runs {} without a task: waiting for its result",
+                    a.tool
+                );
+                running
+            }
         }
-        eprintln!(
-            "the server runs {} without a task: waiting for its result",
-            a.tool
-        );
-    }
+    } else {
+        conn.call(&a.tool, args).await?
+    };
     let mut display = Display::new(&a.tool, a.json);
     let ended = follow::follow(conn, running, &mut display).await;
     finish(ended, conn.protocol(), a.json)
@@ -342,10 +346,13 @@ async fn tasks(conn: &Conn, cmd: TasksCommand, json: bool) -> Result<u8, Failure
             }
             Ok(EXIT_OK)
         }
-        TasksCommand::Result { id } => match conn.result(&id).await {
-            Ok(result) => Ok(print_result(&result, json)),
-            Err(e) => Err(Failure::outcome(e)),
-        },
+        TasksCommand::Result { id } => {
+            // Known first: an unknown id is a usage error, not a lost task.
+            conn.get(&id).await.map_err(Failure::client)?;
+            let mut quiet = Display::new(&id, true);
+            let ended = follow::follow(conn, conn.follow(&id), &mut quiet).await;
+            finish(ended, conn.protocol(), json)
+        }
         TasksCommand::Cancel { id } => {
             let task = conn.cancel(&id).await.map_err(Failure::client)?;
             if json {
@@ -356,6 +363,7 @@ async fn tasks(conn: &Conn, cmd: TasksCommand, json: bool) -> Result<u8, Failure
             Ok(EXIT_OK)
         }
         TasksCommand::Watch { id } => {
+            conn.get(&id).await.map_err(Failure::client)?;
             let running = conn.follow(&id);
             let mut display = Display::new(&id, json);
             let ended = follow::follow(conn, running, &mut display).await;
