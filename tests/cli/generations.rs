@@ -34,6 +34,13 @@ fn a_call_runs_on_either_generation() {
     assert_eq!(first_text(&r), "slow_compute: computed for 0.3 seconds");
     assert_eq!(r["resultType"], "complete", "{r}");
 
+    // A plain call there (greet never runs as a task): its answer stream, then its result.
+    let r = cli
+        .ok(&[&["call", "greet", "name=Zoé", "--json"][..], &modern].concat())
+        .json();
+    assert_eq!(first_text(&r), "Hello, Zoé!");
+    assert_eq!(r["resultType"], "complete", "{r}");
+
     // A tool error is `completed` there, and still exit 1.
     let r = cli.run(&[&["call", "failing_job", "--json"][..], &modern].concat());
     assert_eq!(r.code, 1, "{r:?}");

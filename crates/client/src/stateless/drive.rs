@@ -24,7 +24,7 @@ impl StatelessClient {
     ) -> Result<Value, ClientError> {
         let mut answer = match first {
             First::Answer(a) => a,
-            First::Stream(resp) => self.shared.answer(0, *resp, Some(events)).await?,
+            First::Stream(id, resp) => self.shared.answer(id, *resp, Some(events)).await?,
         };
         for _ in 0..MAX_ROUNDS {
             if let Some(id) = created_task(&answer) {

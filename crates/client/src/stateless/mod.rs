@@ -235,7 +235,7 @@ impl StatelessClient {
         let task_id = Arc::new(Mutex::new(None));
         // A JSON answer is read now, so that a created task's id is known on return.
         let first = if resp.is_sse() {
-            First::Stream(Box::new(resp))
+            First::Stream(id, Box::new(resp))
         } else {
             let answer = self.shared.answer(id, resp, None).await?;
             if let Some(t) = created_task(&answer) {
@@ -285,7 +285,8 @@ impl StatelessClient {
 /// The first answer to a `tools/call`: read whole, or a stream still to read.
 enum First {
     Answer(Value),
-    Stream(Box<Response>),
+    /// Request `id`'s SSE answer.
+    Stream(i64, Box<Response>),
 }
 
 /// A call to send again with the answers of its input rounds.

@@ -18,6 +18,7 @@ use crate::wire::{Body, Response, WireError};
 use crate::{CallEvent, ClientError};
 
 impl Shared {
+    /// The id of the next request.
     pub(super) fn next_id(&self) -> i64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -78,6 +79,7 @@ impl Shared {
             .map_err(|e| ClientError::Transport(e.to_string()))
     }
 
+    /// Send request `method` with `params` and read its answer ([`Shared::answer`]).
     pub(super) async fn request(
         &self,
         method: &str,
@@ -89,8 +91,9 @@ impl Shared {
         self.answer(id, resp, events).await
     }
 
-    /// The answer `resp` carries for request `id` (any id when `id` is 0); progress and log
-    /// messages before it go to `events`.
+    /// The answer `resp` carries for request `id`; progress and log messages before it go
+    /// to `events`. A JSON-RPC error with no id (about the request as a whole) is its answer
+    /// too.
     pub(super) async fn answer(
         &self,
         id: i64,
@@ -130,7 +133,7 @@ impl Shared {
         }
         for raw in messages {
             if let Ok(Message::Response { id: got, outcome }) = jsonrpc::parse_message(&raw) {
-                if id == 0 || got == RequestId::Number(id) {
+                if got == RequestId::Number(id) {
                     return outcome.map_err(ClientError::Rpc);
                 }
             }
