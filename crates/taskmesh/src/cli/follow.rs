@@ -1,6 +1,7 @@
 //! Following a call or a task to its end, showing how it goes: on a terminal a live progress
 //! bar (indicatif) on standard error with the status, the progress and the status message;
-//! off a terminal plain lines on standard error; with `--json` nothing. The server's questions
+//! when standard output or standard error is not a terminal, plain lines on standard error;
+//! with `--json` nothing. The server's questions
 //! are asked as they come ([`super::prompt`]), a log message is printed above the bar, and a
 //! sampling request is refused (the command line has no model).
 //!
@@ -43,10 +44,11 @@ pub struct Display {
 const SCALE: f64 = 1000.0;
 
 impl Display {
-    /// A display for following `what`: a bar on a terminal, lines off one, nothing with
-    /// `quiet`.
+    /// A display for following `what`: a bar when standard output and standard error are
+    /// both terminals, plain lines otherwise (output sent to a file or a pipe gets no escape
+    /// codes, nor does the log beside it), nothing with `quiet`.
     pub fn new(what: &str, quiet: bool) -> Self {
-        let terminal = console::Term::stderr().is_term() && console::user_attended_stderr();
+        let terminal = console::Term::stderr().is_term() && console::Term::stdout().is_term();
         let bar = (!quiet && terminal).then(|| {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             bar.set_style(spinner_style());
