@@ -50,7 +50,7 @@ impl Display {
     pub fn new(what: &str, quiet: bool) -> Self {
         let terminal = console::Term::stderr().is_term() && console::Term::stdout().is_term();
         let bar = (!quiet && terminal).then(|| {
-            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            let bar = ProgressBar::with_draw_target(None, bar_target());
             bar.set_style(spinner_style());
             bar.set_prefix(what.to_string());
             bar.enable_steady_tick(Duration::from_millis(120));
@@ -132,15 +132,10 @@ impl Display {
 
     /// Run `f` (which asks in the terminal) with the bar out of the way.
     fn aside<R>(&self, f: impl FnOnce() -> R) -> R {
-        let Some(bar) = &self.bar else {
-            return tokio::task::block_in_place(f);
-        };
-        // Taken off its terminal (which clears its line) while the question is asked, then
-        // drawn again below it.
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-        let r = tokio::task::block_in_place(f);
-        bar.set_draw_target(ProgressDrawTarget::stderr());
-        r
+        match &self.bar {
+            Some(bar) => tokio::task::block_in_place(|| bar.suspend(f)),
+            None => tokio::task::block_in_place(f),
+        }
     }
 
     /// Take the bar off the screen.
@@ -149,6 +144,53 @@ impl Display {
             bar.finish_and_clear();
         }
     }
+}
+
+/// Standard error as the bar's terminal, a few columns narrower than it is: the bar's line,
+/// padded to the width, then never reaches the last column, so the `^C` a terminal echoes
+/// stays on that line (which the bar clears) instead of wrapping onto the next.
+#[derive(Debug)]
+struct Narrower(console::Term);
+
+/// Columns kept free at the end of the bar's line.
+const FREE_COLUMNS: u16 = 3;
+
+impl indicatif::TermLike for Narrower {
+    fn width(&self) -> u16 {
+        self.0.size().1.saturating_sub(FREE_COLUMNS)
+    }
+    fn height(&self) -> u16 {
+        self.0.size().0
+    }
+    fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_up(n)
+    }
+    fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_down(n)
+    }
+    fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_right(n)
+    }
+    fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_left(n)
+    }
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.0.write_line(s)
+    }
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.0.write_str(s)
+    }
+    fn clear_line(&self) -> std::io::Result<()> {
+        self.0.clear_line()
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// Where the bar is drawn (at most 20 times a second).
+fn bar_target() -> ProgressDrawTarget {
+    ProgressDrawTarget::term_like_with_hz(Box::new(Narrower(console::Term::stderr())), 20)
 }
 
 /// The longest message on the bar's line, in characters: the line stays shorter than a
