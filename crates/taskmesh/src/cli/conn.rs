@@ -152,36 +152,19 @@ impl Conn {
         }
     }
 
-    /// Whether a tool listed as `tool` runs as a task on this connection: on 2025-11-25 when
-    /// the server accepts task calls and the tool's `taskSupport` is not `forbidden`; on
-    /// 2026-07-28 the server decides (`None`: not known before the call).
-    pub fn runs_as_task(&self, tool: Option<&Value>) -> Option<bool> {
-        match self {
-            Conn::Classic(c) => {
-                Some(c.offers_tasks() && tool.is_some_and(|t| task_support(t) != "forbidden"))
-            }
-            Conn::Modern(_) => None,
-        }
-    }
-
     /// Call `name` with `args`: as a task when the server offers one for it.
     pub async fn call(&self, name: &str, args: Map<String, Value>) -> Result<Running, Failure> {
         match self {
-            Conn::Classic(c) => {
-                let tools = c.list_tools().await.map_err(Failure::client)?;
-                let tool = tools.iter().find(|t| t["name"] == name);
-                if self.runs_as_task(tool) == Some(true) {
-                    c.call_tool_as_task(name, args, None, &[], polling())
-                        .await
-                        .map(Running::Task)
-                        .map_err(Failure::outcome)
-                } else {
-                    c.call_tool(name, args, None)
-                        .await
-                        .map(Running::Plain)
-                        .map_err(Failure::outcome)
-                }
-            }
+            Conn::Classic(c) if as_task(c, name).await? => c
+                .call_tool_as_task(name, args, None, &[], polling())
+                .await
+                .map(Running::Task)
+                .map_err(Failure::outcome),
+            Conn::Classic(c) => c
+                .call_tool(name, args, None)
+                .await
+                .map(Running::Plain)
+                .map_err(Failure::outcome),
             Conn::Modern(m) => m
                 .call_tool(name, args, polling())
                 .await
@@ -194,12 +177,7 @@ impl Conn {
     /// it, or how it runs when the server made none.
     pub async fn start(&self, name: &str, args: Map<String, Value>) -> Result<Start, Failure> {
         match self {
-            Conn::Classic(c) => {
-                let tools = c.list_tools().await.map_err(Failure::client)?;
-                let tool = tools.iter().find(|t| t["name"] == name);
-                if self.runs_as_task(tool) != Some(true) {
-                    return self.call(name, args).await.map(Start::Running);
-                }
+            Conn::Classic(c) if as_task(c, name).await? => {
                 match c.start_task(name, args, None, &[]).await {
                     Ok(TaskStart::Created(task)) => match task["taskId"].as_str() {
                         Some(id) => Ok(Start::Task(id.to_string())),
@@ -211,6 +189,11 @@ impl Conn {
                     Err(e) => Err(Failure::outcome(e)),
                 }
             }
+            Conn::Classic(c) => c
+                .call_tool(name, args, None)
+                .await
+                .map(|call| Start::Running(Running::Plain(call)))
+                .map_err(Failure::outcome),
             // The server decides; a task's questions wait in it until it is followed.
             Conn::Modern(_) => {
                 let running = self.call(name, args).await?;
@@ -263,6 +246,20 @@ impl Conn {
             }
         }
     }
+}
+
+/// Whether tool `name` is called as a task on 2025-11-25: when the server accepts task calls
+/// and the tool's `taskSupport` (from `tools/list`) is not `forbidden`. (On 2026-07-28 the
+/// server decides.)
+async fn as_task(c: &Client, name: &str) -> Result<bool, Failure> {
+    if !c.offers_tasks() {
+        return Ok(false);
+    }
+    let tools = c.list_tools().await.map_err(Failure::client)?;
+    Ok(tools
+        .iter()
+        .find(|t| t["name"] == name)
+        .is_some_and(|t| task_support(t) != "forbidden"))
 }
 
 /// The JSON-RPC error the command line answers a server's request with when it cannot
