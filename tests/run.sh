@@ -11,6 +11,8 @@
 #   iproute2      the partition test puts each node in a network namespace (`ip netns`)
 #   prometheus    the metrics tests check /metrics with promtool and run a real Prometheus
 #   util-linux    the deployment test runs the binary as PID 1 of a new PID namespace (unshare)
+#   tmux          the command-line tests run `taskmesh call` under a real terminal (progress bar,
+#                 prompts, Ctrl-C) in a tmux session of their own
 #
 # The partition and PID-namespace tests also need root.
 set -euo pipefail
@@ -31,6 +33,7 @@ need npm command -v npm
 need iproute2 command -v ip
 need prometheus command -v promtool
 need util-linux command -v unshare
+need tmux command -v tmux
 
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

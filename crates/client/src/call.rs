@@ -46,6 +46,12 @@ impl Steps {
     /// The next event, or the outcome (the last item); events queued before the outcome come
     /// first. `inner` says why the connection ended when the outcome was lost with it.
     pub(crate) async fn next(&mut self, inner: &Inner) -> Step {
+        self.next_or(|| inner.why_closed()).await
+    }
+
+    /// [`Steps::next`], with `lost` saying why the outcome is missing when its sender went
+    /// away without one.
+    pub(crate) async fn next_or(&mut self, lost: impl Fn() -> ClientError) -> Step {
         loop {
             if let Some(outcome) = self.outcome.take() {
                 if let Ok(ev) = self.events.try_recv() {
@@ -62,7 +68,7 @@ impl Steps {
                 biased;
                 Some(ev) = self.events.recv() => return Step::Event(ev),
                 r = &mut self.result => {
-                    self.outcome = Some(r.unwrap_or_else(|_| Err(inner.why_closed())));
+                    self.outcome = Some(r.unwrap_or_else(|_| Err(lost())));
                 }
             }
         }

@@ -1,4 +1,5 @@
-//! An MCP client, for taskmesh's calls to the MCP servers it stands in front of (upstreams).
+//! An MCP client, for taskmesh's calls to the MCP servers it stands in front of (upstreams),
+//! and for its command line (`taskmesh call`, `tools`, `tasks`).
 //!
 //! [`Client::connect`] starts a stdio server process ([`StdioSpec`]) or opens a Streamable
 //! HTTP session ([`HttpSpec`]), and runs the `initialize` handshake at the newest protocol
@@ -13,9 +14,26 @@
 //! - [`Client::call_tool_as_task`] sends a task-augmented `tools/call` and follows the task
 //!   the server creates to its result ([`TaskCall`]; [`Client::follow_task`] follows one made
 //!   earlier), polling at the server's `pollInterval` within [`Polling`]'s bounds;
+//! - [`Client::get_task`], [`Client::list_tasks`] (every page), [`Client::task_result`] and
+//!   [`Client::cancel_task`] are the task methods one by one, for tasks made by any
+//!   connection of the same principal; [`Client::offers_tasks`] and [`task_support`] say
+//!   whether a call may be made as a task; [`Client::start_task`] creates a task without
+//!   following it, and [`TaskCall::detach`] stops following one;
 //! - [`Client::tools_changed`] tells when the server sent `notifications/tools/list_changed`;
 //! - [`Client::closed`] tells when the connection ended (the process exited, the session was
 //!   ended by the server), and why.
+//!
+//! [`HttpSpec::with_bearer`] sends a bearer token with every request; [`TaskCall`] shows a
+//! task call followed to its end.
+//!
+//! # Protocol 2026-07-28
+//!
+//! [`StatelessClient`] is the requestor of the stateless generation with the tasks extension
+//! (no session: [`StatelessClient::discover`] instead of a handshake). The server decides
+//! whether a call becomes a task; [`StatelessCall`] follows either, polling `tasks/get`,
+//! turning `inputRequests` into [`CallEvent::Request`]s answered with `tasks/update`, and
+//! yielding the result inlined once the task is terminal (an example is on
+//! [`StatelessClient`]).
 //!
 //! What belongs to a call: progress by its progress token (one per call, set by the client);
 //! over HTTP, requests and log messages by the response stream of the call they came on; over
@@ -37,6 +55,7 @@
 //! The high one is [`Client`]: its shared state and requests are here; what the server sends
 //! is routed in `incoming.rs`, a plain call's events and result in `call.rs`, a followed task
 //! in `task.rs`, and the two transports in `stdio.rs` and `http.rs` (on [`wire`]).
+//! [`StatelessClient`] (`stateless.rs`) is on [`wire`] too.
 
 #![allow(clippy::module_name_repetitions)]
 
@@ -45,13 +64,15 @@ mod http;
 mod incoming;
 mod receiver;
 pub mod sse;
+mod stateless;
 mod stdio;
 mod task;
 pub mod wire;
 
 use call::Steps;
 pub use call::{Step, ToolCall};
-pub use task::{Polling, TaskCall};
+pub use stateless::{StatelessCall, StatelessClient, TASKS_EXTENSION, V2026_07_28};
+pub use task::{task_support, Polling, TaskCall, TaskStart, MAX_TASK_PAGES};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -62,7 +83,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 pub use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{json, Map, Value};
-use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
+use taskmesh_mcp::jsonrpc::RequestId;
+pub use taskmesh_mcp::jsonrpc::{self, ErrorObject};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// A stdio server: the process to start.
@@ -85,6 +107,23 @@ pub struct HttpSpec {
     pub url: String,
     /// Headers sent with every request (an `Authorization` header, say).
     pub headers: Vec<(String, String)>,
+}
+
+impl HttpSpec {
+    /// The endpoint `url`, with no headers.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// The same, with `token` sent as `Authorization: Bearer {token}` on every request.
+    pub fn with_bearer(mut self, token: &str) -> Self {
+        self.headers
+            .push(("authorization".into(), format!("Bearer {token}")));
+        self
+    }
 }
 
 /// Which server to connect to.

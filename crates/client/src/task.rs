@@ -52,6 +52,27 @@ impl Polling {
     }
 }
 
+/// What the server answered a task-augmented `tools/call` with ([`Client::start_task`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskStart {
+    /// The task it created: its `Task` object (`taskId`, `status`, ...).
+    Created(Value),
+    /// The `CallToolResult`: it ran the call without a task.
+    Answered(Value),
+}
+
+/// The most pages of `tasks/list` read before the list is taken as endless.
+pub const MAX_TASK_PAGES: usize = 1000;
+
+/// How a tool may be called, from its `tools/list` entry's `execution.taskSupport`
+/// (2025-11-25): `"forbidden"` (also when absent or unknown), `"optional"` or `"required"`.
+pub fn task_support(tool: &Value) -> &str {
+    match tool["execution"]["taskSupport"].as_str() {
+        Some(s @ ("optional" | "required")) => s,
+        _ => "forbidden",
+    }
+}
+
 /// Where the events of the followed tasks go: by progress token and by task id.
 #[derive(Default)]
 pub(crate) struct Follows {
@@ -76,6 +97,41 @@ impl Follows {
 }
 
 /// A task the server runs for a call of this client, followed to its result.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), taskmesh_client::ClientError> {
+/// use serde_json::{json, Map};
+/// use taskmesh_client::{CallEvent, Client, Endpoint, HttpSpec, Options, Polling, Step};
+///
+/// let spec = HttpSpec::new("http://127.0.0.1:8080/mcp").with_bearer("alice-token-1");
+/// let client = Client::connect(&Endpoint::Http(spec), &Options::default()).await?;
+/// let mut args = Map::new();
+/// args.insert("seconds".into(), json!(5));
+/// let mut call = client
+///     .call_tool_as_task("slow_compute", args, None, &[], Polling::default())
+///     .await?;
+/// let task_id = call.task_id().to_string();
+/// loop {
+///     match call.next().await {
+///         Step::Event(CallEvent::Progress { progress, total, .. }) => {
+///             println!("{progress}/{total:?}")
+///         }
+///         Step::Event(CallEvent::Request { reply, .. }) => {
+///             let _ = reply.send(Ok(json!({ "action": "decline" })));
+///         }
+///         Step::Event(_) => {}
+///         Step::Done(result) => {
+///             println!("{}", result?);
+///             break;
+///         }
+///     }
+/// }
+/// // The task, as the server keeps it, from this or any other connection of its owner.
+/// let task = client.get_task(&task_id).await?;
+/// assert_eq!(task["status"], "completed");
+/// # Ok(())
+/// # }
+/// ```
 pub struct TaskCall {
     task_id: String,
     steps: Steps,
@@ -139,6 +195,103 @@ impl Client {
         Ok(call)
     }
 
+    /// Send a task-augmented `tools/call` of `name` (`ttl_ms`: the retention asked for) and
+    /// return what the server answered, without following the task: for a caller that leaves
+    /// it running, to be read or followed later ([`Client::follow_task`]) by any connection of
+    /// its owner. Nothing is asked of this connection on the task's behalf.
+    pub async fn start_task(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        ttl_ms: Option<u64>,
+        headers: &[(HeaderName, HeaderValue)],
+    ) -> Result<TaskStart, ClientError> {
+        let mut task = Map::new();
+        if let Some(ttl) = ttl_ms {
+            task.insert("ttl".into(), json!(ttl));
+        }
+        let params = json!({ "name": name, "arguments": arguments, "task": task });
+        let id = self.inner.next_id();
+        let answer = self
+            .inner
+            .start(id, "tools/call", params, None, headers)
+            .await?;
+        let answer = answer
+            .await
+            .unwrap_or_else(|_| Err(self.inner.why_closed()))?;
+        match answer.get("task") {
+            Some(t) if t["taskId"].is_string() => Ok(TaskStart::Created(t.clone())),
+            _ if answer.get("content").is_some() => Ok(TaskStart::Answered(answer)),
+            _ => Err(ClientError::Protocol(
+                "the answer to a task-augmented tools/call is neither a task nor a result".into(),
+            )),
+        }
+    }
+
+    /// Whether the server accepts task-augmented `tools/call` (its `tasks.requests.tools.call`
+    /// capability).
+    pub fn offers_tasks(&self) -> bool {
+        self.server.capabilities["tasks"]["requests"]["tools"]
+            .get("call")
+            .is_some()
+    }
+
+    /// Whether the server implements `tasks/list` (its `tasks.list` capability).
+    pub fn lists_tasks(&self) -> bool {
+        self.server.capabilities["tasks"].get("list").is_some()
+    }
+
+    /// `tasks/get`: the task as the server has it now (a flat `Task`).
+    pub async fn get_task(&self, task_id: &str) -> Result<Value, ClientError> {
+        self.request("tasks/get", json!({ "taskId": task_id }))
+            .await
+    }
+
+    /// `tasks/result`: the task's outcome, once it is terminal (the server holds the answer
+    /// until then). A request the task makes meanwhile belongs to no call of this client and
+    /// is refused: [`Client::follow_task`] answers them.
+    pub async fn task_result(&self, task_id: &str) -> Result<Value, ClientError> {
+        self.request("tasks/result", json!({ "taskId": task_id }))
+            .await
+    }
+
+    /// `tasks/cancel`: the task as cancelled (a server refuses a task already terminal).
+    pub async fn cancel_task(&self, task_id: &str) -> Result<Value, ClientError> {
+        self.request("tasks/cancel", json!({ "taskId": task_id }))
+            .await
+    }
+
+    /// Every task `tasks/list` gives, all pages (at most [`MAX_TASK_PAGES`]), as it gives them.
+    pub async fn list_tasks(&self) -> Result<Vec<Value>, ClientError> {
+        let mut tasks = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_TASK_PAGES {
+            let params = match &cursor {
+                Some(c) => json!({ "cursor": c }),
+                None => json!({}),
+            };
+            let page = self.request("tasks/list", params).await?;
+            let Some(list) = page.get("tasks").and_then(Value::as_array) else {
+                return Err(ClientError::Protocol(
+                    "tasks/list result has no tasks array".into(),
+                ));
+            };
+            tasks.extend(list.iter().cloned());
+            match page.get("nextCursor") {
+                Some(Value::String(c)) => cursor = Some(c.clone()),
+                None | Some(Value::Null) => return Ok(tasks),
+                Some(_) => {
+                    return Err(ClientError::Protocol(
+                        "tasks/list nextCursor is not a string".into(),
+                    ))
+                }
+            }
+        }
+        Err(ClientError::Protocol(format!(
+            "tasks/list did not end within {MAX_TASK_PAGES} pages"
+        )))
+    }
+
     /// Follow task `task_id`, created earlier, to its result.
     pub fn follow_task(&self, task_id: &str, polling: Polling) -> TaskCall {
         let (tx, rx) = mpsc::channel(CALL_EVENTS);
@@ -193,6 +346,13 @@ impl TaskCall {
     /// knows the task, or how the connection failed.
     pub async fn next(&mut self) -> Step {
         self.steps.next(&self.inner).await
+    }
+
+    /// Stop following the task and leave it running on the server; its id (empty when the
+    /// server answered the call without a task). It can be followed again with
+    /// [`Client::follow_task`].
+    pub fn detach(self) -> String {
+        self.task_id.clone()
     }
 
     /// Cancel the task on the server (`tasks/cancel`); its outcome is not awaited.

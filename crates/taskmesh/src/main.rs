@@ -1,7 +1,9 @@
-//! `taskmesh`: the server binary.
+//! `taskmesh`: the server binary, and a command line for MCP servers.
 //!
 //! `taskmesh serve` with no arguments runs the embedded default: a complete single-node server
-//! on `127.0.0.1:8080/mcp` with its data under `./data`.
+//! on `127.0.0.1:8080/mcp` with its data under `./data`. `taskmesh call`, `taskmesh tools` and
+//! `taskmesh tasks` are clients of any MCP server over Streamable HTTP ([`cli`],
+//! docs/cli.md).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 mod admin;
 mod backup;
+mod cli;
 use taskmesh_node::config::{Config, Overrides};
 
 // The request path allocates and frees many small objects on every worker thread; mimalloc's
@@ -22,7 +25,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "taskmesh",
     version,
-    about = "A durable, sharded server for MCP tasks"
+    about = "A durable, sharded server for MCP tasks, and a command line for MCP servers"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -74,6 +77,14 @@ enum Command {
         #[arg(long)]
         admin: bool,
     },
+    /// Call a tool of an MCP server (as a task when the server offers one), following it with
+    /// a progress bar and asking its questions; exit 0 on a result, 1 on a tool error or a
+    /// failed or cancelled task, 2 on a usage or connection error.
+    Call(cli::CallArgs),
+    /// The tools of an MCP server: name, title, description and task support.
+    Tools(cli::ToolsArgs),
+    /// The tasks of an MCP server: list, get, result, cancel, watch.
+    Tasks(cli::TasksArgs),
     /// Inspect or change the cluster's membership through any node's internal gRPC address.
     Cluster {
         #[command(subcommand)]
@@ -349,7 +360,18 @@ fn disable_transparent_huge_pages() {}
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
+    let client = match cli.command {
+        Command::Call(a) => cli::Command::Call(a),
+        Command::Tools(a) => cli::Command::Tools(a),
+        Command::Tasks(a) => cli::Command::Tasks(a),
+        other => return serve_or_operate(other),
+    };
+    std::process::exit(i32::from(cli::run(client)));
+}
+
+/// The server's and the operator's commands.
+fn serve_or_operate(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Serve {
             listen,
             data_dir,
@@ -398,6 +420,9 @@ fn main() -> anyhow::Result<()> {
                 println!("{}", path.display());
             }
             Ok(())
+        }
+        Command::Call(_) | Command::Tools(_) | Command::Tasks(_) => {
+            unreachable!("client commands are run by cli::run")
         }
     }
 }
