@@ -5,20 +5,9 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use taskmesh_testkit::{free_ports, status_of, wait_cluster_ready, Client, Server, V};
+use taskmesh_testkit::{Client, Server, V};
 
-use crate::{node_config_with, shards, TASKMESH, TOKEN};
-
-/// The id of the node that leads `shard`, as `observer` sees it.
-async fn leader_of(observer: &Server, shard: u32) -> u64 {
-    status_of(observer, TOKEN).await["shards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["shard"] == shard)
-        .and_then(|s| s["leader"].as_u64())
-        .expect("the shard has a leader")
-}
+use crate::{leader_of, ready_cluster_with_tasks, shards, TOKEN};
 
 /// A session of a client that does not speak tasks.
 async fn plain(s: &Server) -> Client {
@@ -27,17 +16,7 @@ async fn plain(s: &Server) -> Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_off_task_survives_its_leader_s_death() {
-    let grpc = free_ports(3);
-    // The suite's node settings, with the hand-off at 300 ms in their `[tasks]`.
-    let config = |id| {
-        node_config_with(id, &grpc, "").replace("[tasks]\n", "[tasks]\nhandoff_after_ms = 300\n")
-    };
-    let mut nodes = vec![
-        Server::start_node(TASKMESH, &config(1), true),
-        Server::start_node(TASKMESH, &config(2), false),
-        Server::start_node(TASKMESH, &config(3), false),
-    ];
-    wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, shards()).await;
+    let mut nodes = ready_cluster_with_tasks("handoff_after_ms = 300").await;
 
     let c = plain(&nodes[1]).await;
     let handed = c

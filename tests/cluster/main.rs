@@ -59,6 +59,32 @@ fn json_of(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("JSON output")
 }
 
+/// A ready three-node cluster of the suite's settings, with `tasks` (lines of `key = value`)
+/// added to their `[tasks]` section.
+async fn ready_cluster_with_tasks(tasks: &str) -> [Server; 3] {
+    let grpc = free_ports(3);
+    let config =
+        |id| node_config_with(id, &grpc, "").replace("[tasks]\n", &format!("[tasks]\n{tasks}\n"));
+    let nodes = [
+        Server::start_node(TASKMESH, &config(1), true),
+        Server::start_node(TASKMESH, &config(2), false),
+        Server::start_node(TASKMESH, &config(3), false),
+    ];
+    taskmesh_testkit::wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, shards()).await;
+    nodes
+}
+
+/// The id of the node that leads `shard`, as `observer` sees it.
+async fn leader_of(observer: &Server, shard: u32) -> u64 {
+    taskmesh_testkit::status_of(observer, TOKEN).await["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["shard"] == shard)
+        .and_then(|s| s["leader"].as_u64())
+        .expect("the shard has a leader")
+}
+
 async fn connect(s: &Server) -> Client {
     Client::connect(&s.url, Some(TOKEN), V, json!({"elicitation": {}})).await
 }

@@ -213,3 +213,47 @@ async fn a_client_that_does_not_run_tasks_gets_a_plain_request_and_may_answer_pl
     .await;
     c.wait_status(&id, "completed").await;
 }
+
+/// The Rust client library as the receiver (`Options::run_requests_as_tasks`): `confirm_delete`'s
+/// elicitation comes task-augmented, the library answers it with a task of its own and hands
+/// the request to the caller, whose answer completes that task and then the server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_library_runs_an_elicitation_as_its_task() {
+    use taskmesh_client::{CallEvent, Endpoint, HttpSpec, Options, Polling, Step};
+
+    let s = Server::start(TASKMESH, CONFIG);
+    let opts = Options {
+        run_requests_as_tasks: true,
+        ..Options::default()
+    };
+    let client =
+        taskmesh_client::Client::connect(&Endpoint::Http(HttpSpec::new(s.url.clone())), &opts)
+            .await
+            .expect("connect");
+    let args = json!({"filename": "lib.txt"}).as_object().unwrap().clone();
+    let mut call = client
+        .call_tool_as_task("confirm_delete", args, None, &[], Polling::default())
+        .await
+        .expect("a task");
+    let outcome = loop {
+        match call.next().await {
+            Step::Event(CallEvent::Request {
+                method,
+                params,
+                reply,
+            }) => {
+                assert_eq!(method, "elicitation/create");
+                assert_eq!(params["task"], json!({"ttl": 120000}), "{params}");
+                reply
+                    .send(Ok(
+                        json!({"action": "accept", "content": {"confirm": true}}),
+                    ))
+                    .unwrap();
+            }
+            Step::Event(_) => {}
+            Step::Done(r) => break r,
+        }
+    };
+    let result = outcome.expect("the task's result");
+    assert_eq!(result["content"][0]["text"], "Deleted lib.txt", "{result}");
+}

@@ -19,6 +19,11 @@
 //!   connection of the same principal; [`Client::offers_tasks`] and [`task_support`] say
 //!   whether a call may be made as a task; [`Client::start_task`] creates a task without
 //!   following it, and [`TaskCall::detach`] stops following one;
+//! - with [`Options::run_requests_as_tasks`], the client runs the server's `elicitation/create`
+//!   and `sampling/createMessage` as its own tasks when the server sends them task-augmented
+//!   (2025-11-25): it answers at once with a task, hands the request to the caller as any other
+//!   [`CallEvent::Request`], and serves the server's `tasks/get`, `tasks/result`, `tasks/list`
+//!   and `tasks/cancel` about it until the caller's answer is the task's result (`receiver.rs`);
 //! - [`Client::tools_changed`] tells when the server sent `notifications/tools/list_changed`;
 //! - [`Client::closed`] tells when the connection ended (the process exited, the session was
 //!   ended by the server), and why.

@@ -111,6 +111,8 @@ impl Upstream {
             protocol_version: cfg.protocol_version.clone(),
             max_message_bytes: cfg.max_message_bytes,
             connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
+            // An upstream's requests are relayed to taskmesh's own client as they come.
+            run_requests_as_tasks: false,
         };
         let pool = match &endpoint {
             Endpoint::Http(_) => Pool::Http(tokio::sync::Mutex::new(None)),
