@@ -257,3 +257,47 @@ async fn the_client_library_runs_an_elicitation_as_its_task() {
     let result = outcome.expect("the task's result");
     assert_eq!(result["content"][0]["text"], "Deleted lib.txt", "{result}");
 }
+
+/// The client library's request callback (`Client::on_request`) answers the server's requests,
+/// plain and run as the client's tasks alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_library_answers_requests_by_callback() {
+    use futures::FutureExt;
+    use taskmesh_client::{Endpoint, HttpSpec, Options, Polling, Step};
+
+    let s = Server::start(TASKMESH, CONFIG);
+    for as_tasks in [false, true] {
+        let opts = Options {
+            run_requests_as_tasks: as_tasks,
+            ..Options::default()
+        };
+        let client =
+            taskmesh_client::Client::connect(&Endpoint::Http(HttpSpec::new(s.url.clone())), &opts)
+                .await
+                .expect("connect");
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+        let seen = asked.clone();
+        client.on_request(std::sync::Arc::new(move |method, params| {
+            seen.lock()
+                .unwrap()
+                .push(json!({"method": method, "task": params.get("task")}));
+            async move { Ok(json!({"action": "accept", "content": {"confirm": true}})) }.boxed()
+        }));
+        let args = json!({"filename": "cb.txt"}).as_object().unwrap().clone();
+        let mut call = client
+            .call_tool_as_task("confirm_delete", args, None, &[], Polling::default())
+            .await
+            .expect("a task");
+        let outcome = loop {
+            if let Step::Done(r) = call.next().await {
+                break r;
+            }
+        };
+        let result = outcome.expect("the task's result");
+        assert_eq!(result["content"][0]["text"], "Deleted cb.txt", "{result}");
+        let asked = asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        assert_eq!(asked[0]["method"], "elicitation/create");
+        assert_eq!(asked[0]["task"].is_object(), as_tasks, "{asked:?}");
+    }
+}

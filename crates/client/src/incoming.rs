@@ -168,6 +168,13 @@ impl Inner {
         reply: oneshot::Sender<Result<Value, ErrorObject>>,
         origin: Option<i64>,
     ) -> bool {
+        let handler = self.handler.lock().clone();
+        if let Some(handler) = handler {
+            tokio::spawn(async move {
+                let _ = reply.send(handler(method, params).await);
+            });
+            return true;
+        }
         let follower = self.follows.lock().of_params(&params);
         let target = follower.or_else(|| self.call_of(origin));
         let not_found = ErrorObject::method_not_found(&method);

@@ -281,7 +281,18 @@ struct Inner {
     follows: Mutex<task::Follows>,
     /// The tasks this client runs for the server ([`Options::run_requests_as_tasks`]).
     receiver: Option<Arc<receiver::Receiver>>,
+    /// What answers the server's requests, when set ([`Client::on_request`]).
+    handler: Mutex<Option<RequestHandler>>,
 }
+
+/// A callback that answers the server's requests (`elicitation/create`,
+/// `sampling/createMessage`, `roots/list`): given the method and the params, the result or the
+/// JSON-RPC error to answer with. Set with [`Client::on_request`].
+pub type RequestHandler = Arc<
+    dyn Fn(String, Value) -> futures::future::BoxFuture<'static, Result<Value, ErrorObject>>
+        + Send
+        + Sync,
+>;
 
 /// A connection to one MCP server. Cheap to clone; the connection ends when the last clone
 /// is dropped or [`Client::close`] is called.
@@ -309,6 +320,7 @@ impl Client {
             receiver: opts
                 .run_requests_as_tasks
                 .then(|| Arc::new(receiver::Receiver::default())),
+            handler: Mutex::new(None),
         });
         if let (Endpoint::Stdio(spec), Link::Stdio(s)) = (endpoint, &inner.link) {
             s.start(spec, &inner)?;
@@ -317,7 +329,10 @@ impl Client {
             .protocol_version
             .clone()
             .unwrap_or_else(|| taskmesh_mcp::V2025_11_25.to_string());
-        let mut capabilities = json!({ "elicitation": {}, "sampling": {} });
+        // `tasks` says the client speaks tasks (as their requestor: a server that hands plain
+        // calls off to clients without tasks does not do it to this one); the leaves of a
+        // receiver only when it runs requests as tasks.
+        let mut capabilities = json!({ "elicitation": {}, "sampling": {}, "tasks": {} });
         if opts.run_requests_as_tasks {
             capabilities["tasks"] = json!({
                 "list": {},
@@ -460,6 +475,32 @@ impl Client {
     /// Send request `method` and wait for its result.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, ClientError> {
         self.inner.request(method, params, None).await
+    }
+
+    /// Answer the server's requests with `handler` from now on, instead of handing them to
+    /// the calls they belong to as [`CallEvent::Request`]: each request (also one that belongs
+    /// to no call) is answered with what the handler returns. A request the client runs as its
+    /// task ([`Options::run_requests_as_tasks`]) is answered with the task at once and the
+    /// handler's answer becomes the task's result.
+    ///
+    /// ```no_run
+    /// # async fn example(client: taskmesh_client::Client) {
+    /// use futures::FutureExt;
+    /// use serde_json::json;
+    ///
+    /// client.on_request(std::sync::Arc::new(|method, _params| {
+    ///     async move {
+    ///         match method.as_str() {
+    ///             "elicitation/create" => Ok(json!({"action": "accept", "content": {"confirm": true}})),
+    ///             _ => Err(taskmesh_client::ErrorObject::method_not_found(&method)),
+    ///         }
+    ///     }
+    ///     .boxed()
+    /// }));
+    /// # }
+    /// ```
+    pub fn on_request(&self, handler: RequestHandler) {
+        *self.inner.handler.lock() = Some(handler);
     }
 
     /// Changes when the server says its tool list changed.
