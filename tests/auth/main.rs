@@ -463,3 +463,61 @@ fn init_body() -> String {
         "protocolVersion": V, "capabilities": {}, "clientInfo": {"name":"t","version":"1"}}})
     .to_string()
 }
+
+/// taskmesh's own client library (`taskmesh-client`, `HttpSpec::with_oauth`): it finds the
+/// token endpoint from the server's metadata, gets a token by client credentials, and renews
+/// it while a task is followed for several lifetimes of a one-second token; a wrong secret is
+/// a clear error at connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_library_gets_and_renews_its_tokens_by_client_credentials() {
+    use taskmesh_client::oauth::ClientCredentials;
+    use taskmesh_client::{ClientError, Endpoint, HttpSpec, Options, Polling, Step};
+
+    let (_server, _issuer, resource) = start().await;
+    let credentials = |secret: &str| ClientCredentials {
+        client_id: "cc-short".into(),
+        client_secret: secret.into(),
+        scope: Some(ALL_SCOPES.into()),
+        token_endpoint: None,
+    };
+    let endpoint = |secret: &str| {
+        Endpoint::Http(HttpSpec::new(resource.clone()).with_oauth(credentials(secret)))
+    };
+    match taskmesh_client::Client::connect(&endpoint("not-the-secret"), &Options::default()).await {
+        Err(ClientError::Auth(why)) => assert!(why.contains("refused"), "{why}"),
+        other => panic!("a wrong secret: {:?}", other.map(|_| ())),
+    }
+
+    let client =
+        taskmesh_client::Client::connect(&endpoint("secret-short-0123456789"), &Options::default())
+            .await
+            .expect("connect with a token");
+    let polling = Polling {
+        min: Duration::from_millis(100),
+        max: Duration::from_millis(200),
+        default: Duration::from_millis(200),
+    };
+    let args = json!({"seconds": 4, "label": "renewed"})
+        .as_object()
+        .unwrap()
+        .clone();
+    let mut call = client
+        .call_tool_as_task("slow_compute", args, None, &[], polling)
+        .await
+        .expect("a task");
+    let outcome = loop {
+        if let Step::Done(r) = call.next().await {
+            break r;
+        }
+    };
+    let result = outcome.expect("the task followed to its end with renewed tokens");
+    assert_eq!(
+        result["content"][0]["text"],
+        "renewed: computed for 4 seconds"
+    );
+    let listed = client
+        .list_tasks()
+        .await
+        .expect("tasks/list with a fresh token");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+}

@@ -207,6 +207,7 @@ async fn an_http_server_relays_everything_a_call_sends() {
     let endpoint = Endpoint::Http(HttpSpec {
         url: server.url.clone(),
         headers: vec![("x-upstream-test".into(), "1".into())],
+        oauth: None,
     });
     let c = Client::connect(&endpoint, &Options::default())
         .await
@@ -322,6 +323,7 @@ async fn the_requestor_follows_a_server_s_tasks_to_their_results() {
     let endpoint = Endpoint::Http(HttpSpec {
         url: up.url.clone(),
         headers: vec![],
+        oauth: None,
     });
     let c = Client::connect(&endpoint, &Options::default())
         .await

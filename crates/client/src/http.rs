@@ -43,6 +43,10 @@ impl Http {
         }
     }
 
+    pub(crate) fn set_bearer(&self, token: &str) {
+        self.wire.set_bearer(token);
+    }
+
     pub(crate) fn set_version(&self, v: &str) {
         self.wire.set_protocol_version(v);
     }

@@ -28,8 +28,11 @@
 //! - [`Client::closed`] tells when the connection ended (the process exited, the session was
 //!   ended by the server), and why.
 //!
-//! [`HttpSpec::with_bearer`] sends a bearer token with every request; [`TaskCall`] shows a
-//! task call followed to its end.
+//! [`HttpSpec::with_bearer`] sends a bearer token with every request; [`HttpSpec::with_oauth`]
+//! gets OAuth access tokens by client credentials (the token endpoint found from the server's
+//! metadata) and renews them while the client lives ([`oauth`]); [`TaskCall`] shows a task call
+//! followed to its end. Errors are [`ClientError`]s: the server's JSON-RPC error, a transport,
+//! protocol or authorization failure, a time-out, a task cancelled or lost.
 //!
 //! # Protocol 2026-07-28
 //!
@@ -67,6 +70,7 @@
 mod call;
 mod http;
 mod incoming;
+pub mod oauth;
 mod receiver;
 pub mod sse;
 mod stateless;
@@ -112,6 +116,9 @@ pub struct HttpSpec {
     pub url: String,
     /// Headers sent with every request (an `Authorization` header, say).
     pub headers: Vec<(String, String)>,
+    /// Get OAuth access tokens by client credentials and send them as the bearer token
+    /// ([`oauth`]); they replace an `Authorization` of `headers`.
+    pub oauth: Option<oauth::ClientCredentials>,
 }
 
 impl HttpSpec {
@@ -120,7 +127,14 @@ impl HttpSpec {
         Self {
             url: url.into(),
             headers: Vec::new(),
+            oauth: None,
         }
+    }
+
+    /// The same, with OAuth access tokens by client `credentials` (see [`oauth`]).
+    pub fn with_oauth(mut self, credentials: oauth::ClientCredentials) -> Self {
+        self.oauth = Some(credentials);
+        self
     }
 
     /// The same, with `token` sent as `Authorization: Bearer {token}` on every request.
@@ -194,6 +208,9 @@ pub enum ClientError {
     /// No answer within the time allowed.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
+    /// No access token could be had from the OAuth authorization server.
+    #[error("authorization: {0}")]
+    Auth(String),
     /// A followed task was cancelled by the server (or by another of its requestors).
     #[error("{0}")]
     TaskCancelled(String),
@@ -285,6 +302,44 @@ struct Inner {
     handler: Mutex<Option<RequestHandler>>,
 }
 
+/// Get a new access token before the last one (good for `expires_in`) expires, for as long as
+/// the client lives; a failed try is logged and made again after 200 ms.
+fn renew_tokens(
+    inner: &Arc<Inner>,
+    http: reqwest::Client,
+    credentials: oauth::ClientCredentials,
+    resource: String,
+    expires_in: Duration,
+) {
+    let weak = Arc::downgrade(inner);
+    let mut closed = inner.closed.subscribe();
+    tokio::spawn(async move {
+        let mut wait = oauth::renew_after(expires_in);
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = closed.wait_for(Option::is_some) => return,
+            }
+            let Some(inner) = weak.upgrade() else { return };
+            match credentials.fetch(&http, &resource).await {
+                Ok(token) => {
+                    if let Link::Http(h) = &inner.link {
+                        h.set_bearer(&token.token);
+                    }
+                    match token.expires_in {
+                        Some(e) => wait = oauth::renew_after(e),
+                        None => return,
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(server = %inner.name, error = %e, "the access token could not be renewed; trying again");
+                    wait = Duration::from_millis(200);
+                }
+            }
+        }
+    });
+}
+
 /// A callback that answers the server's requests (`elicitation/create`,
 /// `sampling/createMessage`, `roots/list`): given the method and the params, the result or the
 /// JSON-RPC error to answer with. Set with [`Client::on_request`].
@@ -324,6 +379,22 @@ impl Client {
         });
         if let (Endpoint::Stdio(spec), Link::Stdio(s)) = (endpoint, &inner.link) {
             s.start(spec, &inner)?;
+        }
+        if let (Endpoint::Http(spec), Link::Http(h)) = (endpoint, &inner.link) {
+            if let Some(credentials) = &spec.oauth {
+                let http = wire::default_http();
+                let token = credentials.fetch(&http, &spec.url).await?;
+                h.set_bearer(&token.token);
+                if let Some(expires_in) = token.expires_in {
+                    renew_tokens(
+                        &inner,
+                        http,
+                        credentials.clone(),
+                        spec.url.clone(),
+                        expires_in,
+                    );
+                }
+            }
         }
         let wanted = opts
             .protocol_version

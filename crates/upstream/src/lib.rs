@@ -98,6 +98,7 @@ impl Upstream {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect(),
+                oauth: None,
             }),
             (None, command) => Endpoint::Stdio(StdioSpec {
                 command: command.clone().unwrap_or_default(),

@@ -83,6 +83,8 @@ pub struct HttpTransport {
     url: String,
     headers: HeaderMap,
     session: RwLock<SessionHeaders>,
+    /// `Authorization`, when it changes during the transport's life (an OAuth token renewed).
+    authorization: RwLock<Option<HeaderValue>>,
 }
 
 /// How the requests reach the endpoint.
@@ -111,6 +113,7 @@ impl HttpTransport {
             url: url.to_string(),
             headers,
             session: RwLock::new(SessionHeaders::default()),
+            authorization: RwLock::new(None),
         }
     }
 
@@ -130,6 +133,7 @@ impl HttpTransport {
             url: url.to_string(),
             headers,
             session: RwLock::new(SessionHeaders::default()),
+            authorization: RwLock::new(None),
         })
     }
 
@@ -148,6 +152,15 @@ impl HttpTransport {
         *self.session.write() = session;
     }
 
+    /// Send `Authorization: Bearer {token}` from now on, in place of any `Authorization` of the
+    /// transport's headers (nothing changes when it is no valid header value).
+    pub fn set_bearer(&self, token: &str) {
+        if let Ok(mut v) = HeaderValue::try_from(format!("Bearer {token}")) {
+            v.set_sensitive(true);
+            *self.authorization.write() = Some(v);
+        }
+    }
+
     /// Send `version` as `Mcp-Protocol-Version` from now on (nothing when it is no valid
     /// header value).
     pub fn set_protocol_version(&self, version: &str) {
@@ -163,8 +176,14 @@ impl HttpTransport {
         extra: &[(HeaderName, HeaderValue)],
     ) -> HeaderMap {
         let mut h = HeaderMap::new();
+        let authorization = self.authorization.read().clone();
         for (k, v) in &self.headers {
-            h.append(k, v.clone());
+            if authorization.is_none() || k != reqwest::header::AUTHORIZATION {
+                h.append(k, v.clone());
+            }
+        }
+        if let Some(a) = authorization {
+            h.append(reqwest::header::AUTHORIZATION, a);
         }
         let session = self.session.read();
         if let Some(s) = &session.id {
