@@ -3,20 +3,14 @@
 //! `InMemoryTaskStore`): `confirm_delete` and `ask_model` ask it task-augmented, it answers
 //! with tasks of its own, and the server follows them to the answer that resumes the tool.
 
-use std::path::Path;
-
 use serde_json::json;
 use taskmesh_testkit::Server;
 
-use super::{interop_script, run_file, TASKMESH};
+use super::{interop_script, run_file, sdk_python, TASKMESH};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_client_runs_elicitation_and_sampling_as_its_tasks() {
-    let python = tokio::task::spawn_blocking(|| {
-        taskmesh_testkit::python::mcp_venv(Path::new(env!("CARGO_TARGET_TMPDIR")))
-    })
-    .await
-    .expect("provision the virtualenv");
+    let python = sdk_python().await;
     let server = Server::start(
         TASKMESH,
         "[auth.tokens]\n\"py-receiver-token\" = \"alice\"\n\n[tasks]\nclient_poll_min_ms = 100\n",

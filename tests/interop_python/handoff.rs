@@ -3,20 +3,14 @@
 //! which the same SDK follows through the offered tools to the real result; another
 //! principal's calls of them get `-32602`.
 
-use std::path::Path;
-
 use serde_json::json;
 use taskmesh_testkit::Server;
 
-use super::{interop_script, run_file, TASKMESH};
+use super::{interop_script, run_file, sdk_python, TASKMESH};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_plain_call_is_handed_off_and_followed_to_its_result() {
-    let python = tokio::task::spawn_blocking(|| {
-        taskmesh_testkit::python::mcp_venv(Path::new(env!("CARGO_TARGET_TMPDIR")))
-    })
-    .await
-    .expect("provision the virtualenv");
+    let python = sdk_python().await;
     let server = Server::start(
         TASKMESH,
         "[auth.tokens]\n\"py-alice-token\" = \"alice\"\n\"py-bob-token\" = \"bob\"\n\n\

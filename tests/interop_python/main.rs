@@ -94,6 +94,16 @@ impl Run {
     }
 }
 
+/// The Python of the virtualenv with the SDK (made under the test target's directory on first
+/// use).
+async fn sdk_python() -> PathBuf {
+    tokio::task::spawn_blocking(|| {
+        taskmesh_testkit::python::mcp_venv(Path::new(env!("CARGO_TARGET_TMPDIR")))
+    })
+    .await
+    .expect("provision the virtualenv")
+}
+
 fn run_script(python: &Path, server: &Server, token: Option<&str>) -> Run {
     run_steps(python, server, token, "")
 }
@@ -245,11 +255,7 @@ async fn cross_check(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_tasks_client_interop() {
-    let python = tokio::task::spawn_blocking(|| {
-        taskmesh_testkit::python::mcp_venv(Path::new(env!("CARGO_TARGET_TMPDIR")))
-    })
-    .await
-    .expect("provision the virtualenv");
+    let python = sdk_python().await;
 
     // Without authentication: tasks are scoped to the MCP session and tasks/list is not offered.
     let server = Server::start(TASKMESH, "");
@@ -272,11 +278,7 @@ async fn python_sdk_tasks_client_interop() {
 /// SDK's callbacks exactly once (elicitation counted), a tool error as a failed task, and a plain call proxied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_client_runs_upstream_tools_as_tasks() {
-    let python = tokio::task::spawn_blocking(|| {
-        taskmesh_testkit::python::mcp_venv(Path::new(env!("CARGO_TARGET_TMPDIR")))
-    })
-    .await
-    .expect("provision the virtualenv");
+    let python = sdk_python().await;
     let up =
         taskmesh_testkit::python::upstream_http(&python, taskmesh_testkit::free_ports(1)[0]).await;
     let server = Server::start(

@@ -7,15 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use taskmesh_host::NewTask;
 use taskmesh_mcp::jsonrpc::RequestId;
-use taskmesh_router::mint_task_id;
-use taskmesh_task::{ClientCaps, TaskView, ToolRequest};
+use taskmesh_task::{ClientCaps, TaskView};
 
 use super::tasks::{follow, Follow};
 use super::{err, ok, Cx, Reply};
 use crate::handoff::{self as shared, Offered};
-use crate::{wire, Gateway};
+use crate::Gateway;
 
 /// Whether the plain calls of this session are handed off (and it is offered the tools).
 pub(super) fn applies(gw: &Gateway, cx: &Cx) -> bool {
@@ -34,22 +32,9 @@ pub(super) async fn call(
     progress_token: Option<Value>,
     client: ClientCaps,
 ) -> Reply {
-    let task_id = match mint_task_id() {
-        Ok(t) => t,
-        Err(e) => return err(&id, &wire::host_error(&e)),
-    };
-    tracing::Span::current().record("task_id", task_id.as_str());
-    let new = NewTask {
-        task_id,
-        owner: cx.principal.clone(),
-        session: cx.session_id().map(str::to_string),
-        ttl_ms: None,
-        request: ToolRequest {
-            progress_token_json: progress_token.map(|t| t.to_string()),
-            client,
-            traceparent: taskmesh_telemetry::current_traceparent(),
-            ..ToolRequest::new(name, Value::Object(args).to_string())
-        },
+    let new = match super::tools::new_task(cx, name, args, None, progress_token, client) {
+        Ok(n) => n,
+        Err(e) => return err(&id, &e),
     };
     let created = match gw.create_task(new).await {
         Ok(created) => created,

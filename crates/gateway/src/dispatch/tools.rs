@@ -208,22 +208,9 @@ pub(super) async fn tools_call(
                     return err(&id, &ErrorObject::invalid_params(e.message.replace("'ttl'", "'task.ttl'")))
                 }
             };
-            let task_id = match mint_task_id() {
-                Ok(t) => t,
-                Err(e) => return err(&id, &wire::host_error(&e)),
-            };
-            tracing::Span::current().record("task_id", task_id.as_str());
-            let new = NewTask {
-                task_id,
-                owner: cx.principal.clone(),
-                session: cx.session_id().map(str::to_string),
-                ttl_ms,
-                request: ToolRequest {
-                    progress_token_json: progress_token.map(|t| t.to_string()),
-                    client,
-                    traceparent: taskmesh_telemetry::current_traceparent(),
-                    ..ToolRequest::new(name, Value::Object(args).to_string())
-                },
+            let new = match new_task(cx, name, args, ttl_ms, progress_token, client) {
+                Ok(n) => n,
+                Err(e) => return err(&id, &e),
             };
             match gw.create_task(new).await {
                 Ok(created) => ok(&id, &CreateTaskResult { task: wire::TaskObject::classic(&created.task) }),
@@ -231,6 +218,32 @@ pub(super) async fn tools_call(
             }
         }
     }
+}
+
+/// The task a `tools/call` of `name` creates in this session, with a fresh id (recorded on the
+/// request's span).
+pub(super) fn new_task(
+    cx: &Cx,
+    name: &str,
+    args: Map<String, Value>,
+    ttl_ms: Option<u64>,
+    progress_token: Option<Value>,
+    client: ClientCaps,
+) -> Result<NewTask, ErrorObject> {
+    let task_id = mint_task_id().map_err(|e| wire::host_error(&e))?;
+    tracing::Span::current().record("task_id", task_id.as_str());
+    Ok(NewTask {
+        task_id,
+        owner: cx.principal.clone(),
+        session: cx.session_id().map(str::to_string),
+        ttl_ms,
+        request: ToolRequest {
+            progress_token_json: progress_token.map(|t| t.to_string()),
+            client,
+            traceparent: taskmesh_telemetry::current_traceparent(),
+            ..ToolRequest::new(name, Value::Object(args).to_string())
+        },
+    })
 }
 
 /// Side channel of a plain (non-task) call: messages go on the POST's SSE stream.

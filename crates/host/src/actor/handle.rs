@@ -15,12 +15,23 @@ use taskmesh_task::{Applied, ClientTask, Command, TaskStatus};
 use taskmesh_tools::ToolResult;
 use tokio::sync::oneshot;
 
-use super::write::{again, deliver, request_seq, write};
+use super::write::{again, deliver, request_seq, send_request, write};
 use super::{client, finish_of, AfterWrite, Carrier, Pending, State, TaskMsg};
 use crate::now_ms;
 
 /// The status message of a task whose call an upstream server runs as its own task.
 const FOLLOWING: &str = "The upstream server runs the call as a task; following it.";
+
+/// The id of the task's next request to the client (`tm-<taskId>-<n>`).
+fn next_request_id(st: &mut State) -> String {
+    let id = ServerRequestId::Task {
+        task_id: st.task_id.clone(),
+        seq: st.next_request,
+    }
+    .to_string();
+    st.next_request += 1;
+    id
+}
 
 /// The status message of a task whose execution waits on a client task.
 fn waiting_message(c: &ClientTask) -> String {
@@ -214,12 +225,7 @@ pub(super) async fn handle_msg(
                 write(&myself, st, false).await;
                 return Ok(());
             }
-            let id = ServerRequestId::Task {
-                task_id: st.task_id.clone(),
-                seq: st.next_request,
-            }
-            .to_string();
-            st.next_request += 1;
+            let id = next_request_id(st);
             let mut params = match params {
                 Value::Object(m) => m,
                 _ => Map::new(),
@@ -256,27 +262,13 @@ pub(super) async fn handle_msg(
             if st.outcome.is_some() {
                 return Ok(());
             }
-            let id = ServerRequestId::Task {
-                task_id: st.task_id.clone(),
-                seq: st.next_request,
-            }
-            .to_string();
-            st.next_request += 1;
+            let id = next_request_id(st);
             let json = Arc::new(jsonrpc::request(
                 &RequestId::String(id.clone()),
                 method,
                 &params,
             ));
-            let carrier = deliver(st, json.clone(), Some(&id));
-            st.pending.insert(
-                id,
-                Pending {
-                    json,
-                    reply,
-                    carrier,
-                    augmented: None,
-                },
-            );
+            send_request(st, id, json, reply, None);
         }
         TaskMsg::Response {
             request_id,

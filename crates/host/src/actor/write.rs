@@ -43,18 +43,7 @@ pub(super) async fn write(myself: &ActorRef<TaskMsg>, st: &mut State, retry: boo
                             json,
                             reply,
                             augmented,
-                        } => {
-                            let carrier = deliver(st, json.clone(), Some(&id));
-                            st.pending.insert(
-                                id,
-                                Pending {
-                                    json,
-                                    reply,
-                                    carrier,
-                                    augmented,
-                                },
-                            );
-                        }
+                        } => send_request(st, id, json, reply, augmented),
                         AfterWrite::Follow { client_task, reply } => {
                             super::handle::follow(myself, st, client_task, reply, Some(0));
                         }
@@ -148,6 +137,27 @@ pub(super) fn deliver(st: &mut State, json: Arc<Vec<u8>>, request_id: Option<&st
         });
     }
     Carrier::Unclaimed
+}
+
+/// Send request `id` (its JSON-RPC `json`) towards the client and keep it pending until its
+/// answer goes to `reply`.
+pub(super) fn send_request(
+    st: &mut State,
+    id: String,
+    json: Arc<Vec<u8>>,
+    reply: tokio::sync::oneshot::Sender<taskmesh_tools::ToolResult>,
+    augmented: Option<(String, &'static str)>,
+) {
+    let carrier = deliver(st, json.clone(), Some(&id));
+    st.pending.insert(
+        id,
+        Pending {
+            json,
+            reply,
+            carrier,
+            augmented,
+        },
+    );
 }
 
 /// A pending request sent again, to a stream that was not there when it was first handed out.
