@@ -521,3 +521,71 @@ async fn the_client_library_gets_and_renews_its_tokens_by_client_credentials() {
         .expect("tasks/list with a fresh token");
     assert_eq!(listed.len(), 1, "{listed:?}");
 }
+
+/// The command line with OAuth client credentials (`TASKMESH_CLIENT_ID`,
+/// `TASKMESH_CLIENT_SECRET`, `TASKMESH_SCOPE`): it gets a token from the authorization server
+/// the server's metadata names and lists the tools and runs a call; without credentials the
+/// server refuses it (exit code 2), and with a wrong secret it says the token endpoint refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_gets_its_token_by_client_credentials() {
+    let (_server, _issuer, resource) = start().await;
+    // No profile file: only what the test gives.
+    let home = tempfile::tempdir().unwrap();
+    let profiles = home.path().join("profiles.toml");
+    let run = |args: &[&str], creds: Option<(&str, &str)>| {
+        let mut cmd = Command::new(TASKMESH);
+        cmd.args(args)
+            .arg("--url")
+            .arg(&resource)
+            .env("TASKMESH_PROFILES", &profiles)
+            .env_remove("TASKMESH_TOKEN")
+            .env_remove("TASKMESH_URL");
+        if let Some((id, secret)) = creds {
+            cmd.env("TASKMESH_CLIENT_ID", id)
+                .env("TASKMESH_CLIENT_SECRET", secret)
+                .env("TASKMESH_SCOPE", ALL_SCOPES);
+        }
+        taskmesh_testkit::run_bounded(&mut cmd, WAIT)
+    };
+    let good = Some(("cc-eddsa", "secret-eddsa-0123456789"));
+    let tools = run(&["tools", "--json"], good);
+    assert!(tools.ok(), "{}", tools.describe());
+    let listed: Value = serde_json::from_str(&tools.stdout).unwrap();
+    assert!(
+        listed.to_string().contains("slow_compute"),
+        "{}",
+        tools.describe()
+    );
+    let call = run(
+        &[
+            "call",
+            "slow_compute",
+            "seconds=1",
+            "label=cli-oauth",
+            "--json",
+        ],
+        good,
+    );
+    assert!(call.ok(), "{}", call.describe());
+    assert!(
+        call.stdout.contains("cli-oauth: computed for 1 seconds"),
+        "{}",
+        call.describe()
+    );
+
+    let none = run(&["tools", "--json"], None);
+    assert_eq!(
+        none.status.and_then(|s| s.code()),
+        Some(2),
+        "{}",
+        none.describe()
+    );
+    let wrong = run(&["tools", "--json"], Some(("cc-eddsa", "not-the-secret")));
+    assert_eq!(
+        wrong.status.and_then(|s| s.code()),
+        Some(2),
+        "{}",
+        wrong.describe()
+    );
+    assert!(wrong.stderr.contains("refused"), "{}", wrong.describe());
+}

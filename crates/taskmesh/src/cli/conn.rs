@@ -94,6 +94,21 @@ impl Conn {
         if let Some(t) = &settings.token {
             spec = spec.with_bearer(t);
         }
+        // With OAuth: a 2025-11-25 session gets its tokens (and renews them) itself; the
+        // stateless generation is given one token, got now.
+        let stateless_spec = match &settings.oauth {
+            None => spec.clone(),
+            Some(credentials) => {
+                let http = taskmesh_client::wire::default_http();
+                let token = credentials.fetch(&http, &settings.url).await.map_err(|e| {
+                    Failure::connect(format!("no access token for {}: {e}", settings.url))
+                })?;
+                spec.clone().with_bearer(&token.token)
+            }
+        };
+        if let Some(credentials) = &settings.oauth {
+            spec = spec.with_oauth(credentials.clone());
+        }
         let opts = Options {
             name: "taskmesh-cli".into(),
             connect_timeout: CONNECT_TIMEOUT,
@@ -105,7 +120,7 @@ impl Conn {
                 .map(Conn::Classic)
         };
         let modern = || async {
-            StatelessClient::discover(&spec, &opts)
+            StatelessClient::discover(&stateless_spec, &opts)
                 .await
                 .map(Conn::Modern)
         };

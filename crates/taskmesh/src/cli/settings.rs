@@ -1,7 +1,8 @@
-//! Where the command line finds its server: the `--url`, `--token`, `--protocol` and
-//! `--profile` flags, the `TASKMESH_URL`, `TASKMESH_TOKEN`, `TASKMESH_PROTOCOL` and
-//! `TASKMESH_PROFILE` environment variables, and a profile file, in that order of precedence,
-//! each setting on its own.
+//! Where the command line finds its server: the `--url`, `--token`, `--client-id`,
+//! `--client-secret`, `--scope`, `--protocol` and `--profile` flags, the `TASKMESH_URL`,
+//! `TASKMESH_TOKEN`, `TASKMESH_CLIENT_ID`, `TASKMESH_CLIENT_SECRET`, `TASKMESH_SCOPE`,
+//! `TASKMESH_PROTOCOL` and `TASKMESH_PROFILE` environment variables, and a profile file, in
+//! that order of precedence, each setting on its own.
 //!
 //! The profile file is TOML (`$TASKMESH_PROFILES`, else
 //! `$XDG_CONFIG_HOME/taskmesh/profiles.toml`, else `~/.config/taskmesh/profiles.toml`):
@@ -63,6 +64,19 @@ pub struct ConnFlags {
     /// `token`).
     #[arg(long, global = true)]
     pub token: Option<String>,
+    /// OAuth client id: get access tokens by client credentials from the server's
+    /// authorization server, found from its metadata (also TASKMESH_CLIENT_ID, or a profile's
+    /// `client_id`). In place of --token.
+    #[arg(long, global = true)]
+    pub client_id: Option<String>,
+    /// The OAuth client's secret (also TASKMESH_CLIENT_SECRET, or a profile's
+    /// `client_secret`).
+    #[arg(long, global = true)]
+    pub client_secret: Option<String>,
+    /// The scopes to ask tokens for, space-separated (also TASKMESH_SCOPE, or a profile's
+    /// `scope`; default: the authorization server's).
+    #[arg(long, global = true)]
+    pub scope: Option<String>,
     /// A profile of the profile file (also TASKMESH_PROFILE; else the file's `default`).
     #[arg(long, global = true)]
     pub profile: Option<String>,
@@ -78,6 +92,8 @@ pub struct Settings {
     pub url: String,
     /// The bearer token, if any.
     pub token: Option<String>,
+    /// OAuth client credentials to get tokens with, if any (then no `token`).
+    pub oauth: Option<taskmesh_client::oauth::ClientCredentials>,
     /// The protocol generation.
     pub protocol: Protocol,
     /// The profile the settings came from in part, if any.
@@ -99,6 +115,9 @@ struct ProfileFile {
 struct Profile {
     url: Option<String>,
     token: Option<String>,
+    client_id: Option<String>,
+    client_secret: Option<String>,
+    scope: Option<String>,
     protocol: Option<String>,
 }
 
@@ -127,6 +146,9 @@ pub enum SettingsError {
         /// The file.
         path: String,
     },
+    /// A client id without its secret, or both a token and a client id.
+    #[error("{0}")]
+    BadCredentials(String),
     /// A protocol that is not one the command line speaks.
     #[error("{from}: {value:?} is not a protocol (auto, 2025-11-25 or 2026-07-28)")]
     BadProtocol {
@@ -194,6 +216,48 @@ pub fn resolve(
         .clone()
         .or_else(|| env("TASKMESH_TOKEN"))
         .or(profile.token);
+    let client_id = flags
+        .client_id
+        .clone()
+        .or_else(|| env("TASKMESH_CLIENT_ID"))
+        .or(profile.client_id);
+    let client_secret = flags
+        .client_secret
+        .clone()
+        .or_else(|| env("TASKMESH_CLIENT_SECRET"))
+        .or(profile.client_secret);
+    let scope = flags
+        .scope
+        .clone()
+        .or_else(|| env("TASKMESH_SCOPE"))
+        .or(profile.scope);
+    let oauth =
+        match (client_id, client_secret) {
+            (None, None) => None,
+            (Some(client_id), Some(client_secret)) => {
+                Some(taskmesh_client::oauth::ClientCredentials {
+                    client_id,
+                    client_secret,
+                    scope,
+                    token_endpoint: None,
+                })
+            }
+            (Some(_), None) => return Err(SettingsError::BadCredentials(
+                "a client id needs its secret: give --client-secret, set TASKMESH_CLIENT_SECRET, \
+                 or add `client_secret` to the profile"
+                    .into(),
+            )),
+            (None, Some(_)) => return Err(SettingsError::BadCredentials(
+                "a client secret needs its client id: give --client-id, set TASKMESH_CLIENT_ID, \
+                 or add `client_id` to the profile"
+                    .into(),
+            )),
+        };
+    if token.is_some() && oauth.is_some() {
+        return Err(SettingsError::BadCredentials(
+            "both a token and OAuth client credentials: give one of them".into(),
+        ));
+    }
     let protocol = match flags.protocol {
         Some(p) => p,
         None => {
@@ -215,6 +279,7 @@ pub fn resolve(
     Ok(Settings {
         url,
         token,
+        oauth,
         protocol,
         profile: name,
     })
@@ -337,5 +402,41 @@ protocol = "2026-07-28"
             profile_path(&e),
             PathBuf::from("/h/.config/taskmesh/profiles.toml")
         );
+    }
+
+    #[test]
+    fn oauth_client_credentials_come_whole_and_not_beside_a_token() {
+        let p = Path::new("profiles.toml");
+        let file = "[profiles.cc]\nurl = \"http://as/mcp\"\nclient_id = \"app\"\nclient_secret = \"s\"\nscope = \"tasks:read\"\n";
+        let s = resolve(&flags(None, Some("cc")), &env_of(&[]), p, Some(file)).unwrap();
+        let c = s.oauth.expect("credentials from the profile");
+        assert_eq!(
+            (
+                c.client_id.as_str(),
+                c.client_secret.as_str(),
+                c.scope.as_deref()
+            ),
+            ("app", "s", Some("tasks:read"))
+        );
+        assert_eq!(s.token, None);
+        // The environment's id beats the profile's.
+        let env = env_of(&[("TASKMESH_CLIENT_ID", "other")]);
+        let s = resolve(&flags(None, Some("cc")), &env, p, Some(file)).unwrap();
+        assert_eq!(s.oauth.unwrap().client_id, "other");
+
+        let url = Some("http://x/mcp");
+        let half = env_of(&[("TASKMESH_CLIENT_ID", "app")]);
+        let e = resolve(&flags(url, None), &half, p, None).unwrap_err();
+        assert!(e.to_string().contains("--client-secret"), "{e}");
+        let half = env_of(&[("TASKMESH_CLIENT_SECRET", "s")]);
+        let e = resolve(&flags(url, None), &half, p, None).unwrap_err();
+        assert!(e.to_string().contains("--client-id"), "{e}");
+        let both = env_of(&[
+            ("TASKMESH_TOKEN", "t"),
+            ("TASKMESH_CLIENT_ID", "app"),
+            ("TASKMESH_CLIENT_SECRET", "s"),
+        ]);
+        let e = resolve(&flags(url, None), &both, p, None).unwrap_err();
+        assert!(e.to_string().contains("one of them"), "{e}");
     }
 }
