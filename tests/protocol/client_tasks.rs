@@ -301,3 +301,31 @@ async fn the_client_library_answers_requests_by_callback() {
         assert_eq!(asked[0]["task"].is_object(), as_tasks, "{asked:?}");
     }
 }
+
+/// A server task cancelled while it waits on the client's task: the client is asked to cancel
+/// that task (`tasks/cancel`), and the server task stays cancelled.
+#[tokio::test]
+async fn a_cancelled_server_task_cancels_the_client_s_task() {
+    let s = Server::start(TASKMESH, CONFIG);
+    let c = receiver(&s).await;
+    let mut get = c.open_get().await;
+    let id = c
+        .start_task("confirm_delete", json!({"filename": "q"}))
+        .await;
+    let ask = next_request(&mut get, "elicitation/create").await;
+    c.answer(
+        &ask["id"],
+        json!({"task": client_task("client-4", "working", None)}),
+    )
+    .await;
+    // Followed.
+    let poll = next_request(&mut get, "tasks/get").await;
+    assert_eq!(poll["params"]["taskId"], "client-4");
+    let cancelled = c.ok("tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(cancelled["status"], "cancelled");
+    let cancel = next_request(&mut get, "tasks/cancel").await;
+    assert_eq!(cancel["params"]["taskId"], "client-4", "{cancel}");
+    c.answer(&cancel["id"], client_task("client-4", "cancelled", None))
+        .await;
+    assert_eq!(c.status(&id).await, "cancelled");
+}

@@ -13,6 +13,9 @@
 //! (expired), or about which the client does not answer within
 //! `tasks.client_answer_timeout_ms` (gone) gives the tool's request an error that says so.
 //!
+//! A task that ends while it waits (cancelled, expired) sends the client `tasks/cancel` of its
+//! task.
+//!
 //! After a failover the new leader's execution (a `rerun` tool run again) asks the same request
 //! under the same key; the actor then follows the recorded client task rather than ask again.
 

@@ -395,6 +395,19 @@ pub(super) async fn handle_msg(
             }
         }
         TaskMsg::Stop => {
+            // The task ended while it waited on a client task: the client is told to cancel it
+            // (a requestor that gives up cancels with tasks/cancel). Nothing waits for the
+            // answer, so it goes out as a message no stream needs to claim.
+            if let Some(f) = st.following.take() {
+                let id = next_request_id(st);
+                let json = Arc::new(jsonrpc::request(
+                    &RequestId::String(id),
+                    "tasks/cancel",
+                    &json!({ "taskId": f.client_task.task_id }),
+                ));
+                deliver(st, json, None);
+                f.stop();
+            }
             st.ended.cancel();
             st.cancel.cancel();
             myself.stop(None);
