@@ -329,3 +329,47 @@ async fn a_cancelled_server_task_cancels_the_client_s_task() {
         .await;
     assert_eq!(c.status(&id).await, "cancelled");
 }
+
+/// The client library follows a task by polling, and a `notifications/tasks/status` on its
+/// GET stream cuts the pause short: with a poll every 30 s, a one-second task's result comes
+/// long before the second poll would have been sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_notification_wakes_the_client_library_s_poll() {
+    use taskmesh_client::{Endpoint, HttpSpec, Options, Polling, Step};
+
+    let s = Server::start(TASKMESH, CONFIG);
+    let client = taskmesh_client::Client::connect(
+        &Endpoint::Http(HttpSpec::new(s.url.clone())),
+        &Options::default(),
+    )
+    .await
+    .expect("connect");
+    let slow = std::time::Duration::from_secs(30);
+    let polling = Polling {
+        min: slow,
+        max: slow,
+        default: slow,
+    };
+    let args = json!({"seconds": 1, "label": "woken"})
+        .as_object()
+        .unwrap()
+        .clone();
+    let mut call = client
+        .call_tool_as_task("slow_compute", args, None, &[], polling)
+        .await
+        .expect("a task");
+    let outcome = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        loop {
+            if let Step::Done(r) = call.next().await {
+                break r;
+            }
+        }
+    })
+    .await
+    .expect("the status notification made the follower poll before its 30 s pause ended");
+    let result = outcome.expect("the task's result");
+    assert_eq!(
+        result["content"][0]["text"],
+        "woken: computed for 1 seconds"
+    );
+}

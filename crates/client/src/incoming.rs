@@ -45,6 +45,11 @@ impl Inner {
                             tracing::info!(upstream = %self.name, message = %params, "upstream log message");
                         }
                     }
+                    "notifications/tasks/status" => {
+                        if let Some(id) = params["taskId"].as_str() {
+                            self.follows.lock().wake(id);
+                        }
+                    }
                     "notifications/tools/list_changed" => {
                         self.tools_changed.send_modify(|n| *n += 1);
                     }

@@ -13,7 +13,9 @@
 //!   `notifications/cancelled`;
 //! - [`Client::call_tool_as_task`] sends a task-augmented `tools/call` and follows the task
 //!   the server creates to its result ([`TaskCall`]; [`Client::follow_task`] follows one made
-//!   earlier), polling at the server's `pollInterval` within [`Polling`]'s bounds;
+//!   earlier), polling at the server's `pollInterval` within [`Polling`]'s bounds (an
+//!   exponential backoff when it suggests none); a `notifications/tasks/status` of the task on
+//!   the session's GET stream makes it poll at once, but is never waited for;
 //! - [`Client::get_task`], [`Client::list_tasks`] (every page), [`Client::task_result`] and
 //!   [`Client::cancel_task`] are the task methods one by one, for tasks made by any
 //!   connection of the same principal; [`Client::offers_tasks`] and [`task_support`] say

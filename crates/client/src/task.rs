@@ -23,14 +23,15 @@ use crate::call::Steps;
 use crate::{CallEvent, Client, ClientError, HeaderName, HeaderValue, Inner, Step, CALL_EVENTS};
 
 /// How often a followed task is polled: the server's `pollInterval`, kept within
-/// `[min, max]`; `default` when the server suggests none.
+/// `[min, max]`; when the server suggests none, `default` first and then twice the last pause
+/// each time (an exponential backoff up to `max`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Polling {
     /// The shortest pause between two `tasks/get`.
     pub min: Duration,
     /// The longest pause between two `tasks/get`.
     pub max: Duration,
-    /// The pause when the server suggests none (then kept within the bounds too).
+    /// The first pause when the server suggests none (then kept within the bounds too).
     pub default: Duration,
 }
 
@@ -49,6 +50,22 @@ impl Polling {
     pub fn pause(&self, poll_interval_ms: Option<u64>) -> Duration {
         let wanted = poll_interval_ms.map_or(self.default, Duration::from_millis);
         wanted.clamp(self.min, self.max.max(self.min))
+    }
+
+    /// The pause after a `tasks/get` that suggested `poll_interval_ms`, when the last pause
+    /// was `last`: the suggestion within the bounds, or without one, twice `last` (the
+    /// default at first) up to `max`. `last` becomes the pause returned.
+    pub fn next_pause(
+        &self,
+        poll_interval_ms: Option<u64>,
+        last: &mut Option<Duration>,
+    ) -> Duration {
+        let pause = match (poll_interval_ms, *last) {
+            (None, Some(before)) => (before * 2).clamp(self.min, self.max.max(self.min)),
+            (suggested, _) => self.pause(suggested),
+        };
+        *last = Some(pause);
+        pause
     }
 }
 
@@ -78,9 +95,20 @@ pub fn task_support(tool: &Value) -> &str {
 pub(crate) struct Follows {
     by_token: std::collections::HashMap<String, mpsc::Sender<CallEvent>>,
     by_task: std::collections::HashMap<String, mpsc::Sender<CallEvent>>,
+    /// Wakes a followed task's poll loop (a status notification came for it).
+    wake: std::collections::HashMap<String, Arc<tokio::sync::Notify>>,
 }
 
 impl Follows {
+    /// A `notifications/tasks/status` for task `task_id` came: its follower polls now rather
+    /// than at the end of its pause (what the notification says is not taken as such: the poll
+    /// reads the task).
+    pub(crate) fn wake(&self, task_id: &str) {
+        if let Some(w) = self.wake.get(task_id) {
+            w.notify_one();
+        }
+    }
+
     pub(crate) fn of_token(&self, token: &str) -> Option<mpsc::Sender<CallEvent>> {
         self.by_token.get(token).cloned()
     }
@@ -319,17 +347,18 @@ impl TaskCall {
     }
 
     fn start(&mut self, task_id: String, tx: mpsc::Sender<CallEvent>, polling: Polling) {
-        self.inner
-            .follows
-            .lock()
-            .by_task
-            .insert(task_id.clone(), tx.clone());
+        let wake = Arc::new(tokio::sync::Notify::new());
+        {
+            let mut follows = self.inner.follows.lock();
+            follows.by_task.insert(task_id.clone(), tx.clone());
+            follows.wake.insert(task_id.clone(), wake.clone());
+        }
         let (done_tx, done_rx) = oneshot::channel();
         self.steps.result = done_rx;
         self.task_id = task_id.clone();
         let weak = Arc::downgrade(&self.inner);
         let driver = tokio::spawn(async move {
-            let outcome = drive(weak, &task_id, tx, polling).await;
+            let outcome = drive(weak, &task_id, tx, polling, &wake).await;
             let _ = done_tx.send(outcome);
         });
         self.driver = Some(driver.abort_handle());
@@ -390,6 +419,7 @@ impl Drop for TaskCall {
             follows.by_token.remove(t);
         }
         follows.by_task.remove(&self.task_id);
+        follows.wake.remove(&self.task_id);
     }
 }
 
@@ -399,8 +429,10 @@ async fn drive(
     task_id: &str,
     events: mpsc::Sender<CallEvent>,
     polling: Polling,
+    wake: &tokio::sync::Notify,
 ) -> Result<Value, ClientError> {
     let mut last: Option<(String, Option<String>)> = None;
+    let mut last_pause = None;
     loop {
         let inner = inner
             .upgrade()
@@ -432,9 +464,14 @@ async fn drive(
         }
         match status.as_str() {
             "working" => {
-                let pause = polling.pause(task["pollInterval"].as_u64());
+                let pause = polling.next_pause(task["pollInterval"].as_u64(), &mut last_pause);
                 drop(inner);
-                tokio::time::sleep(pause).await;
+                // A status notification of the task cuts the pause short (never awaited
+                // instead of polling: notifications may not come at all).
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    () = wake.notified() => last_pause = None,
+                }
             }
             "input_required" | "completed" | "failed" => {
                 let r = inner
@@ -491,6 +528,21 @@ mod tests {
             default: Duration::from_millis(1),
         };
         assert_eq!(odd.pause(None), Duration::from_millis(300));
+    }
+
+    #[test]
+    fn without_a_suggestion_the_pause_doubles_up_to_the_bound() {
+        let p = Polling {
+            min: Duration::from_millis(100),
+            max: Duration::from_millis(2_000),
+            default: Duration::from_millis(500),
+        };
+        let mut last = None;
+        let pauses: Vec<u128> = [None, None, None, None, Some(300), None]
+            .into_iter()
+            .map(|s| p.next_pause(s, &mut last).as_millis())
+            .collect();
+        assert_eq!(pauses, [500, 1_000, 2_000, 2_000, 300, 600]);
     }
 
     #[test]

@@ -63,6 +63,7 @@ impl StatelessClient {
         polling: Polling,
     ) -> Result<Value, ClientError> {
         let mut last: Option<(String, Option<String>)> = None;
+        let mut last_pause = None;
         let mut asked = HashSet::new();
         loop {
             let task = match self.get_task(task_id).await {
@@ -122,7 +123,8 @@ impl StatelessClient {
                     )))
                 }
             }
-            tokio::time::sleep(polling.pause(task["pollIntervalMs"].as_u64())).await;
+            let pause = polling.next_pause(task["pollIntervalMs"].as_u64(), &mut last_pause);
+            tokio::time::sleep(pause).await;
         }
     }
 }
