@@ -117,6 +117,15 @@ async fn an_elicitation_runs_as_the_client_s_task_and_its_result_resumes_the_too
             .contains("report.pdf"),
         "{r}"
     );
+    let metrics = taskmesh_testkit::metrics::metrics_of(&s.url, None).await;
+    for event in ["created", "completed"] {
+        let series = format!("taskmesh_client_tasks_total{{event=\"{event}\"}}");
+        assert_eq!(
+            taskmesh_testkit::metrics::sample(&metrics, &series),
+            Some(1.0),
+            "{series}: {metrics}"
+        );
+    }
 }
 
 #[tokio::test]

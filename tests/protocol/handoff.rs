@@ -10,9 +10,11 @@ use taskmesh_testkit::{Client, Server};
 
 use crate::{AUTH, TASKMESH};
 
-/// Hand-off after 300 ms, the result tool waiting at most 20 s.
+/// Hand-off after 300 ms, the result tool waiting at most 20 s; alice may read the metrics.
 fn config() -> String {
-    format!("{AUTH}\n[tasks]\nhandoff_after_ms = 300\nhandoff_wait_max_ms = 20000\n")
+    format!(
+        "[auth]\nstatus_principals = [\"alice\"]\n{AUTH}\n[tasks]\nhandoff_after_ms = 300\nhandoff_wait_max_ms = 20000\n"
+    )
 }
 
 fn names(list: &Value) -> Vec<String> {
@@ -131,6 +133,15 @@ async fn a_plain_call_that_outlasts_the_hand_off_is_followed_to_its_real_result(
     assert!(text(&result).contains("long"), "{result}");
     assert_ne!(result["isError"], true, "{result}");
     assert_eq!(speaker.status(&id).await, "completed");
+    // Two plain calls ran as tasks; one was handed off.
+    let metrics = taskmesh_testkit::metrics::metrics_of(&s.url, Some("alice-token-1")).await;
+    let value = |series: &str| taskmesh_testkit::metrics::sample(&metrics, series);
+    assert_eq!(
+        value("taskmesh_plain_calls_as_tasks_total"),
+        Some(2.0),
+        "{metrics}"
+    );
+    assert_eq!(value("taskmesh_handoffs_total"), Some(1.0), "{metrics}");
 
     // Bad arguments are refused.
     let r = alice

@@ -151,6 +151,7 @@ pub(crate) fn listing(gw: &Gateway, with_execution: bool, required_too: bool) ->
 /// The answer of a plain call of `tool` whose task `task` still runs after
 /// `tasks.handoff_after_ms`.
 pub(crate) fn handed_off(gw: &Gateway, tool: &str, task: &TaskView) -> Value {
+    crate::metrics::handed_off();
     let t = &gw.cfg.tasks;
     let text = format!(
         "The call of `{tool}` goes on in the background as task {id} ({status}). Do not call \

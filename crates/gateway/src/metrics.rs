@@ -134,6 +134,16 @@ pub(crate) fn refused(status: u16, cause: &'static str) {
     counter!(names::HTTP_REFUSALS, "status" => status.to_string(), "cause" => cause).increment(1);
 }
 
+/// Count a plain call run as a task for a client that does not speak tasks.
+pub(crate) fn plain_call_as_task() {
+    counter!(names::PLAIN_CALLS_AS_TASKS).increment(1);
+}
+
+/// Count a plain call answered with its task at the hand-off.
+pub(crate) fn handed_off() {
+    counter!(names::HANDOFFS).increment(1);
+}
+
 /// Count a task this gateway created.
 pub(crate) fn tasks_created() {
     CREATED.increment(1);

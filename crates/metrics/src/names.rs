@@ -95,6 +95,12 @@ pub const HTTP_CONNECTIONS: &str = "taskmesh_http_connections";
 pub const HTTP_CONNECTIONS_CLOSED: &str = "taskmesh_http_connections_closed_total";
 /// Whether the node is ready to serve (`GET /readyz`): 1 or 0.
 pub const READY: &str = "taskmesh_ready";
+/// Plain calls of clients that do not speak tasks run as tasks (`tasks.handoff_after_ms`).
+pub const PLAIN_CALLS_AS_TASKS: &str = "taskmesh_plain_calls_as_tasks_total";
+/// Of those, the ones still running at the hand-off, answered with their task.
+pub const HANDOFFS: &str = "taskmesh_handoffs_total";
+/// Requests run as the client's tasks: created, and ended by outcome.
+pub const CLIENT_TASKS: &str = "taskmesh_client_tasks_total";
 
 /// Which of the recorder's kinds a metric is.
 #[derive(Clone, Copy)]
@@ -148,6 +154,9 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
     (HTTP_CONNECTIONS, Gauge, None, "Connections open on the MCP listener"),
     (HTTP_CONNECTIONS_CLOSED, Counter, None, "Connections the MCP listener closed before serving a request, by cause"),
     (READY, Gauge, None, "1 when the node is ready to serve (GET /readyz), else 0"),
+    (PLAIN_CALLS_AS_TASKS, Counter, None, "Plain tools/call requests of clients that do not speak tasks that this node's gateway ran as tasks"),
+    (HANDOFFS, Counter, None, "Of those, the calls still running at tasks.handoff_after_ms, answered with their task"),
+    (CLIENT_TASKS, Counter, None, "Elicitation and sampling requests run as the client's tasks by executions on this node, by event (created, completed, failed, cancelled, lost)"),
 ];
 
 /// Describe every metric to the recorder (their help text and units).

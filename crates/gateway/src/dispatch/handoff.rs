@@ -40,6 +40,7 @@ pub(super) async fn call(
         Ok(created) => created,
         Err(e) => return err(&id, &e),
     };
+    crate::metrics::plain_call_as_task();
     let (gw2, tool) = (gw.clone(), name.to_string());
     let how = Follow {
         until: Some((

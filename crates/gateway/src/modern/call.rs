@@ -97,6 +97,7 @@ pub(super) async fn tools_call(
         };
         let created = gw.create_task(new).await?;
         if !declared.tasks {
+            crate::metrics::plain_call_as_task();
             return handoff::call(gw, principal, name, &created.task.task_id).await;
         }
         return Ok(Answer::Value(tasks::created(&created.task)));

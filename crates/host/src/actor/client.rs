@@ -68,6 +68,8 @@ impl Following {
                 o = follow(&actor, &task_id, &method, first_poll_ms, bounds) => o,
                 () = stopping.cancelled() => return,
             };
+            let (outcome, event) = outcome;
+            count(event);
             let _ = actor.cast(TaskMsg::ClientTaskEnded { key, outcome });
         });
         Following {
@@ -81,6 +83,12 @@ impl Following {
     pub(super) fn stop(self) {
         self.stop.cancel();
     }
+}
+
+/// Count a client task event (`created`, or how it ended).
+pub(super) fn count(event: &'static str) {
+    taskmesh_metrics::metrics::counter!(taskmesh_metrics::names::CLIENT_TASKS, "event" => event)
+        .increment(1);
 }
 
 /// The id of the client task in a client's answer to a task-augmented request, when it is a
@@ -124,14 +132,16 @@ async fn ask(
     }
 }
 
-/// Poll the client's task `task_id` until it ends; its result, or why there is none.
+/// Poll the client's task `task_id` until it ends; its result, or why there is none, with how
+/// it ended (`completed`, `failed`, `cancelled` or `lost`, for the metrics).
 async fn follow(
     actor: &ActorRef<TaskMsg>,
     task_id: &str,
     method: &str,
     first_poll_ms: Option<u64>,
     bounds: Bounds,
-) -> ToolResult {
+) -> (ToolResult, &'static str) {
+    let lost_on = |e| (Err(lost(task_id, method, e)), "lost");
     let pause = |ms: Option<u64>| {
         ms.map_or(bounds.max, Duration::from_millis)
             .clamp(bounds.min, bounds.max)
@@ -139,9 +149,10 @@ async fn follow(
     let mut next = pause(first_poll_ms);
     loop {
         tokio::time::sleep(next).await;
-        let task = ask(actor, "tasks/get", task_id, bounds)
-            .await
-            .map_err(|e| lost(task_id, method, e))?;
+        let task = match ask(actor, "tasks/get", task_id, bounds).await {
+            Ok(t) => t,
+            Err(e) => return lost_on(e),
+        };
         let status = task.get("status").and_then(Value::as_str).unwrap_or("");
         let said = task
             .get("statusMessage")
@@ -160,25 +171,29 @@ async fn follow(
                     Err(e) => format!(" ({})", e.message),
                     Ok(_) => String::new(),
                 };
-                return Err(ErrorObject::internal(format!(
+                let e = ErrorObject::internal(format!(
                     "the client's task {task_id} for {method} ended failed{said}{why}"
-                )));
+                ));
+                return (Err(e), "failed");
             }
             "cancelled" => {
-                return Err(ErrorObject::internal(format!(
+                let e = ErrorObject::internal(format!(
                     "the client's task {task_id} for {method} ended cancelled{said}"
-                )))
+                ));
+                return (Err(e), "cancelled");
             }
             other => {
-                return Err(ErrorObject::internal(format!(
+                let e = ErrorObject::internal(format!(
                     "the client's task {task_id} for {method} has an unknown status '{other}'"
-                )))
+                ));
+                return (Err(e), "lost");
             }
         }
     }
-    ask(actor, "tasks/result", task_id, bounds)
-        .await
-        .map_err(|e| lost(task_id, method, e))
+    match ask(actor, "tasks/result", task_id, bounds).await {
+        Ok(answer) => (Ok(answer), "completed"),
+        Err(e) => lost_on(e),
+    }
 }
 
 /// The error of a request about the client's task that got no answer.

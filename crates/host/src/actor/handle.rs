@@ -289,6 +289,7 @@ pub(super) async fn handle_msg(
                         method: method.to_string(),
                         task_id: client_id,
                     };
+                    client::count("created");
                     if record_client_task(&myself, st, Some(&client_task)).await {
                         follow(&myself, st, client_task, reply, first_poll);
                     }
