@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ractor::ActorRef;
 use taskmesh_mcp::ServerRequestId;
-use taskmesh_task::{Applied, Command};
+use taskmesh_task::{Applied, Command, Rejection};
 
 use super::{AfterWrite, Carrier, Pending, State, TaskMsg};
 use crate::{now_ms, now_us, HostEvent, Stamped};
@@ -75,6 +75,14 @@ pub(super) async fn write(myself: &ActorRef<TaskMsg>, st: &mut State, retry: boo
             }
             Ok(other) => {
                 tracing::debug!(task_id = %st.task_id, result = ?other, "write rejected; stopping");
+                // A task that ended (terminal, or gone) ended for whatever the tool left running
+                // elsewhere too (an upstream's task); a newer term only takes the execution over.
+                if matches!(
+                    other,
+                    Applied::Rejected(Rejection::Terminal(_) | Rejection::NotFound)
+                ) {
+                    st.ended.cancel();
+                }
                 st.cancel.cancel();
                 myself.stop(None);
                 return;
