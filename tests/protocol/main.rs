@@ -20,6 +20,7 @@ mod resume;
 mod session;
 mod tasks;
 mod tls;
+mod workers;
 
 /// The server executable under test.
 const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");

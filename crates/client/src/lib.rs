@@ -79,6 +79,7 @@ mod stateless;
 mod stdio;
 mod task;
 pub mod wire;
+pub mod worker;
 
 use call::Steps;
 pub use call::{Step, ToolCall};

@@ -210,7 +210,26 @@ pub(crate) async fn front(
             "Forbidden: Origin not allowed",
         ));
     }
+    if crate::workers::is_worker_token(gw, headers.get(header::AUTHORIZATION)) {
+        metrics::refused(403, "worker_credential");
+        return Err(plain(
+            StatusCode::FORBIDDEN,
+            "Forbidden: a worker credential cannot act as a client",
+        ));
+    }
     let identity = authenticate(gw, peer, headers).await?;
+    if gw
+        .auth
+        .has_issuers()
+        .then(|| gw.router.host().worker_settings().scope.as_str())
+        .is_some_and(|scope| identity.grants(scope))
+    {
+        metrics::refused(403, "worker_credential");
+        return Err(plain(
+            StatusCode::FORBIDDEN,
+            "Forbidden: a token with the worker scope cannot act as a client",
+        ));
+    }
     if !gw.limits.allow_request(&identity.principal) {
         metrics::refused(429, "request_rate");
         return Err(too_many(

@@ -34,10 +34,14 @@ use crate::{metrics, relay, slots, status, wire, Gateway};
 pub use crate::modern::VERSION_HEADER;
 pub use crate::session::SESSION_HEADER;
 
-/// The axum router serving `/mcp`.
+/// The axum router serving `/mcp`, the status endpoints and the worker API (its JSON mirror
+/// under `/worker/v1/` and its gRPC service).
 pub fn router(gw: Arc<Gateway>) -> axum::Router {
     let limit = gw.cfg.http.max_body_bytes;
-    let mut routes = axum::Router::new();
+    let mut routes = crate::workers::mirror::routes().route_service(
+        "/taskmesh.v1.WorkerService/{method}",
+        crate::workers::service(gw.clone()),
+    );
     for path in gw.auth.metadata_paths() {
         routes = routes.route(&path, axum::routing::get(handle_resource_metadata));
     }

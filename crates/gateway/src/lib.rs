@@ -34,6 +34,7 @@ mod slots;
 mod spans;
 mod status;
 pub mod wire;
+pub mod workers;
 
 use std::collections::HashMap;
 use std::sync::Arc;

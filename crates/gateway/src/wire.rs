@@ -118,7 +118,11 @@ pub fn host_error(e: &HostError) -> ErrorObject {
             INVALID_PARAMS,
             format!("Cannot cancel task: already in terminal status '{s}'"),
         ),
-        HostError::Capacity { .. } => ErrorObject::new(CAPACITY_EXCEEDED, e.to_string()),
+        HostError::Capacity { .. } | HostError::QueueFull(_) => {
+            ErrorObject::new(CAPACITY_EXCEEDED, e.to_string())
+        }
+        // Only a worker's call presents a lease; an MCP request never meets this.
+        HostError::StaleLease => ErrorObject::new(INVALID_PARAMS, e.to_string()),
         // Only these two are known to have changed nothing.
         HostError::NotLeader { .. } | HostError::Unavailable(_) => ErrorObject::new(
             INTERNAL_ERROR,

@@ -196,6 +196,7 @@ impl TaskSettings {
             expiry_batch: 512,
             attach_buffer: 64,
             event_buffer: 8_192,
+            workers: crate::WorkerSettings::default(),
         }
     }
 }
@@ -216,6 +217,8 @@ pub struct HostConfig {
     pub attach_buffer: usize,
     /// Capacity of the host's event channel.
     pub event_buffer: usize,
+    /// `[workers]`: leases, polls, queues and worker credentials.
+    pub workers: crate::WorkerSettings,
 }
 
 impl Default for HostConfig {

@@ -23,6 +23,20 @@ impl Host {
             let name = &new.request.tool;
             HostError::Misconfigured(format!("tool '{name}' is not served by this node"))
         })?;
+        let worker = tool.runs_on_workers().then(|| taskmesh_task::WorkerJob {
+            rerun: tool.spec().resume == taskmesh_tools::ResumePolicy::Rerun,
+            attempts: 0,
+            lease: None,
+        });
+        if worker.is_some() {
+            let limit = self.inner.workers.settings.max_queued_per_tool;
+            if self.inner.workers.queued(&new.request.tool) >= limit {
+                return Err(HostError::QueueFull(format!(
+                    "{limit} tasks of tool '{}' wait for a worker (workers.max_queued_per_tool); retry later",
+                    new.request.tool
+                )));
+            }
+        }
         // Reserve a live-task slot before anything is written.
         self.take_slot(&new.owner, true)?;
         // From here until its actor runs the task is this create's: the reconciler leaves it
@@ -48,6 +62,7 @@ impl Host {
             updated_index: 0,
             upstream_task: None,
             client_task: None,
+            worker,
         };
         let applied = shard.propose(Command::Create { record }).await;
         match applied {

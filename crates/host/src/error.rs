@@ -40,6 +40,16 @@ pub enum HostError {
     /// the task id). Nothing changed.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// A worker's lease is not the task's current one (it ran out, or the task was leased again
+    /// since), or is another worker identity's. Nothing changed.
+    #[error(
+        "the lease is not the task's current one: it ran out, or the task was leased again since"
+    )]
+    StaleLease,
+    /// As many tasks of the tool wait for a worker as `workers.max_queued_per_tool` allows; the
+    /// text says which tool. Nothing changed.
+    #[error("{0}")]
+    QueueFull(String),
     /// This node's configuration does not fit the request (a tool it does not serve, a shard
     /// outside its cluster). Nothing changed; an operator must act.
     #[error("misconfigured: {0}")]

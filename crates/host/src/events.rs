@@ -215,6 +215,7 @@ pub(crate) fn spawn_housekeeping(host: &Host) -> tokio::task::JoinHandle<()> {
             };
             if sweep {
                 sweep_expired(&host, &sweeping);
+                host.sweep_idle_workers();
             } else {
                 nudge_reconcilers(&host);
             }
@@ -407,9 +408,27 @@ async fn take_over(host: &Host, shard: &ShardReplica, task_id: &str, term: u64) 
     if record.status.is_terminal() {
         return TakenOver::Nothing;
     }
-    let tool = host.inner.tools.get(&record.request.tool);
+    let tool = match &record.worker {
+        // Its execution waits for a worker whether or not one serves the tool now.
+        Some(job) => Some(
+            host.inner
+                .tools
+                .get(&record.request.tool)
+                .filter(|t| t.runs_on_workers())
+                .unwrap_or_else(|| crate::workers::placeholder(&record.request.tool, job.rerun)),
+        ),
+        None => host.inner.tools.get(&record.request.tool),
+    };
     let policy = tool.as_ref().map(|t| t.spec().resume);
     let cmd = match policy {
+        // A worker runs it: a held lease stays held (the new execution watches its deadline),
+        // a queued task is queued here again; the resume policy applies when a lease runs out.
+        Some(_) if record.worker.is_some() => Command::Resume {
+            task_id: record.task_id.clone(),
+            term,
+            message: record.status_message.clone(),
+            at_ms: now_ms(),
+        },
         // The upstream runs the call as its own task: follow it again, whatever the policy
         // (nothing runs twice).
         Some(_) if record.upstream_task.is_some() => Command::Resume {

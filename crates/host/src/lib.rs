@@ -27,6 +27,7 @@ mod reads;
 mod shards;
 mod slots;
 mod types;
+pub mod workers;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -45,6 +46,7 @@ pub use error::HostError;
 pub use ops::{Answer, Op, Operation};
 pub use taskmesh_shard::Quiet;
 pub use types::{Attachment, Created, Ended, HostEvent, NewTask, ShardStatus, Stamped, TaskRead};
+pub use workers::{WorkerError, WorkerInfo, WorkerSettings};
 
 use shards::Hosted;
 
@@ -70,6 +72,8 @@ pub(crate) struct Inner {
     pub(crate) events: broadcast::Sender<HostEvent>,
     /// (minute, reads of other principals' tasks in it), for their audit's rate limit.
     pub(crate) foreign_lookups: Mutex<(u64, u64)>,
+    /// The worker registrations of this node and the queues of its worker tasks.
+    pub(crate) workers: workers::Workers,
 }
 
 /// How often `stop_all` checks whether every stopped actor has finished.
@@ -86,6 +90,7 @@ impl Host {
     /// [`Host::add_shard`]). Call [`Host::start`] to begin serving.
     pub fn new(cfg: HostConfig, tools: Arc<ToolRegistry>, shard_count: u32) -> Self {
         let (events, _) = broadcast::channel(cfg.event_buffer.max(16));
+        let cfg_workers = cfg.workers.clone();
         let slots = slots::Slots::new(
             cfg.tasks.max_live_tasks,
             cfg.tasks.max_live_tasks_per_principal,
@@ -103,6 +108,7 @@ impl Host {
                 waiters: Mutex::new(HashMap::new()),
                 events,
                 foreign_lookups: Mutex::new((0, 0)),
+                workers: workers::Workers::new(cfg_workers),
             }),
         }
     }

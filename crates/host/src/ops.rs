@@ -17,7 +17,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use taskmesh_mcp::ErrorObject;
-use taskmesh_task::{shard_of, TaskRecord, TaskView};
+use taskmesh_task::{shard_of, TaskRecord, TaskStatus, TaskView};
+use taskmesh_tools::ToolResult;
+
+pub use crate::workers::{LeaseAsk, LeaseBeat, LeaseComplete, LeaseRef, Renewed};
 
 use crate::{Created, Host, HostError, NewTask};
 
@@ -63,6 +66,12 @@ pub enum Op {
     Export(Export),
     /// See [`Import`].
     Import(Import),
+    /// See [`LeaseBeat`].
+    LeaseBeat(LeaseBeat),
+    /// See [`LeaseComplete`].
+    LeaseComplete(LeaseComplete),
+    /// See [`LeaseAsk`].
+    LeaseAsk(LeaseAsk),
 }
 
 /// What a leader answers to an [`Op`]: the variant of the same name.
@@ -86,6 +95,12 @@ pub enum Answer {
     Export(ExportedPage),
     /// To [`Op::Import`]: how many records were inserted.
     Import(u64),
+    /// To [`Op::LeaseBeat`].
+    LeaseBeat(Renewed),
+    /// To [`Op::LeaseComplete`]: the status the task ended in.
+    LeaseComplete(TaskStatus),
+    /// To [`Op::LeaseAsk`]: the client's answer, or the error the request got.
+    LeaseAsk(ToolResult),
 }
 
 impl Op {
@@ -101,6 +116,9 @@ impl Op {
             Op::Members(_) => "members",
             Op::Export(_) => "export",
             Op::Import(_) => "import",
+            Op::LeaseBeat(_) => "lease_beat",
+            Op::LeaseComplete(_) => "lease_complete",
+            Op::LeaseAsk(_) => "lease_ask",
         }
     }
 }
@@ -142,6 +160,9 @@ impl Host {
                 Answer::Export(ExportedPage { records, last })
             }
             Op::Import(i) => Answer::Import(self.import(shard, i.records).await?),
+            Op::LeaseBeat(b) => Answer::LeaseBeat(self.lease_beat(shard, b).await?),
+            Op::LeaseComplete(c) => Answer::LeaseComplete(self.lease_complete(shard, c).await?),
+            Op::LeaseAsk(a) => Answer::LeaseAsk(self.lease_ask(shard, a).await?),
         })
     }
 }
@@ -351,3 +372,6 @@ operation!(Pending as Pending => Vec<Arc<Vec<u8>>>, |o, n| task_shard(&o.task_id
 operation!(Members as Members => GroupMembers, |o, n| existing_shard(o.shard, n));
 operation!(Export as Export => ExportedPage, |o, n| existing_shard(o.shard, n));
 operation!(Import as Import => u64, |o, n| o.checked_shard(n));
+operation!(LeaseBeat as LeaseBeat => Renewed, |o, n| task_shard(&o.lease.task_id, n));
+operation!(LeaseComplete as LeaseComplete => TaskStatus, |o, n| task_shard(&o.lease.task_id, n));
+operation!(LeaseAsk as LeaseAsk => ToolResult, |o, n| task_shard(&o.lease.task_id, n));

@@ -101,6 +101,15 @@ pub const PLAIN_CALLS_AS_TASKS: &str = "taskmesh_plain_calls_as_tasks_total";
 pub const HANDOFFS: &str = "taskmesh_handoffs_total";
 /// Requests run as the client's tasks: created, and ended by outcome.
 pub const CLIENT_TASKS: &str = "taskmesh_client_tasks_total";
+/// Tasks waiting for a worker in this node's queues, by `tool`.
+pub const WORKER_QUEUED: &str = "taskmesh_worker_queued_tasks";
+/// Worker lease events, by `tool` and `event` (`granted`, `expired`, `completed`,
+/// `stale_refused`).
+pub const WORKER_LEASES: &str = "taskmesh_worker_leases_total";
+/// From a task's queueing to its lease being written, by `tool`.
+pub const WORKER_DISPATCH: &str = "taskmesh_worker_dispatch_seconds";
+/// Live worker registrations on this node.
+pub const WORKERS_LIVE: &str = "taskmesh_workers_live";
 
 /// Which of the recorder's kinds a metric is.
 #[derive(Clone, Copy)]
@@ -156,6 +165,10 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
     (READY, Gauge, None, "1 when the node is ready to serve (GET /readyz), else 0"),
     (PLAIN_CALLS_AS_TASKS, Counter, None, "Plain tools/call requests of clients that do not speak tasks that this node's gateway ran as tasks"),
     (HANDOFFS, Counter, None, "Of those, the calls still running at tasks.handoff_after_ms, answered with their task"),
+    (WORKER_QUEUED, Gauge, None, "Tasks waiting for a worker in the queues of the shards this node leads, by tool"),
+    (WORKER_LEASES, Counter, None, "Worker lease events on shards this node led, by tool and event (granted, expired, completed, stale_refused)"),
+    (WORKER_DISPATCH, Histogram, Some(Unit::Seconds), "From a task's queueing to its lease being written, by tool"),
+    (WORKERS_LIVE, Gauge, None, "Live worker registrations on this node"),
     (CLIENT_TASKS, Counter, None, "Elicitation and sampling requests run as the client's tasks by executions on this node, by event (created, completed, failed, cancelled, lost)"),
 ];
 

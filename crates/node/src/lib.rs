@@ -135,7 +135,11 @@ pub async fn serve(
     }
     let stop_upstreams = CancellationToken::new();
     let upstreams = start_upstreams(&cfg, &tools, &stop_upstreams).await;
-    let host = Host::new(cfg.tasks.host_config(cfg.node_id), tools, cfg.shards);
+    let host_cfg = taskmesh_host::HostConfig {
+        workers: cfg.workers.clone(),
+        ..cfg.tasks.host_config(cfg.node_id)
+    };
+    let host = Host::new(host_cfg, tools, cfg.shards);
     // This node's SSE streams, served to the other nodes for reconnections that reach them.
     let gw_cfg = cfg.gateway_config(session_secret(&cfg, &data_dir)?);
     let hub = taskmesh_gateway::resume::Hub::new(cfg.node_id, gw_cfg.stream_settings());

@@ -100,7 +100,10 @@ impl v1::TaskError {
             v1::TaskErrorKind::Terminal | v1::TaskErrorKind::NotLeader => {
                 tonic::Code::FailedPrecondition
             }
-            v1::TaskErrorKind::Capacity => tonic::Code::ResourceExhausted,
+            v1::TaskErrorKind::Capacity | v1::TaskErrorKind::QueueFull => {
+                tonic::Code::ResourceExhausted
+            }
+            v1::TaskErrorKind::StaleLease => tonic::Code::FailedPrecondition,
             v1::TaskErrorKind::Invalid => tonic::Code::InvalidArgument,
             v1::TaskErrorKind::Misconfigured => tonic::Code::FailedPrecondition,
             v1::TaskErrorKind::Internal => tonic::Code::Internal,

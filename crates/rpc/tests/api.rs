@@ -54,6 +54,7 @@ fn sample_record(task_id: &str, owner: &str) -> TaskRecord {
         updated_index: 42,
         upstream_task: None,
         client_task: None,
+        worker: None,
     }
 }
 

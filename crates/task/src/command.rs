@@ -97,6 +97,63 @@ pub enum Command {
         /// When it changed; `last_updated_at_ms` never moves back before it.
         at_ms: u64,
     },
+    /// The worker execution of `term` grants `lease` on a worker task that waits for one
+    /// (see [`crate::worker`]): the record's `attempts` becomes the lease's attempt.
+    Grant {
+        /// The task leased.
+        task_id: TaskId,
+        /// Execution term of the proposer; rejected if older than the record's `exec_term`.
+        term: u64,
+        /// The lease granted; its attempt must be the record's `attempts` + 1.
+        lease: crate::Lease,
+        /// When it was granted; `last_updated_at_ms` never moves back before it.
+        at_ms: u64,
+    },
+    /// A worker's heartbeat: the lease with `token`, live at `at_ms`, runs until `deadline_ms`
+    /// (never earlier than it did), and the status message becomes `message` when given.
+    Renew {
+        /// The leased task.
+        task_id: TaskId,
+        /// The lease's token; any other (or a lease past its deadline) is rejected.
+        token: String,
+        /// The new deadline, in ms since the Unix epoch.
+        deadline_ms: u64,
+        /// A new status message; `None` keeps the current one.
+        message: Option<String>,
+        /// When the heartbeat arrived, on the proposer's clock.
+        at_ms: u64,
+    },
+    /// A worker completes its leased task: `completed` or `failed` with the outcome, once. The
+    /// lease with `token` must be the record's and live at `at_ms`.
+    Complete {
+        /// The leased task.
+        task_id: TaskId,
+        /// The lease's token; any other (or a lease past its deadline) is rejected.
+        token: String,
+        /// `completed` or `failed`.
+        status: TaskStatus,
+        /// The final status message; `None` clears it.
+        message: Option<String>,
+        /// What the worker's call produced.
+        outcome: Outcome,
+        /// When the completion arrived, on the proposer's clock.
+        at_ms: u64,
+    },
+    /// The worker execution of `term` takes back the lease with `token`, whose deadline has
+    /// passed at `at_ms` (a renewal applied first makes this a rejection): the task waits for a
+    /// worker again, or is finished by the resume policy after.
+    Release {
+        /// The leased task.
+        task_id: TaskId,
+        /// Execution term of the proposer; rejected if older than the record's `exec_term`.
+        term: u64,
+        /// The token of the lease that ran out.
+        token: String,
+        /// The new status message; `None` clears it.
+        message: Option<String>,
+        /// When the lease was found run out; after its deadline.
+        at_ms: u64,
+    },
     /// Restore records from a backup (`taskmesh restore`): each record whose task id the shard
     /// does not hold is inserted as it was backed up, except that a live one's `exec_term` is
     /// reset to 0 so that this shard's leader takes its execution over (by the tool's resume
@@ -125,7 +182,11 @@ impl Command {
             | Command::Cancel { task_id, .. }
             | Command::Resume { task_id, .. }
             | Command::Follow { task_id, .. }
-            | Command::FollowClient { task_id, .. } => Some(task_id),
+            | Command::FollowClient { task_id, .. }
+            | Command::Grant { task_id, .. }
+            | Command::Renew { task_id, .. }
+            | Command::Complete { task_id, .. }
+            | Command::Release { task_id, .. } => Some(task_id),
             Command::Expire { .. } | Command::Import { .. } => None,
         }
     }
@@ -149,6 +210,11 @@ pub enum Rejection {
         /// The record's `exec_term`.
         current: u64,
     },
+    /// A lease command whose token is not the task's current lease, or whose lease is past its
+    /// deadline (a completion or renewal), or not yet (a release); or a grant on a task that
+    /// is leased already.
+    #[error("the lease is not the task's current one, or it has run out")]
+    StaleLease,
     /// The lifecycle does not allow the change (a create not in `working`, a terminal status
     /// through `SetStatus`, a `Finish` that is neither `completed` nor `failed`).
     #[error("invalid transition: {0}")]
@@ -195,6 +261,10 @@ impl std::fmt::Display for Command {
             Command::Resume { .. } => "resume",
             Command::Follow { .. } => "follow",
             Command::FollowClient { .. } => "follow_client",
+            Command::Grant { .. } => "grant",
+            Command::Renew { .. } => "renew",
+            Command::Complete { .. } => "complete",
+            Command::Release { .. } => "release",
             Command::Expire { task_ids, .. } => {
                 return write!(f, "expire({} tasks)", task_ids.len());
             }

@@ -11,11 +11,13 @@ pub mod command;
 pub mod record;
 pub mod state;
 pub mod status;
+pub mod worker;
 
 pub use command::{Applied, Command, Rejection};
 pub use record::{ClientCaps, ClientTask, Outcome, TaskRecord, TaskView, ToolRequest};
 pub use state::ShardState;
 pub use status::TaskStatus;
+pub use worker::{Lease, WorkerJob};
 
 /// A task id: at least 128 bits from the OS CSPRNG, rendered as lowercase hex.
 pub type TaskId = String;

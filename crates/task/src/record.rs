@@ -153,6 +153,10 @@ pub struct TaskRecord {
     /// The client task the execution waits on, while it waits ([`crate::Command::FollowClient`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_task: Option<ClientTask>,
+    /// Set when a worker runs the task's work ([`crate::worker`]): its resume policy, attempts
+    /// and current lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<crate::WorkerJob>,
 }
 
 impl TaskRecord {
@@ -256,6 +260,7 @@ impl TaskRecord {
             updated_index: 0,
             upstream_task: None,
             client_task: None,
+            worker: None,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::{Applied, Command, Rejection, TaskId, TaskRecord, TaskStatus};
+use crate::{worker, Applied, Command, Rejection, TaskId, TaskRecord, TaskStatus};
 
 /// The task records of one shard, indexed by owner, expiry and liveness.
 #[derive(Debug, Default, Clone)]
@@ -259,6 +259,89 @@ impl ShardState {
                 r.client_task = client_task.clone();
                 r.status_message = message.clone();
             }),
+            Command::Grant {
+                task_id,
+                term,
+                lease,
+                at_ms,
+            } => {
+                if let Some(Err(e)) = self.lease_check(task_id, |r| worker::check_grant(r, lease)) {
+                    return Applied::Rejected(e);
+                }
+                self.update(task_id, Some(*term), index, *at_ms, |r| {
+                    if let Some(job) = r.worker.as_mut() {
+                        job.attempts = lease.attempt;
+                        job.lease = Some(lease.clone());
+                    }
+                })
+            }
+            Command::Renew {
+                task_id,
+                token,
+                deadline_ms,
+                message,
+                at_ms,
+            } => {
+                if let Some(Err(e)) = self.lease_check(task_id, |r| {
+                    worker::live_lease(r, token, *at_ms).map(|_| ())
+                }) {
+                    return Applied::Rejected(e);
+                }
+                self.update(task_id, None, index, *at_ms, |r| {
+                    if let Some(l) = r.worker.as_mut().and_then(|w| w.lease.as_mut()) {
+                        l.deadline_ms = l.deadline_ms.max(*deadline_ms);
+                    }
+                    if let Some(m) = message {
+                        r.status_message = Some(m.clone());
+                    }
+                })
+            }
+            Command::Complete {
+                task_id,
+                token,
+                status,
+                message,
+                outcome,
+                at_ms,
+            } => {
+                if !matches!(status, TaskStatus::Completed | TaskStatus::Failed) {
+                    return Applied::Rejected(Rejection::Invalid(
+                        "a completion ends in completed or failed".into(),
+                    ));
+                }
+                if let Some(Err(e)) = self.lease_check(task_id, |r| {
+                    worker::live_lease(r, token, *at_ms).map(|_| ())
+                }) {
+                    return Applied::Rejected(e);
+                }
+                self.update(task_id, None, index, *at_ms, |r| {
+                    r.status = *status;
+                    r.status_message = message.clone();
+                    r.outcome = Some(outcome.clone());
+                    if let Some(w) = r.worker.as_mut() {
+                        w.lease = None;
+                    }
+                })
+            }
+            Command::Release {
+                task_id,
+                term,
+                token,
+                message,
+                at_ms,
+            } => {
+                if let Some(Err(e)) =
+                    self.lease_check(task_id, |r| worker::check_release(r, token, *at_ms))
+                {
+                    return Applied::Rejected(e);
+                }
+                self.update(task_id, Some(*term), index, *at_ms, |r| {
+                    if let Some(w) = r.worker.as_mut() {
+                        w.lease = None;
+                    }
+                    r.status_message = message.clone();
+                })
+            }
             Command::Import { records } => {
                 let mut inserted = Vec::new();
                 for record in records {
@@ -286,6 +369,19 @@ impl ShardState {
                 Applied::Expired { task_ids: gone }
             }
         }
+    }
+
+    /// `check` of the live record `task_id`, if there is one: a missing or terminal record is
+    /// left to [`ShardState::update`] to reject.
+    fn lease_check(
+        &self,
+        task_id: &str,
+        check: impl FnOnce(&TaskRecord) -> Result<(), Rejection>,
+    ) -> Option<Result<(), Rejection>> {
+        self.tasks
+            .get(task_id)
+            .filter(|r| !r.status.is_terminal())
+            .map(check)
     }
 
     /// Change a live record, made at `at_ms` (its `last_updated_at_ms` never moves backwards).

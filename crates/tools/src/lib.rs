@@ -235,6 +235,12 @@ pub trait Tool: Send + Sync {
     fn reruns_for_input(&self) -> bool {
         true
     }
+    /// Whether the tool's work is run by workers that pull it (the worker API): its calls are
+    /// always tasks, whose executions wait for a worker's lease rather than call
+    /// [`Tool::call`]. False by default.
+    fn runs_on_workers(&self) -> bool {
+        false
+    }
     /// The questions to settle before a task of this tool is created (protocol 2026-07-28 with
     /// the tasks extension: `inputRequests` rounds on `tools/call`, then the task, whose
     /// execution gets the answers in [`ToolContext::answers`]). Elsewhere the tool asks them as

@@ -87,6 +87,25 @@ impl Identity {
     fn has(&self, scope: &str) -> bool {
         self.scopes.as_ref().is_none_or(|s| s.contains(scope))
     }
+
+    /// Whether the caller's access token grants `scope` by name (a static token, which holds
+    /// every scope implicitly, does not).
+    pub fn grants(&self, scope: &str) -> bool {
+        self.scopes.as_ref().is_some_and(|s| s.contains(scope))
+    }
+}
+
+/// The token of an `Authorization: Bearer` value (the scheme case-insensitive), if any.
+pub fn bearer_token(header: Option<&HeaderValue>) -> Option<&str> {
+    header
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let scheme = v.get(..BEARER.len())?;
+            scheme
+                .eq_ignore_ascii_case(BEARER)
+                .then(|| v[BEARER.len()..].trim())
+        })
+        .filter(|t| !t.is_empty())
 }
 
 /// Why a request was not authenticated.
@@ -212,6 +231,16 @@ impl Authenticator {
         }
     }
 
+    /// Whether `token` is one of the static client tokens of `[auth.tokens]`.
+    pub fn is_client_token(&self, token: &str) -> bool {
+        self.tokens.contains_key(token)
+    }
+
+    /// Whether access tokens of some issuer are accepted (JWTs or introspected).
+    pub fn has_issuers(&self) -> bool {
+        !self.issuers.is_empty()
+    }
+
     /// Whether requests must carry a token (any kind is configured).
     pub fn enabled(&self) -> bool {
         !self.tokens.is_empty() || !self.issuers.is_empty()
@@ -222,16 +251,7 @@ impl Authenticator {
         if !self.enabled() {
             return Ok(Identity::unrestricted("anonymous"));
         }
-        let token = header
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let scheme = v.get(..BEARER.len())?;
-                scheme
-                    .eq_ignore_ascii_case(BEARER)
-                    .then(|| v[BEARER.len()..].trim())
-            })
-            .filter(|t| !t.is_empty())
-            .ok_or(Refusal::Missing)?;
+        let token = bearer_token(header).ok_or(Refusal::Missing)?;
         if let Some(principal) = self.tokens.get(token) {
             return Ok(Identity::unrestricted(principal.clone()));
         }

@@ -20,9 +20,11 @@ pub(super) fn applies(gw: &Gateway, cx: &Cx) -> bool {
     gw.cfg.tasks.handoff_after_ms > 0 && !cx.speaks_tasks()
 }
 
-/// A plain call of `name` handed off: the task is created, and the request follows it until it
-/// ends or `tasks.handoff_after_ms` passes. A `notifications/cancelled` of the request cancels
-/// the task; a client that goes away leaves it running.
+/// A plain call of `name` run as a task: the task is created, and the request follows it until
+/// it ends or, when `hand_off`, `tasks.handoff_after_ms` passes (a worker tool's plain call
+/// from a client that speaks tasks waits for the end). A `notifications/cancelled` of the
+/// request cancels the task; a client that goes away leaves it running.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn call(
     gw: &Arc<Gateway>,
     cx: &Cx,
@@ -31,6 +33,7 @@ pub(super) async fn call(
     args: Map<String, Value>,
     progress_token: Option<Value>,
     client: ClientCaps,
+    hand_off: bool,
 ) -> Reply {
     let new = match super::tools::new_task(cx, name, args, None, progress_token, client) {
         Ok(n) => n,
@@ -43,10 +46,12 @@ pub(super) async fn call(
     crate::metrics::plain_call_as_task();
     let (gw2, tool) = (gw.clone(), name.to_string());
     let how = Follow {
-        until: Some((
-            Duration::from_millis(gw.cfg.tasks.handoff_after_ms),
-            Box::new(move |task: &TaskView| shared::handed_off(&gw2, &tool, task)),
-        )),
+        until: hand_off.then(|| {
+            let at = Duration::from_millis(gw.cfg.tasks.handoff_after_ms);
+            let still: super::tasks::Still =
+                Box::new(move |task: &TaskView| shared::handed_off(&gw2, &tool, task));
+            (at, still)
+        }),
         cancels_task: true,
         is_result: false,
     };

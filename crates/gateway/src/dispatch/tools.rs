@@ -179,7 +179,11 @@ pub(super) async fn tools_call(
     let plain = task.is_none() || !cx.tasks_enabled();
     if handoff && plain && crate::handoff::hands_off(support, !cx.tasks_enabled()) {
         // A client that does not speak tasks: the call runs as a task it can be handed.
-        return handoff::call(gw, cx, id, name, args, progress_token, client).await;
+        return handoff::call(gw, cx, id, name, args, progress_token, client, true).await;
+    }
+    if tool.runs_on_workers() && (plain || support == TaskSupport::Forbidden) {
+        // Workers run it only as a task: a plain call runs one and answers at its end.
+        return handoff::call(gw, cx, id, name, args, progress_token, client, false).await;
     }
     if !cx.tasks_enabled() {
         // Older protocol versions: a plain tools server; `task` is ignored.

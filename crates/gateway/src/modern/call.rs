@@ -56,8 +56,11 @@ pub(super) async fn tools_call(
     })?;
     tool.validate(&args)?;
     let support = tool.spec().task_support;
-    let handed_off = handoff && crate::handoff::hands_off(support, false);
-    if (declared.tasks && support != TaskSupport::Forbidden) || handed_off {
+    let as_task = declared.tasks && support != TaskSupport::Forbidden;
+    // Workers run a tool only as a task: a plain call of one runs a task it is handed.
+    let worker = tool.runs_on_workers() && !as_task;
+    let handed_off = (handoff && crate::handoff::hands_off(support, false)) || worker;
+    if as_task || handed_off {
         // The questions to settle first, in rounds, before the task is made with their answers.
         let first = tool.ask_first();
         let mut answers_json = None;
@@ -96,7 +99,7 @@ pub(super) async fn tools_call(
             },
         };
         let created = gw.create_task(new).await?;
-        if !declared.tasks {
+        if !as_task {
             crate::metrics::plain_call_as_task();
             return handoff::call(gw, principal, name, &created.task.task_id).await;
         }

@@ -125,8 +125,13 @@ pub(super) async fn call(
     tool: &str,
     task_id: &str,
 ) -> Result<Answer, ErrorObject> {
-    let within = Duration::from_millis(gw.cfg.tasks.handoff_after_ms);
-    match wait(gw, principal, task_id, within).await? {
+    // With hand-off turned off, a worker tool's plain call still runs as a task: it waits as
+    // long as a call of the result tool may.
+    let within = match gw.cfg.tasks.handoff_after_ms {
+        0 => gw.cfg.tasks.handoff_wait_max_ms,
+        ms => ms,
+    };
+    match wait(gw, principal, task_id, Duration::from_millis(within)).await? {
         Waited::Ended(r) => outcome(&r),
         Waited::Running(task) => Ok(value(shared::handed_off(gw, tool, &task))),
         Waited::Asks => {

@@ -358,7 +358,19 @@ impl Actor for TaskActor {
         let me = myself.clone();
         match arguments {
             Ok(arguments) => {
-                let run = tool.call(arguments, ctx);
+                let run = if record.worker.is_some() {
+                    Box::pin(crate::workers::execute(
+                        host.clone(),
+                        shard,
+                        term,
+                        record.task_id.clone(),
+                        record.request.tool.clone(),
+                        record.owner.clone(),
+                        cancel.clone(),
+                    ))
+                } else {
+                    tool.call(arguments, ctx)
+                };
                 tokio::spawn(async move {
                     let result = std::panic::AssertUnwindSafe(run)
                         .catch_unwind()

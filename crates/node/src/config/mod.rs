@@ -56,6 +56,8 @@ pub struct Config {
     pub session: taskmesh_gateway::settings::SessionSettings,
     /// `[tasks]`: TTLs, polling, the live-task cap, expiry, listing and task write retries.
     pub tasks: taskmesh_host::TaskSettings,
+    /// `[workers]`: leases, polls and queues of worker tasks, and the workers' credentials.
+    pub workers: taskmesh_host::WorkerSettings,
     /// `[tools]`: whether the built-in tools are served, and the `tools/list` page size.
     pub tools: taskmesh_gateway::settings::ToolsSettings,
     /// `[raft]`: timings and snapshot settings of every Raft group this node holds a replica of.
@@ -224,6 +226,7 @@ impl Default for Config {
             auth: Default::default(),
             session: Default::default(),
             tasks: Default::default(),
+            workers: Default::default(),
             tools: Default::default(),
             raft: Default::default(),
             log: Default::default(),

@@ -14,6 +14,7 @@ impl Config {
             self.auth.validate(),
             self.session.validate(),
             self.tasks.validate(),
+            self.workers.validate(),
             self.tools.validate(),
             self.limits.validate(),
             self.raft.validate(),
@@ -28,6 +29,15 @@ impl Config {
                 "shards must be a power of two between 1 and {MAX_SHARDS} (got {})",
                 self.shards
             );
+        }
+        if let Some(token) = self
+            .workers
+            .tokens
+            .keys()
+            .find(|t| self.auth.tokens.contains_key(*t))
+        {
+            let shown: String = token.chars().take(4).collect();
+            bail!("workers.tokens and auth.tokens share a token ('{shown}...'): a credential is a client's or a worker's, not both");
         }
         if self.node_id == 0 {
             bail!("node_id must be at least 1");

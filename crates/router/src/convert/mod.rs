@@ -1,6 +1,7 @@
 //! Domain <-> `taskmesh.v1` messages: task views and records, statuses and host errors here;
 //! the task operations of `TaskService.Apply` and their answers in [`ops`].
 
+mod lease;
 pub mod ops;
 
 use std::sync::Arc;
@@ -8,7 +9,8 @@ use std::sync::Arc;
 use taskmesh_host::{HostError, TaskRead};
 use taskmesh_rpc::v1;
 use taskmesh_task::{
-    ClientCaps, ClientTask, Outcome, TaskRecord, TaskStatus, TaskView, ToolRequest,
+    ClientCaps, ClientTask, Lease, Outcome, TaskRecord, TaskStatus, TaskView, ToolRequest,
+    WorkerJob,
 };
 
 /// A struct literal whose fields listed in brackets move from the fields of the same name of
@@ -103,20 +105,44 @@ pub fn record_to_pb(r: TaskRecord) -> v1::TaskRecord {
         status: status_to_pb(r.status) as i32,
         request: Some(request_to_pb(r.request)),
         client_task: r.client_task.map(|c| moving!(v1::ClientTask { [key, method, task_id] from c, })),
-        outcome: r.outcome.map(|o| v1::Outcome {
-            kind: Some(match o {
-                Outcome::Result { json } => v1::outcome::Kind::ResultJson(json),
-                Outcome::Error {
-                    code,
-                    message,
-                    data_json,
-                } => v1::outcome::Kind::Error(v1::OutcomeError {
-                    code,
-                    message,
-                    data_json,
-                }),
+        outcome: r.outcome.map(outcome_to_pb),
+        worker: r.worker.map(|w| v1::WorkerJob {
+            rerun: w.rerun,
+            attempts: w.attempts,
+            lease: w.lease.map(|l| moving!(v1::WorkerLease {
+                [holder, worker_id, token, attempt, deadline_ms] from l,
+            })),
+        }),
+    })
+}
+
+/// The wire form of an outcome.
+pub fn outcome_to_pb(o: Outcome) -> v1::Outcome {
+    v1::Outcome {
+        kind: Some(match o {
+            Outcome::Result { json } => v1::outcome::Kind::ResultJson(json),
+            Outcome::Error {
+                code,
+                message,
+                data_json,
+            } => v1::outcome::Kind::Error(v1::OutcomeError {
+                code,
+                message,
+                data_json,
             }),
         }),
+    }
+}
+
+/// An outcome from the wire; `None` when it has no kind.
+pub fn outcome_from_pb(o: v1::Outcome) -> Option<Outcome> {
+    Some(match o.kind? {
+        v1::outcome::Kind::ResultJson(json) => Outcome::Result { json },
+        v1::outcome::Kind::Error(e) => Outcome::Error {
+            code: e.code,
+            message: e.message,
+            data_json: e.data_json,
+        },
     })
 }
 
@@ -152,15 +178,7 @@ pub fn request_from_pb(r: v1::ToolRequest) -> ToolRequest {
 /// A record from a peer; `None` when it is malformed.
 pub fn record_from_pb(r: v1::TaskRecord) -> Option<TaskRecord> {
     let status = status_from_pb(v1::TaskStatus::try_from(r.status).ok()?)?;
-    let outcome = match r.outcome.and_then(|o| o.kind) {
-        None => None,
-        Some(v1::outcome::Kind::ResultJson(json)) => Some(Outcome::Result { json }),
-        Some(v1::outcome::Kind::Error(e)) => Some(Outcome::Error {
-            code: e.code,
-            message: e.message,
-            data_json: e.data_json,
-        }),
-    };
+    let outcome = r.outcome.and_then(outcome_from_pb);
     let request = request_from_pb(r.request?);
     Some(moving!(TaskRecord {
         [task_id, owner, session, status_message, created_at_ms, last_updated_at_ms, ttl_ms,
@@ -169,6 +187,13 @@ pub fn record_from_pb(r: v1::TaskRecord) -> Option<TaskRecord> {
         request: request,
         outcome: outcome,
         client_task: r.client_task.map(|c| moving!(ClientTask { [key, method, task_id] from c, })),
+        worker: r.worker.map(|w| WorkerJob {
+            rerun: w.rerun,
+            attempts: w.attempts,
+            lease: w.lease.map(|l| moving!(Lease {
+                [holder, worker_id, token, attempt, deadline_ms] from l,
+            })),
+        }),
     }))
 }
 
@@ -209,6 +234,8 @@ pub fn error_to_pb(e: &HostError, leader_addr: impl Fn(u64) -> Option<String>) -
         ),
         HostError::Unavailable(_) => v1::TaskError::unavailable(msg),
         HostError::Invalid(_) => v1::TaskError::of_kind(Kind::Invalid, msg),
+        HostError::StaleLease => v1::TaskError::of_kind(Kind::StaleLease, msg),
+        HostError::QueueFull(_) => v1::TaskError::of_kind(Kind::QueueFull, msg),
         HostError::Misconfigured(_) => v1::TaskError::of_kind(Kind::Misconfigured, msg),
         HostError::Shard { .. } | HostError::Internal(_) => {
             v1::TaskError::of_kind(Kind::Internal, msg)
@@ -246,6 +273,8 @@ pub fn error_from_pb(shard: u32, e: &v1::TaskError) -> HostError {
             }
         },
         Kind::Invalid => HostError::Invalid(detail()),
+        Kind::StaleLease => HostError::StaleLease,
+        Kind::QueueFull => HostError::QueueFull(detail()),
         Kind::Misconfigured => HostError::Misconfigured(detail()),
         Kind::Internal => HostError::Internal(detail()),
         Kind::Unavailable | Kind::Unspecified => HostError::Unavailable(detail()),
@@ -294,6 +323,17 @@ mod tests {
                 method: "elicitation/create".into(),
                 task_id: "client-7".into(),
             }),
+            worker: Some(WorkerJob {
+                rerun: true,
+                attempts: 2,
+                lease: Some(Lease {
+                    holder: "billing".into(),
+                    worker_id: "w".into(),
+                    token: "t0k".into(),
+                    attempt: 2,
+                    deadline_ms: 9,
+                }),
+            }),
         };
         let view = TaskView::from(&r);
         assert_eq!(record_from_pb(record_to_pb(r.clone())), Some(r));
@@ -315,6 +355,8 @@ mod tests {
             },
             HostError::Unavailable("an election".into()),
             HostError::Invalid("bad arguments".into()),
+            HostError::StaleLease,
+            HostError::QueueFull("tool x is full".into()),
             HostError::Misconfigured("tool x is not served".into()),
             HostError::from_shard(3, storage),
             HostError::Internal("a bug".into()),
@@ -327,6 +369,8 @@ mod tests {
                 (HostError::NotFound, HostError::NotFound)
                 | (HostError::Unavailable(_), HostError::Unavailable(_))
                 | (HostError::Invalid(_), HostError::Invalid(_))
+                | (HostError::StaleLease, HostError::StaleLease)
+                | (HostError::QueueFull(_), HostError::QueueFull(_))
                 | (HostError::Misconfigured(_), HostError::Misconfigured(_))
                 | (HostError::Internal(_), HostError::Internal(_)) => {}
                 (HostError::Shard { .. }, HostError::Internal(m)) => {

@@ -18,7 +18,7 @@ use taskmesh_task::{TaskRecord, TaskView, ToolRequest};
 use tonic::Status;
 
 use super::{
-    record_from_pb, record_to_pb, request_from_pb, request_to_pb, view_from_pb, view_to_pb,
+    lease, record_from_pb, record_to_pb, request_from_pb, request_to_pb, view_from_pb, view_to_pb,
 };
 
 /// The `Apply` request that carries `op` to the leader of `shard`. The operation's strings are
@@ -82,6 +82,9 @@ pub fn op_to_pb(shard: u32, op: &Op) -> v1::ApplyRequest {
             shard,
             records: i.records.iter().cloned().map(record_to_pb).collect(),
         }),
+        Op::LeaseBeat(b) => W::LeaseBeat(lease::beat_to_pb(shard, b)),
+        Op::LeaseComplete(c) => W::LeaseComplete(lease::complete_to_pb(shard, c)),
+        Op::LeaseAsk(a) => W::LeaseAsk(lease::ask_to_pb(shard, a)),
     };
     v1::ApplyRequest { op: Some(op) }
 }
@@ -147,6 +150,18 @@ pub fn op_from_pb(r: v1::ApplyRequest) -> Result<(u32, Op), Status> {
         Some(W::Members(m)) => (m.shard, Op::Members(Members { shard: m.shard })),
         Some(W::Export(e)) => (e.shard, Op::Export(export_from_pb(e)?)),
         Some(W::Import(i)) => (i.shard, Op::Import(import_from_pb(i)?)),
+        Some(W::LeaseBeat(b)) => {
+            let (shard, b) = lease::beat_from_pb(b)?;
+            (shard, Op::LeaseBeat(b))
+        }
+        Some(W::LeaseComplete(c)) => {
+            let (shard, c) = lease::complete_from_pb(c)?;
+            (shard, Op::LeaseComplete(c))
+        }
+        Some(W::LeaseAsk(a)) => {
+            let (shard, a) = lease::ask_from_pb(a)?;
+            (shard, Op::LeaseAsk(a))
+        }
     })
 }
 
@@ -271,6 +286,9 @@ pub fn answer_to_pb(a: Answer) -> v1::ApplyResponse {
         }),
         Answer::Export(page) => W::Export(exported_to_pb(page)),
         Answer::Import(inserted) => W::Import(v1::ImportTasksResponse { inserted }),
+        Answer::LeaseBeat(r) => W::LeaseBeat(lease::renewed_to_pb(r)),
+        Answer::LeaseComplete(s) => W::LeaseComplete(lease::completed_to_pb(s)),
+        Answer::LeaseAsk(r) => W::LeaseAsk(lease::answered_to_pb(&r)),
     };
     v1::ApplyResponse {
         answer: Some(answer),
@@ -304,6 +322,9 @@ pub fn answer_from_pb(r: v1::ApplyResponse) -> Result<Answer, HostError> {
             last: e.done,
         }),
         Some(W::Import(i)) => Answer::Import(i.inserted),
+        Some(W::LeaseBeat(r)) => Answer::LeaseBeat(lease::renewed_from_pb(r)),
+        Some(W::LeaseComplete(r)) => Answer::LeaseComplete(lease::completed_from_pb(r)?),
+        Some(W::LeaseAsk(r)) => Answer::LeaseAsk(lease::answered_from_pb(r)?),
     })
 }
 
@@ -375,6 +396,7 @@ mod tests {
             updated_index: 5,
             upstream_task: None,
             client_task: None,
+            worker: None,
         }
     }
 
