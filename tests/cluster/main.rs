@@ -22,6 +22,7 @@ mod readiness;
 mod serving;
 mod streams;
 mod trace;
+mod workers;
 
 /// The server executable under test.
 const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");

@@ -240,6 +240,16 @@ impl Worker {
         })
     }
 
+    /// The same worker talking to the node at `url` instead: after its node went away, its
+    /// leases are renewed and completed through another (its registration is the old node's;
+    /// [`Worker::register`] makes one on the new node for polls).
+    pub fn via(&self, url: &str) -> Worker {
+        Worker {
+            base: base_of(url),
+            ..self.clone()
+        }
+    }
+
     async fn call(&self, call: &str, body: &Value) -> Result<Value, WorkerError> {
         post(&self.http, &self.base, &self.token, call, body).await
     }

@@ -99,8 +99,9 @@ pub enum Answer {
     LeaseBeat(Renewed),
     /// To [`Op::LeaseComplete`]: the status the task ended in.
     LeaseComplete(TaskStatus),
-    /// To [`Op::LeaseAsk`]: the client's answer, or the error the request got.
-    LeaseAsk(ToolResult),
+    /// To [`Op::LeaseAsk`]: the client's answer, or the error the request got; `None` when it
+    /// did not come within the wait.
+    LeaseAsk(Option<ToolResult>),
 }
 
 impl Op {
@@ -374,4 +375,4 @@ operation!(Export as Export => ExportedPage, |o, n| existing_shard(o.shard, n));
 operation!(Import as Import => u64, |o, n| o.checked_shard(n));
 operation!(LeaseBeat as LeaseBeat => Renewed, |o, n| task_shard(&o.lease.task_id, n));
 operation!(LeaseComplete as LeaseComplete => TaskStatus, |o, n| task_shard(&o.lease.task_id, n));
-operation!(LeaseAsk as LeaseAsk => ToolResult, |o, n| task_shard(&o.lease.task_id, n));
+operation!(LeaseAsk as LeaseAsk => Option<ToolResult>, |o, n| task_shard(&o.lease.task_id, n));

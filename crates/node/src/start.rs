@@ -236,6 +236,9 @@ pub(crate) async fn start_cluster(
         Some(peers),
         Duration::from_millis(cfg.cluster.request_retry_ms),
     );
+    // Every node lists the tools of the workers registered anywhere, and serves polls with
+    // the tasks queued anywhere.
+    router.spawn_worker_exchange();
     let raft_svc = taskmesh_transport::RaftService::new(cfg.node_id, registry.clone())
         .with_config(transport.clone())
         .into_server();

@@ -17,6 +17,7 @@ pub mod leader;
 pub mod remote;
 pub mod service;
 pub mod traced;
+mod workers;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +33,7 @@ pub use leader::Target;
 pub use remote::{GetBatching, PeerAddressError, Peers, MAX_GET_BATCH};
 pub use taskmesh_host::ops::MAX_TASK_ID_LEN;
 pub use traced::Traced;
+pub use workers::WORKER_DIGEST_INTERVAL;
 
 /// Why a peer could not be added.
 #[derive(Debug, thiserror::Error)]

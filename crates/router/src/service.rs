@@ -130,6 +130,31 @@ impl TaskService for TaskGrpc {
         Ok(Response::new(answer_to_pb(answer)))
     }
 
+    async fn exchange_workers(
+        &self,
+        request: Request<v1::WorkerDigest>,
+    ) -> Result<Response<v1::WorkerDigestAck>, Status> {
+        crate::workers::digest_received(&self.host, request.into_inner());
+        Ok(Response::new(v1::WorkerDigestAck {}))
+    }
+
+    async fn take_work(
+        &self,
+        request: Request<v1::TakeWorkRequest>,
+    ) -> Result<Response<v1::TakeWorkResponse>, Status> {
+        let r = request.into_inner();
+        let leases = self
+            .host
+            .take_work(&r.holder, &r.worker_id, &r.tools, r.max_tasks as usize)
+            .await;
+        Ok(Response::new(v1::TakeWorkResponse {
+            leases: leases
+                .into_iter()
+                .map(crate::convert::leased_to_pb)
+                .collect(),
+        }))
+    }
+
     type ReadTasksStream = EventStream<v1::ReadTasksResponse>;
 
     async fn read_tasks(

@@ -230,6 +230,20 @@ impl TaskService for OneTask {
     ) -> Result<Response<Self::WatchStatusStream>, Status> {
         Err(Status::unimplemented("watch"))
     }
+
+    async fn exchange_workers(
+        &self,
+        _request: Request<taskmesh_rpc::v1::WorkerDigest>,
+    ) -> Result<Response<taskmesh_rpc::v1::WorkerDigestAck>, Status> {
+        Err(Status::unimplemented("workers"))
+    }
+
+    async fn take_work(
+        &self,
+        _request: Request<taskmesh_rpc::v1::TakeWorkRequest>,
+    ) -> Result<Response<taskmesh_rpc::v1::TakeWorkResponse>, Status> {
+        Err(Status::unimplemented("workers"))
+    }
 }
 
 /// A cancel as the operation of an `Apply` call.

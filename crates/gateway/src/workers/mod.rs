@@ -19,9 +19,8 @@ use serde_json::Value;
 use taskmesh_host::ops::{LeaseAsk, LeaseBeat, LeaseComplete, LeaseRef};
 use taskmesh_host::workers::Declared;
 use taskmesh_host::WorkerError;
-use taskmesh_mcp::{ErrorObject, TaskSupport};
+use taskmesh_mcp::ErrorObject;
 use taskmesh_rpc::v1;
-use taskmesh_tools::{ResumePolicy, ToolSpec};
 
 use crate::auth::bearer_token;
 use crate::Gateway;
@@ -71,6 +70,18 @@ pub(crate) fn is_worker_token(gw: &Gateway, header: Option<&HeaderValue>) -> boo
     bearer_token(header).is_some_and(|t| gw.router.host().worker_settings().tokens.contains_key(t))
 }
 
+/// How long one ask of an input request waits for the client's answer on the task's leader
+/// before the gateway asks again (the same key: the same request).
+const ASK_WAIT: Duration = Duration::from_secs(2);
+
+/// 64 random bits as hex, for a key of an input request the worker did not name.
+fn secret_key() -> Result<String, WorkerError> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| WorkerError::Unavailable(format!("OS random source failed: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// JSON text that must hold a value of the kind `what` says: `None` when empty.
 fn json_field(text: &str, field: &str) -> Result<Option<Value>, WorkerError> {
     if text.trim().is_empty() {
@@ -83,36 +94,9 @@ fn json_field(text: &str, field: &str) -> Result<Option<Value>, WorkerError> {
 
 /// A declared tool as the registry will hold it.
 fn declared(t: v1::WorkerTool) -> Result<Declared, WorkerError> {
-    let task_support = match v1::WorkerTaskSupport::try_from(t.task_support) {
-        Ok(v1::WorkerTaskSupport::Required) => TaskSupport::Required,
-        Ok(v1::WorkerTaskSupport::Forbidden) => TaskSupport::Forbidden,
-        Ok(_) => TaskSupport::Optional,
-        Err(_) => {
-            return Err(WorkerError::Invalid(format!(
-                "tool '{}': unknown task_support {}",
-                t.name, t.task_support
-            )))
-        }
-    };
-    let resume = match v1::WorkerResumePolicy::try_from(t.resume) {
-        Ok(v1::WorkerResumePolicy::Fail) => ResumePolicy::Fail,
-        Ok(_) => ResumePolicy::Rerun,
-        Err(_) => {
-            return Err(WorkerError::Invalid(format!(
-                "tool '{}': unknown resume policy {}",
-                t.name, t.resume
-            )))
-        }
-    };
-    let input_schema = json_field(&t.input_schema_json, "inputSchema")?.ok_or_else(|| {
-        WorkerError::Invalid(format!("tool '{}': inputSchema is required", t.name))
-    })?;
-    let mut spec = ToolSpec::new(t.name, input_schema, task_support, resume);
-    spec.title = Some(t.title).filter(|s| !s.is_empty());
-    spec.description = Some(t.description).filter(|s| !s.is_empty());
-    spec.output_schema = json_field(&t.output_schema_json, "outputSchema")?;
-    spec.annotations = json_field(&t.annotations_json, "annotations")?;
-    Ok(Declared { spec })
+    taskmesh_router::convert::worker_tool_from_pb(t)
+        .map(|spec| Declared { spec })
+        .map_err(WorkerError::Invalid)
 }
 
 pub(crate) fn register(
@@ -143,29 +127,15 @@ pub(crate) async fn poll(
     identity: &str,
     r: v1::PollRequest,
 ) -> Result<v1::PollResponse, WorkerError> {
+    let wait = Duration::from_millis(r.wait_ms);
     let leases = gw
         .router
-        .host()
-        .poll_worker(
-            identity,
-            &r.worker_id,
-            r.max_tasks,
-            Duration::from_millis(r.wait_ms),
-        )
+        .poll_workers(identity, &r.worker_id, r.max_tasks, wait)
         .await?;
     Ok(v1::PollResponse {
         leases: leases
             .into_iter()
-            .map(|l| v1::TaskLease {
-                task_id: l.task_id,
-                tool: l.tool,
-                arguments_json: l.arguments_json,
-                principal: l.principal,
-                attempt: l.attempt,
-                token: l.token,
-                deadline_ms: l.deadline_ms,
-                progress_wanted: l.progress_wanted,
-            })
+            .map(taskmesh_router::convert::leased_to_pb)
             .collect(),
     })
 }
@@ -222,14 +192,26 @@ pub(crate) async fn request_input(
     r: v1::RequestInputRequest,
 ) -> Result<v1::RequestInputResponse, WorkerError> {
     let params = json_field(&r.params_json, "params")?.unwrap_or_else(|| serde_json::json!({}));
+    // Without a key of the worker's, one of this call's: its asks below are one request.
+    let key = match r.key {
+        k if k.is_empty() => format!("worker-{}", secret_key()?),
+        k => k,
+    };
     let ask = LeaseAsk {
         lease: lease_ref(identity, r.task_id, r.token),
         method: r.method,
         params,
-        key: Some(r.key).filter(|k| !k.is_empty()),
+        key,
+        wait: ASK_WAIT,
     };
     use v1::request_input_response::Answer;
-    let answer = match gw.router.run(ask).await? {
+    // The client's answer may take minutes: asked in bounded waits, each one safe to retry.
+    let answered = loop {
+        if let Some(a) = gw.router.run(ask.clone()).await? {
+            break a;
+        }
+    };
+    let answer = match answered {
         Ok(v) => Answer::ResultJson(v.to_string()),
         Err(e) => Answer::Error(rpc_error(e)),
     };

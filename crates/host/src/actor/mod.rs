@@ -448,6 +448,7 @@ impl Actor for TaskActor {
             actors.remove(&st.task_id);
         }
         drop(actors);
+        st.host.inner.workers.forget_asks(&st.task_id);
         st.host.give_slot(&st.owner);
         Ok(())
     }

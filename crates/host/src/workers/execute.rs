@@ -124,20 +124,28 @@ async fn wait_for_lease(
 ) -> Option<ToolResult> {
     let w = &host.inner.workers;
     let (granted, answer) = tokio::sync::oneshot::channel();
-    w.queues.lock().push(
-        tool,
-        owner,
-        task_id,
-        Waiting {
-            shard,
-            term,
-            tool: tool.to_string(),
-            queued_at: std::time::Instant::now(),
-            granted,
-        },
-    );
-    super::metrics::queued(tool, w.queued(tool));
+    let first = {
+        let mut queues = w.queues.lock();
+        let first = queues.len(tool) == 0;
+        queues.push(
+            tool,
+            owner,
+            task_id,
+            Waiting {
+                shard,
+                term,
+                tool: tool.to_string(),
+                queued_at: std::time::Instant::now(),
+                granted,
+            },
+        );
+        super::metrics::queued(tool, queues.len(tool));
+        first
+    };
     w.queued.notify_waiters();
+    if first {
+        w.changed();
+    }
     let queue_timeout = Duration::from_millis(w.settings.queue_timeout_ms);
     tokio::pin!(answer);
     loop {

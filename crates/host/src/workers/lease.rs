@@ -1,18 +1,21 @@
-//! Leases: a poll takes queued tasks and grants them ([`Host::poll_worker`]); a worker's
+//! Leases: a poll takes queued tasks and grants them ([`Host::take_work`]); a worker's
 //! heartbeat, input request and completion are operations on the leader of the task's shard
 //! ([`LeaseBeat`], [`LeaseAsk`], [`LeaseComplete`]), each checked against the lease the record
 //! holds (token and holder) and written through the log, where the token fences it again.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use taskmesh_mcp::ErrorObject;
 use taskmesh_task::{Applied, Command, Lease, Rejection, TaskRecord, TaskStatus};
 use taskmesh_tools::ToolResult;
 
-use super::{secret, Waiting, WorkerError};
+use super::{secret, Waiting};
 use crate::actor::{finish_of, TaskMsg};
 use crate::{now_ms, Host, HostError};
+
+/// Longest key of a worker's input request.
+pub const MAX_ASK_KEY: usize = 128;
 
 /// A task leased to a worker by a poll.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,7 +78,9 @@ pub struct LeaseComplete {
     pub result: ToolResult,
 }
 
-/// A worker asks the task's client for input and waits for its answer.
+/// A worker asks the task's client for input and waits, up to `wait`, for its answer. The
+/// same key asked again waits for the first ask's answer instead of asking again, so that the
+/// operation may be retried and a long wait is a series of bounded ones.
 #[derive(Debug, Clone)]
 pub struct LeaseAsk {
     /// The lease.
@@ -84,46 +89,19 @@ pub struct LeaseAsk {
     pub method: String,
     /// The request's params (an object).
     pub params: Value,
-    /// The request's key; `None` for none.
-    pub key: Option<String>,
+    /// The request's key, unique within the task.
+    pub key: String,
+    /// How long to wait for the answer before answering without it.
+    pub wait: Duration,
 }
 
-impl Host {
-    /// Wait up to `wait` (capped at `workers.poll_wait_max_ms`) for tasks of the tools of
-    /// `identity`'s registration `worker_id`, and lease up to `max_tasks` of them (capped at
-    /// the registration's `max_concurrent_tasks` and `workers.max_tasks_per_poll`). Tasks are
-    /// taken from the queues of the shards this node leads.
-    pub async fn poll_worker(
-        &self,
-        identity: &str,
-        worker_id: &str,
-        max_tasks: u32,
-        wait: Duration,
-    ) -> Result<Vec<Leased>, WorkerError> {
-        let s = &self.inner.workers.settings;
-        let (tools, max_concurrent) = self.touch_worker(identity, worker_id)?;
-        let max = max_tasks.clamp(1, max_concurrent.min(s.max_tasks_per_poll)) as usize;
-        let until = Instant::now() + wait.min(Duration::from_millis(s.poll_wait_max_ms));
-        loop {
-            let queued = self.inner.workers.queued.notified();
-            tokio::pin!(queued);
-            queued.as_mut().enable();
-            let got = self.take(identity, worker_id, &tools, max).await;
-            if !got.is_empty() || Instant::now() >= until {
-                // Seen at the end of its wait too: a worker that long-polls is not idle.
-                let _ = self.touch_worker(identity, worker_id);
-                return Ok(got);
-            }
-            tokio::select! {
-                () = &mut queued => {}
-                () = tokio::time::sleep_until(until.into()) => {}
-            }
-        }
-    }
+/// A worker's input request under way: its answer to come, for every ask of its key.
+pub(crate) type Asked = futures::future::Shared<futures::future::BoxFuture<'static, ToolResult>>;
 
+impl Host {
     /// Take up to `max` queued tasks of `tools` (in turn across the tools, each fairly across
     /// principals) and grant them to `worker_id` of `identity`, all at once.
-    async fn take(
+    pub(super) async fn take(
         &self,
         identity: &str,
         worker_id: &str,
@@ -336,13 +314,13 @@ impl Host {
         }
     }
 
-    /// An input request on the leader of `shard` (see [`LeaseAsk`]): the client's answer, or
-    /// the error the request got.
+    /// An input request on the leader of `shard` (see [`LeaseAsk`]): the client's answer (or
+    /// the error the request got), or `None` when it has not come within the wait.
     pub(crate) async fn lease_ask(
         &self,
         shard: u32,
         ask: LeaseAsk,
-    ) -> Result<ToolResult, HostError> {
+    ) -> Result<Option<ToolResult>, HostError> {
         let method: &'static str = match ask.method.as_str() {
             "elicitation/create" => "elicitation/create",
             "sampling/createMessage" => "sampling/createMessage",
@@ -355,6 +333,11 @@ impl Host {
         if !ask.params.is_object() {
             return Err(HostError::Invalid("params must be a JSON object".into()));
         }
+        if ask.key.is_empty() || ask.key.len() > MAX_ASK_KEY {
+            return Err(HostError::Invalid(format!(
+                "key must be 1 to {MAX_ASK_KEY} characters"
+            )));
+        }
         let Some((record, _)) = self.leased_record(shard, &ask.lease)? else {
             return Err(HostError::NotFound);
         };
@@ -364,28 +347,42 @@ impl Host {
             _ => caps.sampling,
         };
         if !supported {
-            return Ok(Err(ErrorObject::new(
+            return Ok(Some(Err(ErrorObject::new(
                 taskmesh_mcp::jsonrpc::METHOD_NOT_FOUND,
                 format!("the task's client did not declare support for {method}"),
-            )));
+            ))));
         }
-        let Some(actor) = self.actor(&ask.lease.task_id) else {
-            return Err(HostError::Unavailable(
-                "the task's execution is starting; ask again".into(),
-            ));
+        let id = (ask.lease.task_id.clone(), ask.key.clone());
+        let asked = self.inner.workers.asks.lock().get(&id).cloned();
+        let asked = match asked {
+            Some(a) => a,
+            None => {
+                let Some(actor) = self.actor(&ask.lease.task_id) else {
+                    return Err(HostError::Unavailable(
+                        "the task's execution is starting; ask again".into(),
+                    ));
+                };
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                actor
+                    .cast(TaskMsg::Outbound {
+                        key: Some(ask.key),
+                        method,
+                        params: ask.params,
+                        reply,
+                    })
+                    .map_err(|_| HostError::Unavailable("the task's execution stopped".into()))?;
+                let answer: futures::future::BoxFuture<'static, ToolResult> =
+                    Box::pin(async move {
+                        answer.await.unwrap_or_else(|_| {
+                            Err(ErrorObject::internal("the task's execution stopped"))
+                        })
+                    });
+                let asked = futures::FutureExt::shared(answer);
+                self.inner.workers.asks.lock().insert(id, asked.clone());
+                asked
+            }
         };
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        actor
-            .cast(TaskMsg::Outbound {
-                key: ask.key,
-                method,
-                params: ask.params,
-                reply,
-            })
-            .map_err(|_| HostError::Unavailable("the task's execution stopped".into()))?;
-        answer
-            .await
-            .map_err(|_| HostError::Unavailable("the task's execution stopped".into()))
+        Ok(tokio::time::timeout(ask.wait, asked).await.ok())
     }
 
     /// Propose a lease command on `shard`: the changed record, `None` when the task ended or is

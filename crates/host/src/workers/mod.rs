@@ -14,6 +14,7 @@
 
 mod execute;
 mod lease;
+mod peers;
 mod queue;
 mod settings;
 
@@ -29,6 +30,7 @@ use tokio::sync::{oneshot, Notify};
 
 pub(crate) use execute::execute;
 pub use lease::{LeaseAsk, LeaseBeat, LeaseComplete, LeaseRef, Leased, Renewed};
+pub use peers::{Digest, WORKER_DIGEST_TTL};
 pub use settings::{IdentitySettings, WorkerSettings};
 
 use crate::Host;
@@ -173,6 +175,13 @@ pub(crate) struct Workers {
     /// Woken when a task is queued: waiting polls look again.
     queued: Notify,
     registrations: Mutex<HashMap<String, Registration>>,
+    /// Bumped when what this node tells its peers changed (see `peers.rs`).
+    changes: tokio::sync::watch::Sender<u64>,
+    /// What each peer last told of its workers.
+    peers: Mutex<HashMap<u64, peers::PeerWorkers>>,
+    /// The input requests of workers, by (task id, key), with their answers to come: a
+    /// repeated ask waits for the first one's answer.
+    pub(crate) asks: Mutex<HashMap<(String, String), lease::Asked>>,
 }
 
 impl Workers {
@@ -182,7 +191,20 @@ impl Workers {
             queues: Mutex::new(queue::Queues::default()),
             queued: Notify::new(),
             registrations: Mutex::new(HashMap::new()),
+            changes: tokio::sync::watch::Sender::new(0),
+            peers: Mutex::new(HashMap::new()),
+            asks: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Tell the peers (through the router's exchange) that the digest changed.
+    fn changed(&self) {
+        self.changes.send_modify(|v| *v += 1);
+    }
+
+    /// Forget the input requests of task `task_id` (its execution ended here).
+    pub(crate) fn forget_asks(&self, task_id: &str) {
+        self.asks.lock().retain(|(t, _), _| t != task_id);
     }
 
     /// How many tasks of `tool` wait for a worker here.
@@ -382,6 +404,7 @@ impl Host {
         publish(&self.inner.tools, &regs);
         metrics::live(regs.len());
         drop(regs);
+        w.changed();
         tracing::info!(worker_id = %worker_id, identity, "worker registered");
         Ok(Registered {
             worker_id,
@@ -400,6 +423,7 @@ impl Host {
                 regs.remove(worker_id);
                 publish(&self.inner.tools, &regs);
                 metrics::live(regs.len());
+                self.inner.workers.changed();
                 tracing::info!(worker_id, identity, "worker deregistered");
                 Ok(())
             }
@@ -444,7 +468,10 @@ impl Host {
         if regs.len() != before {
             publish(&self.inner.tools, &regs);
             metrics::live(regs.len());
+            self.inner.workers.changed();
         }
+        drop(regs);
+        self.sweep_peer_workers();
     }
 
     /// `identity`'s registration `worker_id`, marked as seen now: its tools and how many leases

@@ -34,6 +34,11 @@ impl<T> Queues<T> {
         self.tools.get(tool).map_or(0, |q| q.len)
     }
 
+    /// The tools with waiting tasks.
+    pub(crate) fn tools(&self) -> Vec<String> {
+        self.tools.keys().cloned().collect()
+    }
+
     /// Add `principal`'s task `task_id` of `tool` at the back of that principal's queue.
     pub(crate) fn push(&mut self, tool: &str, principal: &str, task_id: &str, entry: T) {
         let q = self

@@ -2,6 +2,7 @@
 //! the task operations of `TaskService.Apply` and their answers in [`ops`].
 
 mod lease;
+pub use lease::{leased_from_pb, leased_to_pb, worker_tool_from_pb, worker_tool_to_pb};
 pub mod ops;
 
 use std::sync::Arc;

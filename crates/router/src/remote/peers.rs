@@ -181,6 +181,29 @@ impl Peers {
 }
 
 impl Peers {
+    /// Send node `id` this node's worker digest.
+    pub async fn exchange_workers(&self, id: u64, d: v1::WorkerDigest) -> Result<(), HostError> {
+        self.call(
+            id,
+            0,
+            d,
+            |mut c, r| async move { c.exchange_workers(r).await },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Lease tasks queued on node `id` (see `TaskService.TakeWork`).
+    pub async fn take_work(
+        &self,
+        id: u64,
+        req: v1::TakeWorkRequest,
+    ) -> Result<Vec<v1::TaskLease>, HostError> {
+        self.call(id, 0, req, |mut c, r| async move { c.take_work(r).await })
+            .await
+            .map(|r| r.leases)
+    }
+
     /// Apply `op` on node `id`, the leader of `shard`: one `Apply` call. The node's error
     /// comes back as the matching [`HostError`]; an unknown node is
     /// [`HostError::Unavailable`].

@@ -1,0 +1,149 @@
+//! Workers on a three-node cluster: a worker registered on one node is listed by every node and
+//! served the tasks of every shard, whichever node leads it; the leader of a leased task's
+//! shard killed (kill -9) while the worker holds the lease, its heartbeat and completion go
+//! through another node and succeed; every task is completed exactly once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use taskmesh_client::worker::{Declaration, Lease, Worker, WorkerError};
+use taskmesh_testkit::{free_ports, Client, Server, V};
+
+use crate::{leader_of, node_config_with, shards, TASKMESH, TOKEN};
+
+const WORKERS: &str = r#"
+[workers]
+lease_ms = 15000
+poll_wait_max_ms = 2000
+[workers.tokens]
+"cluster-worker-token" = "crunch"
+[workers.identities.crunch]
+tools = ["crunch"]
+"#;
+
+async fn cluster() -> [Server; 3] {
+    let grpc = free_ports(3);
+    let config = |id| node_config_with(id, &grpc, WORKERS);
+    let nodes = [
+        Server::start_node(TASKMESH, &config(1), true),
+        Server::start_node(TASKMESH, &config(2), false),
+        Server::start_node(TASKMESH, &config(3), false),
+    ];
+    taskmesh_testkit::wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, shards()).await;
+    nodes
+}
+
+async fn client(s: &Server) -> Client {
+    Client::connect(
+        &s.url,
+        Some(TOKEN),
+        V,
+        json!({"tasks": {"list": {}, "cancel": {}}}),
+    )
+    .await
+}
+
+fn result(text: &str) -> Value {
+    json!({"content": [{"type": "text", "text": text}]})
+}
+
+/// Wait (bounded) until `c`'s node lists `tool`.
+async fn wait_listed(c: &Client, tool: &str) {
+    for _ in 0..100 {
+        let list = c.ok("tools/list", json!({})).await;
+        if list["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == tool)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{tool} was never listed");
+}
+
+/// Retry `call` while the cluster elects a new leader (bounded: 30 s).
+async fn eventually<T, F, Fut>(mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, WorkerError>>,
+{
+    let mut last = None;
+    for _ in 0..150 {
+        match call().await {
+            Ok(v) => return v,
+            Err(e) if matches!(e.code(), Some("UNAVAILABLE") | None) => last = Some(e),
+            Err(e) => panic!("refused: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("never served: {last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_on_one_node_runs_tasks_of_every_shard_and_keeps_its_lease_through_a_leader_kill()
+{
+    let mut nodes = cluster().await;
+    let decl = Declaration::new("crunch", json!({"type": "object"}));
+    let w = Worker::register(&nodes[0].url, "cluster-worker-token", vec![decl], 8, "n1")
+        .await
+        .unwrap();
+    let c3 = client(&nodes[2]).await;
+    wait_listed(&c3, "crunch").await;
+    wait_listed(&client(&nodes[1]).await, "crunch").await;
+
+    // Tasks made on node 3, of shards led by every node, all reach the worker on node 1.
+    let mut made = BTreeSet::new();
+    for i in 0..24 {
+        made.insert(c3.start_task("crunch", json!({"i": i})).await);
+    }
+    let mut leased: BTreeMap<String, Lease> = BTreeMap::new();
+    for _ in 0..60 {
+        if leased.len() == made.len() {
+            break;
+        }
+        for l in w.poll(8, Duration::from_secs(1)).await.unwrap() {
+            assert!(
+                leased.insert(l.task_id.clone(), l).is_none(),
+                "a task leased twice"
+            );
+        }
+    }
+    assert_eq!(leased.keys().cloned().collect::<BTreeSet<_>>(), made);
+    for (id, l) in &leased {
+        assert_eq!(w.complete(l, Ok(result(id))).await.unwrap(), "completed");
+    }
+    let c2 = client(&nodes[1]).await;
+    for id in &made {
+        let r = c2.ok("tasks/result", json!({"taskId": id})).await;
+        assert_eq!(r["content"][0]["text"], id.as_str());
+    }
+
+    // A leased task's shard leader is killed: the lease holds on the new leader.
+    let id = c3.start_task("crunch", json!({"i": "survivor"})).await;
+    let lease = loop {
+        if let Some(l) = w.poll(1, Duration::from_secs(2)).await.unwrap().pop() {
+            break l;
+        }
+    };
+    assert_eq!(lease.task_id, id);
+    let victim = leader_of(&nodes[2], taskmesh_task::shard_of(&id, shards())).await;
+    nodes[usize::try_from(victim).unwrap() - 1].kill9();
+    let alive: Vec<&Server> = nodes.iter().filter(|n| n.is_running()).collect();
+    let via = w.via(&alive[0].url);
+    let beat = eventually(|| via.heartbeat(&lease, None, Some("after the failover"))).await;
+    assert!(!beat.cancelled);
+    let status = eventually(|| via.complete(&lease, Ok(result("survived")))).await;
+    assert_eq!(status, "completed");
+    let c = client(alive[1]).await;
+    let r = c.ok("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(r["content"][0]["text"], "survived");
+    // Exactly once: the lease cannot complete it again, on any node.
+    for n in &alive {
+        let again = w.via(&n.url).complete(&lease, Ok(result("twice"))).await;
+        assert_eq!(again.unwrap_err().code(), Some("FAILED_PRECONDITION"));
+    }
+}
