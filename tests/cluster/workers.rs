@@ -65,6 +65,28 @@ async fn wait_listed(c: &Client, tool: &str) {
     panic!("{tool} was never listed");
 }
 
+/// The registration `worker_id` as `taskmesh workers --json` on `s` shows it (waiting, bounded,
+/// for the digest that brings it).
+async fn workers_listed(s: &Server, worker_id: &str) -> Value {
+    for _ in 0..100 {
+        let out = std::process::Command::new(TASKMESH)
+            .args(["workers", "--json", "--url", &s.url, "--token", TOKEN])
+            .output()
+            .unwrap();
+        let v = crate::json_of(&out);
+        if let Some(w) = v["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["workerId"] == worker_id)
+        {
+            return w.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("worker {worker_id} was never listed");
+}
+
 /// Retry `call` while the cluster elects a new leader (bounded: 30 s).
 async fn eventually<T, F, Fut>(mut call: F) -> T
 where
@@ -94,6 +116,12 @@ async fn a_worker_on_one_node_runs_tasks_of_every_shard_and_keeps_its_lease_thro
     let c3 = client(&nodes[2]).await;
     wait_listed(&c3, "crunch").await;
     wait_listed(&client(&nodes[1]).await, "crunch").await;
+    // `taskmesh workers` on another node lists the registration with the node holding it.
+    let listed = workers_listed(&nodes[1], &w.worker_id).await;
+    assert_eq!(listed["nodeId"], 1);
+    assert_eq!(listed["identity"], "crunch");
+    assert_eq!(listed["label"], "n1");
+    assert_eq!(listed["tools"], json!(["crunch"]));
 
     // Tasks made on node 3, of shards led by every node, all reach the worker on node 1.
     let mut made = BTreeSet::new();

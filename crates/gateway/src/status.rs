@@ -206,6 +206,7 @@ pub(crate) async fn handle_status(State(gw): State<Arc<Gateway>>, _: StatusReade
         "shards": shards,
         "streamDelivery": gw.delivery.to_json(),
         "upstreams": gw.tools.source_reports(),
+        "workers": gw.router.host().cluster_workers(),
     });
     (
         StatusCode::OK,

@@ -133,6 +133,22 @@ impl Router {
                         Vec::new()
                     },
                     queued_tools: digest.queued,
+                    registrations: if whole {
+                        digest
+                            .registrations
+                            .into_iter()
+                            .map(|r| taskmesh_rpc::v1::WorkerRegistration {
+                                worker_id: r.worker_id,
+                                identity: r.identity,
+                                label: r.label,
+                                tools: r.tools,
+                                max_concurrent_tasks: r.max_concurrent_tasks,
+                                registered_at_ms: r.registered_at_ms,
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
                 };
                 let sends = peers.ids().into_iter().map(|id| {
                     let (peers, msg) = (peers.clone(), msg.clone());
@@ -154,17 +170,33 @@ impl Router {
 /// Take in a peer's digest (the server side of `ExchangeWorkers`); a malformed tool is left out
 /// (and logged), the others are served.
 pub(crate) fn digest_received(host: &taskmesh_host::Host, d: taskmesh_rpc::v1::WorkerDigest) {
+    let node_id = d.node_id;
     let tools = d.has_tools.then(|| {
-        d.tools
+        let tools = d
+            .tools
             .into_iter()
             .filter_map(|t| match worker_tool_from_pb(t) {
                 Ok(spec) => Some(spec),
                 Err(e) => {
-                    tracing::warn!(node_id = d.node_id, error = %e, "a peer's worker tool left out");
+                    tracing::warn!(node_id, error = %e, "a peer's worker tool left out");
                     None
                 }
             })
-            .collect()
+            .collect();
+        let registrations = d
+            .registrations
+            .into_iter()
+            .map(|r| taskmesh_host::WorkerInfo {
+                worker_id: r.worker_id,
+                identity: r.identity,
+                label: r.label,
+                tools: r.tools,
+                max_concurrent_tasks: r.max_concurrent_tasks,
+                node_id,
+                registered_at_ms: r.registered_at_ms,
+            })
+            .collect();
+        (tools, registrations)
     });
     host.peer_workers(d.node_id, tools, d.queued_tools);
 }

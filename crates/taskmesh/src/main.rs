@@ -85,6 +85,9 @@ enum Command {
     Tools(cli::ToolsArgs),
     /// The tasks of an MCP server: list, get, result, cancel, watch.
     Tasks(cli::TasksArgs),
+    /// The live workers of a taskmesh cluster and the tools they serve, per node (from a
+    /// node's GET /status).
+    Workers(cli::WorkersArgs),
     /// Inspect or change the cluster's membership through any node's internal gRPC address.
     Cluster {
         #[command(subcommand)]
@@ -364,6 +367,7 @@ fn main() -> anyhow::Result<()> {
         Command::Call(a) => cli::Command::Call(a),
         Command::Tools(a) => cli::Command::Tools(a),
         Command::Tasks(a) => cli::Command::Tasks(a),
+        Command::Workers(a) => cli::Command::Workers(a),
         other => return serve_or_operate(other),
     };
     std::process::exit(i32::from(cli::run(client)));
@@ -421,7 +425,7 @@ fn serve_or_operate(command: Command) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Call(_) | Command::Tools(_) | Command::Tasks(_) => {
+        Command::Call(_) | Command::Tools(_) | Command::Tasks(_) | Command::Workers(_) => {
             unreachable!("client commands are run by cli::run")
         }
     }

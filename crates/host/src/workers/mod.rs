@@ -135,6 +135,7 @@ pub struct Registered {
 
 /// A live registration, as `taskmesh workers` and `GET /status` show it.
 #[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WorkerInfo {
     /// The registration's id.
     pub worker_id: String,

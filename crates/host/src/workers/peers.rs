@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use taskmesh_tools::{Tool, ToolSpec};
 
-use super::{Leased, WorkerTool};
+use super::{Leased, WorkerInfo, WorkerTool};
 use crate::Host;
 
 /// A peer whose digests stop coming for this long has its workers' tools withdrawn here.
@@ -21,6 +21,8 @@ pub const WORKER_DIGEST_TTL: Duration = Duration::from_secs(5);
 pub struct Digest {
     /// The tools this node's live registrations serve, one per name, in name order.
     pub tools: Vec<ToolSpec>,
+    /// This node's live registrations.
+    pub registrations: Vec<WorkerInfo>,
     /// The tools with tasks queued here, in name order.
     pub queued: Vec<String>,
 }
@@ -29,6 +31,8 @@ pub struct Digest {
 pub(crate) struct PeerWorkers {
     pub(crate) seen: Instant,
     pub(crate) tools: Vec<Arc<WorkerTool>>,
+    /// Its live registrations, as its last whole digest told.
+    pub(crate) registrations: Vec<WorkerInfo>,
     /// The tools with tasks queued on the peer, as far as this node knows: a poll here takes
     /// from it while they do.
     pub(crate) queued: HashSet<String>,
@@ -50,7 +54,11 @@ impl Host {
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         let mut queued = w.queues.lock().tools();
         queued.sort();
-        Digest { tools, queued }
+        Digest {
+            tools,
+            registrations: self.workers(),
+            queued,
+        }
     }
 
     /// Bumped when this node's digest changed: a registration came or went, or a tool's queue
@@ -62,12 +70,18 @@ impl Host {
     /// Take in node `node_id`'s digest: its tools (when `tools` is given) are served here as
     /// the source `workers@<node_id>`, until its digests stop coming; polls waiting here are
     /// woken when it has tasks queued of a tool it did not have before.
-    pub fn peer_workers(&self, node_id: u64, tools: Option<Vec<ToolSpec>>, queued: Vec<String>) {
+    pub fn peer_workers(
+        &self,
+        node_id: u64,
+        tools: Option<(Vec<ToolSpec>, Vec<WorkerInfo>)>,
+        queued: Vec<String>,
+    ) {
         let w = &self.inner.workers;
         let mut peers = w.peers.lock();
         let entry = peers.entry(node_id).or_insert_with(|| PeerWorkers {
             seen: Instant::now(),
             tools: Vec::new(),
+            registrations: Vec::new(),
             queued: HashSet::new(),
         });
         entry.seen = Instant::now();
@@ -77,7 +91,8 @@ impl Host {
         if news {
             w.queued.notify_waiters();
         }
-        if let Some(tools) = tools {
+        if let Some((tools, registrations)) = tools {
+            entry.registrations = registrations;
             let same = entry.tools.len() == tools.len()
                 && entry.tools.iter().zip(&tools).all(|(a, b)| {
                     a.spec.to_wire(true) == b.to_wire(true) && a.spec.resume == b.resume
@@ -110,6 +125,23 @@ impl Host {
             }
             keep
         });
+    }
+
+    /// Every live registration of the cluster as this node knows it: its own, and those its
+    /// peers told in their digests; by node, then oldest first.
+    pub fn cluster_workers(&self) -> Vec<WorkerInfo> {
+        let mut all = self.workers();
+        for p in self.inner.workers.peers.lock().values() {
+            all.extend(p.registrations.iter().cloned());
+        }
+        all.sort_by(|a, b| {
+            (a.node_id, a.registered_at_ms, &a.worker_id).cmp(&(
+                b.node_id,
+                b.registered_at_ms,
+                &b.worker_id,
+            ))
+        });
+        all
     }
 
     /// The peers that have tasks of one of `tools` queued, as far as this node knows, in node

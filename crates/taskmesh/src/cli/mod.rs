@@ -18,6 +18,9 @@ mod follow;
 mod output;
 mod prompt;
 pub mod settings;
+mod workers;
+
+pub use workers::WorkersArgs;
 
 use serde_json::{json, Map, Value};
 use taskmesh_client::ClientError;
@@ -163,6 +166,8 @@ pub enum Command {
     Tools(ToolsArgs),
     /// `taskmesh tasks`.
     Tasks(TasksArgs),
+    /// `taskmesh workers`.
+    Workers(workers::WorkersArgs),
 }
 
 /// Run a client command; its exit code.
@@ -221,6 +226,7 @@ async fn dispatch(cmd: Command) -> Result<u8, Failure> {
             conn.close().await;
             code
         }
+        Command::Workers(a) => workers::run(a).await,
     }
 }
 

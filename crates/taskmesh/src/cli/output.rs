@@ -81,6 +81,29 @@ pub fn tools_table(tools: &[Value], on_terminal: bool) -> String {
     t.to_string()
 }
 
+/// Worker registrations as a table, one a row: node, id, identity, label, tools, places.
+pub fn workers_table(workers: &[Value], on_terminal: bool) -> String {
+    let mut t = table(on_terminal);
+    t.set_header(["NODE", "WORKER", "IDENTITY", "LABEL", "TOOLS", "MAX TASKS"]);
+    for w in workers {
+        let tools: Vec<&str> = w["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        t.add_row([
+            cell(&w["nodeId"]),
+            cell(&w["workerId"]),
+            cell(&w["identity"]),
+            cell(&w["label"]),
+            tools.join(", "),
+            cell(&w["maxConcurrentTasks"]),
+        ]);
+    }
+    t.to_string()
+}
+
 /// The fields of a task shown in a table, with the name of the wire field on either
 /// generation.
 const TASK_FIELDS: [(&str, &str, &str); 7] = [
