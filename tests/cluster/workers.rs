@@ -175,3 +175,123 @@ async fn a_worker_on_one_node_runs_tasks_of_every_shard_and_keeps_its_lease_thro
         assert_eq!(again.unwrap_err().code(), Some("FAILED_PRECONDITION"));
     }
 }
+
+/// One worker of the load test: registered on `urls[start]` (on the next node when that one
+/// is gone), leasing up to 16 tasks at a time and completing each with its argument `i`;
+/// accepted completions are counted per task.
+async fn load_worker(
+    urls: Vec<String>,
+    start: usize,
+    accepted: std::sync::Arc<parking_lot::Mutex<BTreeMap<String, u32>>>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut at = start;
+    while !stop.is_cancelled() {
+        let decl = Declaration::new("crunch", json!({"type": "object"}));
+        let url = &urls[at % urls.len()];
+        let Ok(w) = Worker::register(url, "cluster-worker-token", vec![decl], 16, "load").await
+        else {
+            at += 1;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        while !stop.is_cancelled() {
+            let Ok(leases) = w.poll(16, Duration::from_millis(500)).await else {
+                at += 1;
+                break;
+            };
+            for l in leases {
+                let (w, urls, accepted) = (w.clone(), urls.clone(), accepted.clone());
+                tokio::spawn(async move {
+                    let done = result(&l.arguments["i"].to_string());
+                    // Through the node it polled, else any other (the answer of a completion
+                    // that reached a dying node may be lost: a retry is then refused).
+                    for n in 0..urls.len() * 10 {
+                        let via = if n == 0 {
+                            w.clone()
+                        } else {
+                            w.via(&urls[n % urls.len()])
+                        };
+                        match via.complete(&l, Ok(done.clone())).await {
+                            Ok(_) => {
+                                *accepted.lock().entry(l.task_id.clone()).or_default() += 1;
+                                return;
+                            }
+                            Err(e) if matches!(e.code(), None | Some("UNAVAILABLE")) => {
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                            }
+                            Err(_) => return,
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_tasks_over_four_workers_complete_exactly_once_through_a_node_restart() {
+    let mut nodes = cluster().await;
+    let urls: Vec<String> = nodes.iter().map(|n| n.url.clone()).collect();
+    let accepted = std::sync::Arc::new(parking_lot::Mutex::new(BTreeMap::new()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let workers: Vec<_> = (0..4)
+        .map(|i| tokio::spawn(load_worker(urls.clone(), i, accepted.clone(), stop.clone())))
+        .collect();
+    let (c1, c3) = (client(&nodes[0]).await, client(&nodes[2]).await);
+    wait_listed(&c1, "crunch").await;
+    wait_listed(&c3, "crunch").await;
+
+    let mut history = taskmesh_testkit::History::default();
+    let mut made: BTreeMap<String, u64> = BTreeMap::new();
+    for i in 0..1000u64 {
+        if i == 500 {
+            nodes[1].kill9_and_restart();
+        }
+        let c = if i % 2 == 0 { &c1 } else { &c3 };
+        let t0 = std::time::Instant::now();
+        let created = c
+            .ok(
+                "tools/call",
+                json!({"name": "crunch", "arguments": {"i": i}, "task": {}}),
+            )
+            .await;
+        history.observe(
+            &created["task"]["taskId"].as_str().unwrap().to_string(),
+            t0,
+            std::time::Instant::now(),
+            &created["task"],
+        );
+        made.insert(created["task"]["taskId"].as_str().unwrap().to_string(), i);
+    }
+    // Every task ends completed, with its own result, none left behind.
+    let c2 = client(&nodes[1]).await;
+    for (id, i) in &made {
+        let mut last = Value::Null;
+        for _ in 0..300 {
+            last = history.poll(if i % 3 == 0 { &c2 } else { &c1 }, id).await;
+            if taskmesh_testkit::is_terminal(&last) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(last["status"], "completed", "task {id}: {last}");
+        let r = c3.ok("tasks/result", json!({"taskId": id})).await;
+        assert_eq!(r["content"][0]["text"], i.to_string(), "task {id}");
+    }
+    history.poll_all(&[&c1, &c2, &c3]).await;
+    assert!(history.check() > 0);
+    stop.cancel();
+    for w in workers {
+        w.abort();
+    }
+    // Exactly one completion accepted per task (a lost answer may hide one, never add one).
+    let accepted = accepted.lock();
+    assert!(accepted.values().all(|n| *n == 1), "a task completed twice");
+    assert!(
+        accepted.len() >= made.len() * 9 / 10,
+        "{} of {} completions seen",
+        accepted.len(),
+        made.len()
+    );
+}

@@ -19,12 +19,26 @@ impl Host {
                 leader_hint: shard.leadership().borrow().leader,
             });
         }
-        let tool = self.inner.tools.get(&new.request.tool).ok_or_else(|| {
-            let name = &new.request.tool;
-            HostError::Misconfigured(format!("tool '{name}' is not served by this node"))
-        })?;
-        let worker = tool.runs_on_workers().then(|| taskmesh_task::WorkerJob {
-            rerun: tool.spec().resume == taskmesh_tools::ResumePolicy::Rerun,
+        let tool = match (self.inner.tools.get(&new.request.tool), new.worker_rerun) {
+            (Some(t), _) => t,
+            // Served by workers registered elsewhere, not yet told of here.
+            (None, Some(rerun)) => crate::workers::placeholder(&new.request.tool, rerun),
+            (None, None) => {
+                let name = &new.request.tool;
+                return Err(HostError::Misconfigured(format!(
+                    "tool '{name}' is not served by this node"
+                )));
+            }
+        };
+        let worker = match new.worker_rerun {
+            Some(rerun) => Some(rerun),
+            None if tool.runs_on_workers() => {
+                Some(tool.spec().resume == taskmesh_tools::ResumePolicy::Rerun)
+            }
+            None => None,
+        }
+        .map(|rerun| taskmesh_task::WorkerJob {
+            rerun,
             attempts: 0,
             lease: None,
         });

@@ -80,6 +80,10 @@ pub struct NewTask {
     /// progress token, what the client declared and answered, and the `traceparent` of the
     /// span the create runs in when its request is traced.
     pub request: ToolRequest,
+    /// Set when workers run the tool (as the gateway's registry says): whether a lease that
+    /// runs out offers the task again (resume policy `rerun`). The leader then creates the task
+    /// for workers whether or not it lists the tool itself yet.
+    pub worker_rerun: Option<bool>,
 }
 
 /// What a create returned: the task as committed, and whether this call created it (`false`:

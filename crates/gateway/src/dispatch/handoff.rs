@@ -29,13 +29,14 @@ pub(super) async fn call(
     gw: &Arc<Gateway>,
     cx: &Cx,
     id: RequestId,
-    name: &str,
+    tool: &Arc<dyn taskmesh_tools::Tool>,
     args: Map<String, Value>,
     progress_token: Option<Value>,
     client: ClientCaps,
     hand_off: bool,
 ) -> Reply {
-    let new = match super::tools::new_task(cx, name, args, None, progress_token, client) {
+    let name = tool.spec().name.as_str();
+    let new = match super::tools::new_task(cx, tool.as_ref(), args, None, progress_token, client) {
         Ok(n) => n,
         Err(e) => return err(&id, &e),
     };

@@ -179,11 +179,11 @@ pub(super) async fn tools_call(
     let plain = task.is_none() || !cx.tasks_enabled();
     if handoff && plain && crate::handoff::hands_off(support, !cx.tasks_enabled()) {
         // A client that does not speak tasks: the call runs as a task it can be handed.
-        return handoff::call(gw, cx, id, name, args, progress_token, client, true).await;
+        return handoff::call(gw, cx, id, &tool, args, progress_token, client, true).await;
     }
     if tool.runs_on_workers() && (plain || support == TaskSupport::Forbidden) {
         // Workers run it only as a task: a plain call runs one and answers at its end.
-        return handoff::call(gw, cx, id, name, args, progress_token, client, false).await;
+        return handoff::call(gw, cx, id, &tool, args, progress_token, client, false).await;
     }
     if !cx.tasks_enabled() {
         // Older protocol versions: a plain tools server; `task` is ignored.
@@ -212,7 +212,7 @@ pub(super) async fn tools_call(
                     return err(&id, &ErrorObject::invalid_params(e.message.replace("'ttl'", "'task.ttl'")))
                 }
             };
-            let new = match new_task(cx, name, args, ttl_ms, progress_token, client) {
+            let new = match new_task(cx, tool.as_ref(), args, ttl_ms, progress_token, client) {
                 Ok(n) => n,
                 Err(e) => return err(&id, &e),
             };
@@ -224,11 +224,17 @@ pub(super) async fn tools_call(
     }
 }
 
-/// The task a `tools/call` of `name` creates in this session, with a fresh id (recorded on the
+/// Whether a lost lease reruns a task of `tool`, when workers run it (`None` otherwise).
+pub(crate) fn worker_rerun(tool: &dyn taskmesh_tools::Tool) -> Option<bool> {
+    tool.runs_on_workers()
+        .then(|| tool.spec().resume == taskmesh_tools::ResumePolicy::Rerun)
+}
+
+/// The task a `tools/call` of `tool` creates in this session, with a fresh id (recorded on the
 /// request's span).
 pub(super) fn new_task(
     cx: &Cx,
-    name: &str,
+    tool: &dyn taskmesh_tools::Tool,
     args: Map<String, Value>,
     ttl_ms: Option<u64>,
     progress_token: Option<Value>,
@@ -245,8 +251,9 @@ pub(super) fn new_task(
             progress_token_json: progress_token.map(|t| t.to_string()),
             client,
             traceparent: taskmesh_telemetry::current_traceparent(),
-            ..ToolRequest::new(name, Value::Object(args).to_string())
+            ..ToolRequest::new(&tool.spec().name, Value::Object(args).to_string())
         },
+        worker_rerun: worker_rerun(tool),
     })
 }
 

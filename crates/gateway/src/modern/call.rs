@@ -97,6 +97,7 @@ pub(super) async fn tools_call(
                 traceparent: taskmesh_telemetry::current_traceparent(),
                 ..ToolRequest::new(name, Value::Object(args).to_string())
             },
+            worker_rerun: crate::dispatch::tools::worker_rerun(tool.as_ref()),
         };
         let created = gw.create_task(new).await?;
         if !as_task {

@@ -33,6 +33,7 @@ pub fn op_to_pb(shard: u32, op: &Op) -> v1::ApplyRequest {
             session: new.session.clone(),
             requested_ttl_ms: new.ttl_ms,
             request: Some(request_to_pb(new.request.clone())),
+            worker_rerun: new.worker_rerun,
         }),
         Op::Cancel(c) => W::Cancel(v1::CancelTaskRequest {
             shard,
@@ -203,6 +204,7 @@ fn create_from_pb(r: v1::CreateTaskRequest) -> Result<NewTask, Status> {
             traceparent,
             ..tool
         },
+        worker_rerun: r.worker_rerun,
     })
 }
 
@@ -420,6 +422,7 @@ mod tests {
                     answers_json: Some(r#"{"k":{"action":"accept"}}"#.into()),
                     ..ToolRequest::new("slow_compute", r#"{"seconds":1}"#)
                 },
+                worker_rerun: Some(false),
             }),
             Op::Cancel(Cancel {
                 task_id: "t1".into(),

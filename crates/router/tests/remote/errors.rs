@@ -21,6 +21,7 @@ fn new_task(task_id: &str, tool: &str) -> NewTask {
         session: None,
         ttl_ms: None,
         request: ToolRequest::new(tool, json!({"seconds": 3600}).to_string()),
+        worker_rerun: None,
     }
 }
 
@@ -91,6 +92,7 @@ async fn each_error_reaches_the_caller_as_the_same_kind() {
             answers_json: None,
             traceparent: None,
         }),
+        worker_rerun: None,
     });
     let status = raw
         .apply(v1::ApplyRequest {

@@ -168,6 +168,7 @@ async fn a_detailed_read_brings_the_pending_requests_or_the_outcome() {
         session: None,
         ttl_ms: None,
         request: ToolRequest::new("confirm_delete", json!({"filename": "a.txt"}).to_string()),
+        worker_rerun: None,
     };
     new.request.client.elicitation = true;
     host.create(0, new).await.unwrap();

@@ -40,6 +40,7 @@ pub async fn host_with(dir: &std::path::Path, cfg: HostConfig) -> Host {
             session: None,
             ttl_ms: None,
             request: ToolRequest::new("slow_compute", json!({"seconds": 3600}).to_string()),
+            worker_rerun: None,
         },
     )
     .await
