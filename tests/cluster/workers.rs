@@ -257,7 +257,7 @@ async fn a_thousand_tasks_over_four_workers_complete_exactly_once_through_a_node
             )
             .await;
         history.observe(
-            &created["task"]["taskId"].as_str().unwrap().to_string(),
+            created["task"]["taskId"].as_str().unwrap(),
             t0,
             std::time::Instant::now(),
             &created["task"],

@@ -23,6 +23,7 @@ use taskmesh_testkit::{run_bounded, Client, Server};
 mod checks;
 mod client_tasks;
 mod handoff;
+mod workers;
 
 use checks::check_run;
 
