@@ -18,7 +18,9 @@ use crate::{AUTH, TASKMESH};
 /// `flaky`, `strict` and `slow_compute` (a built-in: refused), `other` only `other_tool`.
 fn config() -> String {
     format!(
-        r#"{AUTH}
+        r#"[auth]
+status_principals = ["alice"]
+{AUTH}
 [tasks]
 max_result_bytes = 2048
 [workers]
@@ -144,6 +146,21 @@ async fn a_worker_tool_is_listed_leased_renewed_and_completed_exactly_once() {
     let result = c.ok("tasks/result", json!({"taskId": id})).await;
     assert_eq!(result["content"][0]["text"], "640px");
 
+    // The lease's grant and completion are counted, and the dispatch latency observed.
+    let metrics = taskmesh_testkit::metrics::metrics_of(&s.url, Some("alice-token-1")).await;
+    let value = |series: &str| taskmesh_testkit::metrics::sample(&metrics, series);
+    for event in ["granted", "completed"] {
+        let series =
+            format!(r#"taskmesh_worker_leases_total{{tool="resize_image",event="{event}"}}"#);
+        assert!(
+            value(&series).is_some_and(|v| v >= 1.0),
+            "{series}: {metrics}"
+        );
+    }
+    let dispatched = r#"taskmesh_worker_dispatch_seconds_count{tool="resize_image"}"#;
+    assert_eq!(value(dispatched), Some(1.0), "{metrics}");
+    assert_eq!(value("taskmesh_workers_live"), Some(1.0), "{metrics}");
+
     // The tool goes with its last worker.
     w.deregister().await.unwrap();
     assert!(!tool_names(&c.ok("tools/list", json!({})).await).contains(&"resize_image".into()));
@@ -174,6 +191,12 @@ async fn a_lease_that_runs_out_is_offered_again_and_the_stale_worker_cannot_comp
         "FAILED_PRECONDITION"
     );
     assert_eq!(c.status(&id).await, "working");
+    let metrics = taskmesh_testkit::metrics::metrics_of(&s.url, Some("alice-token-1")).await;
+    for event in ["expired", "stale_refused"] {
+        let series = format!(r#"taskmesh_worker_leases_total{{tool="flaky",event="{event}"}}"#);
+        let seen = taskmesh_testkit::metrics::sample(&metrics, &series);
+        assert!(seen.is_some_and(|v| v >= 1.0), "{series}: {metrics}");
+    }
     w.complete(&second, Ok(text_result("second")))
         .await
         .unwrap();
@@ -475,4 +498,109 @@ async fn bad_worker_input_is_refused_with_a_clear_error_and_changes_nothing() {
     )
     .await;
     assert_eq!(st, 404);
+}
+
+/// A gRPC request with `token` as its bearer.
+fn grpc<T>(token: &str, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
+}
+
+#[tokio::test]
+async fn the_grpc_service_on_the_public_listener_serves_the_same_calls() {
+    use taskmesh_rpc::v1;
+    use taskmesh_rpc::v1::worker_service_client::WorkerServiceClient;
+
+    let s = Server::start(TASKMESH, &config());
+    let c = alice(&s).await;
+    let base = s.url.trim_end_matches("/mcp").to_string();
+    let mut g = WorkerServiceClient::connect(base).await.unwrap();
+
+    // A client's token is refused, as on the JSON mirror.
+    let tool = v1::WorkerTool {
+        name: "resize_grpc".into(),
+        input_schema_json: r#"{"type":"object"}"#.into(),
+        ..Default::default()
+    };
+    let register = v1::RegisterRequest {
+        tools: vec![tool],
+        max_concurrent_tasks: 2,
+        label: "grpc".into(),
+    };
+    let refused = g
+        .register(grpc("alice-token-1", register.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    let reg = g
+        .register(grpc("worker-token-1", register))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!reg.worker_id.is_empty());
+    assert_eq!(reg.lease_ms, 1000);
+
+    let id = c.start_task("resize_grpc", json!({"width": 8})).await;
+    let mut lease = None;
+    for _ in 0..5 {
+        let poll = v1::PollRequest {
+            worker_id: reg.worker_id.clone(),
+            max_tasks: 1,
+            wait_ms: 2000,
+        };
+        let got = g
+            .poll(grpc("worker-token-1", poll))
+            .await
+            .unwrap()
+            .into_inner();
+        if let Some(l) = got.leases.into_iter().next() {
+            lease = Some(l);
+            break;
+        }
+    }
+    let lease = lease.expect("a lease over gRPC");
+    assert_eq!(lease.task_id, id);
+    assert_eq!(
+        serde_json::from_str::<Value>(&lease.arguments_json).unwrap(),
+        json!({"width": 8})
+    );
+    let beat = v1::HeartbeatRequest {
+        task_id: lease.task_id.clone(),
+        token: lease.token.clone(),
+        status_message: Some("over gRPC".into()),
+        ..Default::default()
+    };
+    let beat = g
+        .heartbeat(grpc("worker-token-1", beat))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!beat.cancelled);
+    let done = v1::CompleteRequest {
+        task_id: lease.task_id.clone(),
+        token: lease.token.clone(),
+        outcome: Some(v1::complete_request::Outcome::ResultJson(
+            text_result("8px").to_string(),
+        )),
+    };
+    let status = g
+        .complete(grpc("worker-token-1", done.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.status, "completed");
+    let again = g.complete(grpc("worker-token-1", done)).await.unwrap_err();
+    assert_eq!(again.code(), tonic::Code::FailedPrecondition);
+    let result = c.ok("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(result["content"][0]["text"], "8px");
+    g.deregister(grpc(
+        "worker-token-1",
+        v1::DeregisterRequest {
+            worker_id: reg.worker_id,
+        },
+    ))
+    .await
+    .unwrap();
 }
