@@ -20,6 +20,7 @@ mod resume;
 mod session;
 mod tasks;
 mod tls;
+mod worker_api;
 mod workers;
 
 /// The server executable under test.

@@ -2,13 +2,12 @@
 //! worker API, hold them under leases and complete them. Registration and `tools/list`, a task
 //! run and completed, a lease that runs out (offered again, or failed by policy, bounded
 //! attempts), the stale worker's late completion refused, a plain call answered by a worker,
-//! input requests through the worker to the client, cancellation, and bad input refused with
-//! nothing changed.
+//! input requests through the worker to the client, and cancellation. The API's edges are in
+//! `worker_api.rs`.
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use taskmesh_client::jsonrpc::ErrorObject;
 use taskmesh_client::worker::{Declaration, Lease, Worker, WorkerError};
 use taskmesh_testkit::{Client, Server};
 
@@ -16,7 +15,7 @@ use crate::{AUTH, TASKMESH};
 
 /// Leases of 1 s, at most 2 attempts; worker identity `imaging` may serve `resize_*`,
 /// `flaky`, `strict` and `slow_compute` (a built-in: refused), `other` only `other_tool`.
-fn config() -> String {
+pub(crate) fn config() -> String {
     format!(
         r#"[auth]
 status_principals = ["alice"]
@@ -43,16 +42,20 @@ fn schema() -> Value {
     json!({"type": "object", "properties": {"width": {"type": "integer"}}, "required": ["width"]})
 }
 
-async fn register(s: &Server, token: &str, tools: Vec<Declaration>) -> Result<Worker, WorkerError> {
+pub(crate) async fn register(
+    s: &Server,
+    token: &str,
+    tools: Vec<Declaration>,
+) -> Result<Worker, WorkerError> {
     Worker::register(&s.url, token, tools, 4, "test").await
 }
 
-async fn imaging(s: &Server, tools: Vec<Declaration>) -> Worker {
+pub(crate) async fn imaging(s: &Server, tools: Vec<Declaration>) -> Worker {
     register(s, "worker-token-1", tools).await.unwrap()
 }
 
 /// A session of alice that speaks tasks and answers elicitation.
-async fn alice(s: &Server) -> Client {
+pub(crate) async fn alice(s: &Server) -> Client {
     Client::connect(
         &s.url,
         Some("alice-token-1"),
@@ -62,12 +65,12 @@ async fn alice(s: &Server) -> Client {
     .await
 }
 
-fn text_result(text: &str) -> Value {
+pub(crate) fn text_result(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": false})
 }
 
 /// The one lease a poll gets within 10 s.
-async fn lease_one(w: &Worker) -> Lease {
+pub(crate) async fn lease_one(w: &Worker) -> Lease {
     for _ in 0..5 {
         let mut got = w.poll(1, Duration::from_secs(2)).await.unwrap();
         if let Some(l) = got.pop() {
@@ -78,11 +81,11 @@ async fn lease_one(w: &Worker) -> Lease {
     panic!("no task was leased");
 }
 
-fn code(r: Result<impl std::fmt::Debug, WorkerError>) -> String {
+pub(crate) fn code(r: Result<impl std::fmt::Debug, WorkerError>) -> String {
     r.unwrap_err().code().unwrap_or("transport").to_string()
 }
 
-fn tool_names(list: &Value) -> Vec<String> {
+pub(crate) fn tool_names(list: &Value) -> Vec<String> {
     list["tools"]
         .as_array()
         .unwrap()
@@ -337,270 +340,4 @@ async fn a_cancelled_task_tells_its_worker_and_refuses_its_completion() {
         "FAILED_PRECONDITION"
     );
     assert_eq!(c.status(&id).await, "cancelled");
-}
-
-/// A raw call of the JSON mirror with `token`: (HTTP status, body).
-async fn raw(s: &Server, token: Option<&str>, call: &str, body: Value) -> (u16, Value) {
-    let mut r = taskmesh_testkit::http().post(format!(
-        "{}/worker/v1/{call}",
-        s.url.trim_end_matches("/mcp")
-    ));
-    if let Some(t) = token {
-        r = r.bearer_auth(t);
-    }
-    let r = r.json(&body).send().await.unwrap();
-    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
-}
-
-#[tokio::test]
-async fn bad_worker_input_is_refused_with_a_clear_error_and_changes_nothing() {
-    let s = Server::start(TASKMESH, &config());
-    let c = alice(&s).await;
-    let tool = json!({"name": "resize_x", "inputSchema": {"type": "object"}});
-    // Credentials: none, a client's, a worker's on /mcp.
-    let (st, body) = raw(&s, None, "register", json!({"tools": [tool]})).await;
-    assert_eq!(
-        (st, body["error"]["code"].as_str()),
-        (401, Some("UNAUTHENTICATED"))
-    );
-    let (st, body) = raw(
-        &s,
-        Some("alice-token-1"),
-        "register",
-        json!({"tools": [tool]}),
-    )
-    .await;
-    assert_eq!(
-        (st, body["error"]["code"].as_str()),
-        (403, Some("PERMISSION_DENIED"))
-    );
-    let worker_as_client = Client::new(&s.url).with_token("worker-token-1");
-    let r = worker_as_client
-        .post(&crate::init_body("2025-11-25"), &[])
-        .await;
-    assert_eq!(r.status, 403);
-
-    // Registrations: a tool the identity may not serve, a built-in's name, a malformed
-    // schema, a malformed body. None of them lists anything.
-    let refused = [
-        (
-            register(
-                &s,
-                "worker-token-2",
-                vec![Declaration::new("resize_y", json!({"type": "object"}))],
-            )
-            .await,
-            "PERMISSION_DENIED",
-        ),
-        (
-            register(
-                &s,
-                "worker-token-1",
-                vec![Declaration::new("slow_compute", json!({"type": "object"}))],
-            )
-            .await,
-            "ALREADY_EXISTS",
-        ),
-        (
-            register(
-                &s,
-                "worker-token-1",
-                vec![Declaration::new("resize_z", json!("string"))],
-            )
-            .await,
-            "INVALID_ARGUMENT",
-        ),
-        (
-            register(
-                &s,
-                "worker-token-1",
-                vec![Declaration::new("bad name!", json!({"type": "object"}))],
-            )
-            .await,
-            "INVALID_ARGUMENT",
-        ),
-    ];
-    for (r, want) in refused {
-        assert_eq!(code(r), want);
-    }
-    let (st, _) = raw(
-        &s,
-        Some("worker-token-1"),
-        "register",
-        json!({"tools": "nope"}),
-    )
-    .await;
-    assert_eq!(st, 400);
-    let names = tool_names(&c.ok("tools/list", json!({})).await);
-    assert!(!names.iter().any(|n| n.starts_with("resize_")), "{names:?}");
-
-    // Leases: an unknown token, another identity's use of a lease, an unknown task, an
-    // oversized result; the task is then completed as if none of them had been tried.
-    let w = imaging(
-        &s,
-        vec![Declaration::new("resize_ok", json!({"type": "object"}))],
-    )
-    .await;
-    let other = register(
-        &s,
-        "worker-token-2",
-        vec![Declaration::new("other_tool", json!({"type": "object"}))],
-    )
-    .await
-    .unwrap();
-    let id = c.start_task("resize_ok", json!({})).await;
-    let lease = lease_one(&w).await;
-    let forged = Lease {
-        token: "00".repeat(16),
-        ..lease.clone()
-    };
-    assert_eq!(
-        code(w.heartbeat(&forged, None, None).await),
-        "FAILED_PRECONDITION"
-    );
-    assert_eq!(
-        code(w.complete(&forged, Ok(text_result("x"))).await),
-        "FAILED_PRECONDITION"
-    );
-    assert_eq!(
-        code(other.complete(&lease, Ok(text_result("x"))).await),
-        "FAILED_PRECONDITION"
-    );
-    let unknown = Lease {
-        task_id: "ab".repeat(16),
-        ..lease.clone()
-    };
-    assert_eq!(
-        code(w.complete(&unknown, Ok(text_result("x"))).await),
-        "NOT_FOUND"
-    );
-    let big = text_result(&"x".repeat(4096));
-    assert_eq!(code(w.complete(&lease, Ok(big)).await), "INVALID_ARGUMENT");
-    assert_eq!(
-        code(w.complete(&lease, Ok(json!({"not": "a result"}))).await),
-        "INVALID_ARGUMENT"
-    );
-    assert_eq!(c.status(&id).await, "working");
-    let e = ErrorObject {
-        code: -32000,
-        message: "out of ink".into(),
-        data: None,
-    };
-    assert_eq!(w.complete(&lease, Err(e)).await.unwrap(), "failed");
-    let r = c.call("tasks/result", json!({"taskId": id})).await;
-    assert_eq!(r["error"]["message"], "out of ink");
-    // A poll of another identity's registration is not found.
-    let (st, _) = raw(
-        &s,
-        Some("worker-token-2"),
-        "poll",
-        json!({"workerId": w.worker_id}),
-    )
-    .await;
-    assert_eq!(st, 404);
-}
-
-/// A gRPC request with `token` as its bearer.
-fn grpc<T>(token: &str, msg: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    r
-}
-
-#[tokio::test]
-async fn the_grpc_service_on_the_public_listener_serves_the_same_calls() {
-    use taskmesh_rpc::v1;
-    use taskmesh_rpc::v1::worker_service_client::WorkerServiceClient;
-
-    let s = Server::start(TASKMESH, &config());
-    let c = alice(&s).await;
-    let base = s.url.trim_end_matches("/mcp").to_string();
-    let mut g = WorkerServiceClient::connect(base).await.unwrap();
-
-    // A client's token is refused, as on the JSON mirror.
-    let tool = v1::WorkerTool {
-        name: "resize_grpc".into(),
-        input_schema_json: r#"{"type":"object"}"#.into(),
-        ..Default::default()
-    };
-    let register = v1::RegisterRequest {
-        tools: vec![tool],
-        max_concurrent_tasks: 2,
-        label: "grpc".into(),
-    };
-    let refused = g
-        .register(grpc("alice-token-1", register.clone()))
-        .await
-        .unwrap_err();
-    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
-    let reg = g
-        .register(grpc("worker-token-1", register))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(!reg.worker_id.is_empty());
-    assert_eq!(reg.lease_ms, 1000);
-
-    let id = c.start_task("resize_grpc", json!({"width": 8})).await;
-    let mut lease = None;
-    for _ in 0..5 {
-        let poll = v1::PollRequest {
-            worker_id: reg.worker_id.clone(),
-            max_tasks: 1,
-            wait_ms: 2000,
-        };
-        let got = g
-            .poll(grpc("worker-token-1", poll))
-            .await
-            .unwrap()
-            .into_inner();
-        if let Some(l) = got.leases.into_iter().next() {
-            lease = Some(l);
-            break;
-        }
-    }
-    let lease = lease.expect("a lease over gRPC");
-    assert_eq!(lease.task_id, id);
-    assert_eq!(
-        serde_json::from_str::<Value>(&lease.arguments_json).unwrap(),
-        json!({"width": 8})
-    );
-    let beat = v1::HeartbeatRequest {
-        task_id: lease.task_id.clone(),
-        token: lease.token.clone(),
-        status_message: Some("over gRPC".into()),
-        ..Default::default()
-    };
-    let beat = g
-        .heartbeat(grpc("worker-token-1", beat))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(!beat.cancelled);
-    let done = v1::CompleteRequest {
-        task_id: lease.task_id.clone(),
-        token: lease.token.clone(),
-        outcome: Some(v1::complete_request::Outcome::ResultJson(
-            text_result("8px").to_string(),
-        )),
-    };
-    let status = g
-        .complete(grpc("worker-token-1", done.clone()))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(status.status, "completed");
-    let again = g.complete(grpc("worker-token-1", done)).await.unwrap_err();
-    assert_eq!(again.code(), tonic::Code::FailedPrecondition);
-    let result = c.ok("tasks/result", json!({"taskId": id})).await;
-    assert_eq!(result["content"][0]["text"], "8px");
-    g.deregister(grpc(
-        "worker-token-1",
-        v1::DeregisterRequest {
-            worker_id: reg.worker_id,
-        },
-    ))
-    .await
-    .unwrap();
 }
