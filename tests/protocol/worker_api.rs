@@ -376,3 +376,61 @@ async fn one_principals_burst_does_not_starve_another() {
     );
     assert_eq!(second.principal, "bob");
 }
+
+#[tokio::test]
+async fn a_worker_tools_task_support_is_enforced_as_a_built_in_tools() {
+    let s = Server::start(TASKMESH, &config());
+    let c = alice(&s).await;
+    let mut only_task = Declaration::new("resize_required", json!({"type": "object"}));
+    only_task.task_support = "required";
+    let mut only_plain = Declaration::new("resize_forbidden", json!({"type": "object"}));
+    only_plain.task_support = "forbidden";
+    let _w = imaging(&s, vec![only_task, only_plain]).await;
+    let plain = c
+        .call(
+            "tools/call",
+            json!({"name": "resize_required", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(plain["error"]["code"], -32601, "{plain}");
+    let as_task = c
+        .call(
+            "tools/call",
+            json!({"name": "resize_forbidden", "arguments": {}, "task": {}}),
+        )
+        .await;
+    assert_eq!(as_task["error"]["code"], -32601, "{as_task}");
+    let listed = c.ok("tasks/list", json!({})).await;
+    assert!(listed["tasks"].as_array().unwrap().is_empty(), "{listed}");
+}
+
+#[tokio::test]
+async fn heartbeats_keep_a_busy_workers_registration_alive() {
+    // Registrations idle for 3 s are dropped.
+    let s = Server::start(
+        TASKMESH,
+        &config().replace("idle_timeout_ms = 60000", "idle_timeout_ms = 3000"),
+    );
+    let c = alice(&s).await;
+    let w = imaging(
+        &s,
+        vec![Declaration::new("resize_busy", json!({"type": "object"}))],
+    )
+    .await;
+    let id = c.start_task("resize_busy", json!({})).await;
+    let lease = lease_one(&w).await;
+    // Busy for twice the idle timeout: no poll, only heartbeats.
+    for _ in 0..12 {
+        assert!(!w.heartbeat(&lease, None, None).await.unwrap().cancelled);
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    // Still registered: the tool is listed and the registration polls.
+    assert!(tool_names(&c.ok("tools/list", json!({})).await).contains(&"resize_busy".into()));
+    assert!(w
+        .poll(1, std::time::Duration::from_millis(100))
+        .await
+        .unwrap()
+        .is_empty());
+    w.complete(&lease, Ok(text_result("done"))).await.unwrap();
+    assert_eq!(c.status(&id).await, "completed");
+}

@@ -148,6 +148,11 @@ async fn a_worker_tool_is_listed_leased_renewed_and_completed_exactly_once() {
     );
     let result = c.ok("tasks/result", json!({"taskId": id})).await;
     assert_eq!(result["content"][0]["text"], "640px");
+    // A heartbeat of the completed task says it ended (not that it was cancelled).
+    assert_eq!(
+        code(w.heartbeat(&lease, None, None).await),
+        "FAILED_PRECONDITION"
+    );
 
     // The lease's grant and completion are counted, and the dispatch latency observed.
     let metrics = taskmesh_testkit::metrics::metrics_of(&s.url, Some("alice-token-1")).await;

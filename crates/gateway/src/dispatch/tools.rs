@@ -181,12 +181,13 @@ pub(super) async fn tools_call(
         // A client that does not speak tasks: the call runs as a task it can be handed.
         return handoff::call(gw, cx, id, &tool, args, progress_token, client, true).await;
     }
-    if tool.runs_on_workers() && (plain || support == TaskSupport::Forbidden) {
-        // Workers run it only as a task: a plain call runs one and answers at its end.
-        return handoff::call(gw, cx, id, &tool, args, progress_token, client, false).await;
-    }
+    // Workers run a tool only as a task: its plain call runs one and answers at its end.
+    let by_workers = tool.runs_on_workers();
     if !cx.tasks_enabled() {
         // Older protocol versions: a plain tools server; `task` is ignored.
+        if by_workers {
+            return handoff::call(gw, cx, id, &tool, args, progress_token, client, false).await;
+        }
         return call_plain(gw, cx, id, tool, args, progress_token, client);
     }
     match (task, support) {
@@ -204,6 +205,9 @@ pub(super) async fn tools_call(
                 format!("Tool '{name}' must be called as a task (execution.taskSupport is 'required'): add a 'task' parameter"),
             ),
         ),
+        (None, _) if by_workers => {
+            handoff::call(gw, cx, id, &tool, args, progress_token, client, false).await
+        }
         (None, _) => call_plain(gw, cx, id, tool, args, progress_token, client),
         (Some(task), _) => {
             let ttl_ms = match params::opt_u64(task, "ttl") {

@@ -57,8 +57,9 @@ pub(super) async fn tools_call(
     tool.validate(&args)?;
     let support = tool.spec().task_support;
     let as_task = declared.tasks && support != TaskSupport::Forbidden;
-    // Workers run a tool only as a task: a plain call of one runs a task it is handed.
-    let worker = tool.runs_on_workers() && !as_task;
+    // Workers run a tool only as a task: a plain call of one (that may be plain) runs a task
+    // and answers at its end.
+    let worker = tool.runs_on_workers() && !as_task && support != TaskSupport::Required;
     let handed_off = (handoff && crate::handoff::hands_off(support, false)) || worker;
     if as_task || handed_off {
         // The questions to settle first, in rounds, before the task is made with their answers.

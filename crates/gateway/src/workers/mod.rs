@@ -163,6 +163,7 @@ pub(crate) async fn heartbeat(
         progress: r.progress.map(|p| (p, r.total, r.progress_message)),
         status_message: r.status_message,
     };
+    gw.router.host().worker_alive(identity);
     let renewed = gw.router.run(beat).await?;
     Ok(v1::HeartbeatResponse {
         deadline_ms: renewed.deadline_ms,

@@ -147,6 +147,10 @@ async fn wait_for_lease(
         w.changed();
     }
     let queue_timeout = Duration::from_millis(w.settings.queue_timeout_ms);
+    // Whether a live worker serves the tool is looked at this often; the task fails once none
+    // has for the whole queue timeout.
+    let look = (queue_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let mut unserved_since: Option<std::time::Instant> = None;
     tokio::pin!(answer);
     loop {
         tokio::select! {
@@ -164,9 +168,14 @@ async fn wait_for_lease(
                 super::metrics::queued(tool, w.queued(tool));
                 return Some(stopped());
             }
-            () = tokio::time::sleep(queue_timeout) => {
+            () = tokio::time::sleep(look) => {
                 let served = host.inner.tools.get(tool).is_some_and(|t| t.runs_on_workers());
                 if served {
+                    unserved_since = None;
+                    continue;
+                }
+                let since = *unserved_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() < queue_timeout {
                     continue;
                 }
                 if w.queues.lock().remove(tool, owner, task_id).is_none() {

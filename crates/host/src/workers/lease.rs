@@ -221,6 +221,18 @@ impl Host {
         }
     }
 
+    /// Why a lease operation on `task_id` has no live task: [`HostError::Terminal`] with the
+    /// status it ended in, or [`HostError::NotFound`] when it is gone (expired).
+    fn ended(&self, shard: u32, task_id: &str) -> Result<HostError, HostError> {
+        let replica = self.shard(shard)?;
+        Ok(
+            match replica.read_local(|s| s.get(task_id).map(|r| r.status)) {
+                Some(s) => HostError::Terminal(s),
+                None => HostError::NotFound,
+            },
+        )
+    }
+
     /// A heartbeat on the leader of `shard` (see [`LeaseBeat`]).
     pub(crate) async fn lease_beat(
         &self,
@@ -231,9 +243,13 @@ impl Host {
             deadline_ms: 0,
             cancelled: true,
         };
-        let Some(_) = self.leased_record(shard, &beat.lease)? else {
-            return Ok(cancelled);
-        };
+        if self.leased_record(shard, &beat.lease)?.is_none() {
+            // Gone (expired) or cancelled: stop. Ended otherwise: the worker is told how.
+            return match self.ended(shard, &beat.lease.task_id)? {
+                HostError::Terminal(s) if s != TaskStatus::Cancelled => Err(HostError::Terminal(s)),
+                _ => Ok(cancelled),
+            };
+        }
         if let (Some((progress, total, message)), Some(actor)) =
             (beat.progress, self.actor(&beat.lease.task_id))
         {
@@ -283,17 +299,8 @@ impl Host {
                 "the result of {size} bytes exceeds the limit of {max} bytes (tasks.max_result_bytes); complete with a smaller result or an error"
             )));
         }
-        match self.leased_record(shard, &done.lease)? {
-            Some(_) => {}
-            None => {
-                let replica = self.shard(shard)?;
-                return Err(
-                    match replica.read_local(|s| s.get(&done.lease.task_id).map(|r| r.status)) {
-                        Some(s) => HostError::Terminal(s),
-                        None => HostError::NotFound,
-                    },
-                );
-            }
+        if self.leased_record(shard, &done.lease)?.is_none() {
+            return Err(self.ended(shard, &done.lease.task_id)?);
         }
         let cmd = Command::Complete {
             task_id: done.lease.task_id.clone(),
@@ -339,7 +346,7 @@ impl Host {
             )));
         }
         let Some((record, _)) = self.leased_record(shard, &ask.lease)? else {
-            return Err(HostError::NotFound);
+            return Err(self.ended(shard, &ask.lease.task_id)?);
         };
         let caps = record.request.client;
         let supported = match method {

@@ -475,6 +475,18 @@ impl Host {
         self.sweep_peer_workers();
     }
 
+    /// Mark every registration of `identity` on this node as seen now: a heartbeat of one of
+    /// its leases shows the worker alive, also while all its places are busy and it does not
+    /// poll.
+    pub fn worker_alive(&self, identity: &str) {
+        let now = Instant::now();
+        for r in self.inner.workers.registrations.lock().values_mut() {
+            if r.info.identity == identity {
+                r.last_seen = now;
+            }
+        }
+    }
+
     /// `identity`'s registration `worker_id`, marked as seen now: its tools and how many leases
     /// it may hold.
     fn touch_worker(
