@@ -406,18 +406,14 @@ impl Worker {
             tokio::select! {
                 r = &mut work => break r,
                 _ = beat.tick() => {
-                    if let Ok(b) = self.heartbeat(&lease, None, None).await {
-                        if b.cancelled {
-                            cancel.cancel();
-                        }
+                    if stops(self.heartbeat(&lease, None, None).await) {
+                        cancel.cancel();
                     }
                 }
                 Some((p, t, m)) = progress_rx.recv() => {
                     let m: Option<String> = m;
-                    if let Ok(b) = self.heartbeat(&lease, Some((p, t, m.as_deref())), None).await {
-                        if b.cancelled {
-                            cancel.cancel();
-                        }
+                    if stops(self.heartbeat(&lease, Some((p, t, m.as_deref())), None).await) {
+                        cancel.cancel();
                     }
                 }
             }
@@ -437,6 +433,16 @@ impl std::fmt::Debug for Worker {
             .field("base", &self.base)
             .field("worker_id", &self.worker_id)
             .finish_non_exhaustive()
+    }
+}
+
+/// Whether a heartbeat's answer ends the job: the task was cancelled, or the lease is no longer
+/// the task's (it ran out, or the task ended otherwise). A transport failure does not: the
+/// next heartbeat tries again within the lease.
+fn stops(beat: Result<Beat, WorkerError>) -> bool {
+    match beat {
+        Ok(b) => b.cancelled,
+        Err(e) => e.code() == Some("FAILED_PRECONDITION"),
     }
 }
 
