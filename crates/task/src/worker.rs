@@ -83,3 +83,6 @@ pub(crate) fn check_release(r: &TaskRecord, token: &str, at_ms: u64) -> Result<(
         _ => Err(Rejection::StaleLease),
     }
 }
+
+#[cfg(test)]
+mod tests;

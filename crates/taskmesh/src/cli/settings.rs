@@ -312,8 +312,8 @@ default = "home"
 [profiles.home]
 url = "http://home/mcp"
 token = "home-token"
-[profiles.work]
-url = "http://work/mcp"
+[profiles.office]
+url = "http://office.example/mcp"
 protocol = "2026-07-28"
 "#;
 
@@ -354,16 +354,16 @@ protocol = "2026-07-28"
     #[test]
     fn a_named_profile_replaces_the_default_and_must_exist() {
         let p = Path::new("profiles.toml");
-        let s = resolve(&flags(None, Some("work")), &env_of(&[]), p, Some(FILE)).unwrap();
-        assert_eq!(s.url, "http://work/mcp");
+        let s = resolve(&flags(None, Some("office")), &env_of(&[]), p, Some(FILE)).unwrap();
+        assert_eq!(s.url, "http://office.example/mcp");
         assert_eq!(s.token, None);
         assert_eq!(s.protocol, Protocol::V2026);
-        let by_env = env_of(&[("TASKMESH_PROFILE", "work")]);
+        let by_env = env_of(&[("TASKMESH_PROFILE", "office")]);
         assert_eq!(
             resolve(&flags(None, None), &by_env, p, Some(FILE))
                 .unwrap()
                 .url,
-            "http://work/mcp"
+            "http://office.example/mcp"
         );
         let e = resolve(&flags(None, Some("nope")), &env_of(&[]), p, Some(FILE)).unwrap_err();
         assert!(matches!(e, SettingsError::NoProfile { .. }), "{e}");
