@@ -199,10 +199,8 @@ impl ShardState {
                 outcome,
                 at_ms,
             } => {
-                if !matches!(status, TaskStatus::Completed | TaskStatus::Failed) {
-                    return Applied::Rejected(Rejection::Invalid(
-                        "finish ends in completed or failed".into(),
-                    ));
+                if let Err(e) = ending(*status) {
+                    return Applied::Rejected(e);
                 }
                 self.update(task_id, Some(*term), index, *at_ms, |r| {
                     r.status = *status;
@@ -304,10 +302,8 @@ impl ShardState {
                 outcome,
                 at_ms,
             } => {
-                if !matches!(status, TaskStatus::Completed | TaskStatus::Failed) {
-                    return Applied::Rejected(Rejection::Invalid(
-                        "a completion ends in completed or failed".into(),
-                    ));
+                if let Err(e) = ending(*status) {
+                    return Applied::Rejected(e);
                 }
                 if let Some(Err(e)) = self.lease_check(task_id, |r| {
                     worker::live_lease(r, token, *at_ms).map(|_| ())
@@ -422,6 +418,16 @@ impl ShardState {
             self.live.remove(task_id);
         }
         Applied::Updated { record: r.clone() }
+    }
+}
+
+/// Whether `status` may end an execution (`Finish`, `Complete`): `completed` or `failed`.
+fn ending(status: TaskStatus) -> Result<(), Rejection> {
+    match status {
+        TaskStatus::Completed | TaskStatus::Failed => Ok(()),
+        _ => Err(Rejection::Invalid(
+            "an execution ends in completed or failed".into(),
+        )),
     }
 }
 

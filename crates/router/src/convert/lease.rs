@@ -248,28 +248,16 @@ pub fn worker_tool_from_pb(t: v1::WorkerTool) -> Result<ToolSpec, String> {
 
 /// A lease granted to a worker, on the wire.
 pub fn leased_to_pb(l: Leased) -> v1::TaskLease {
-    v1::TaskLease {
-        task_id: l.task_id,
-        tool: l.tool,
-        arguments_json: l.arguments_json,
-        principal: l.principal,
-        attempt: l.attempt,
-        token: l.token,
-        deadline_ms: l.deadline_ms,
-        progress_wanted: l.progress_wanted,
-    }
+    moving!(v1::TaskLease {
+        [task_id, tool, arguments_json, principal, attempt, token, deadline_ms, progress_wanted]
+        from l,
+    })
 }
 
 /// A lease granted by another node, from the wire.
 pub fn leased_from_pb(l: v1::TaskLease) -> Leased {
-    Leased {
-        task_id: l.task_id,
-        tool: l.tool,
-        arguments_json: l.arguments_json,
-        principal: l.principal,
-        attempt: l.attempt,
-        token: l.token,
-        deadline_ms: l.deadline_ms,
-        progress_wanted: l.progress_wanted,
-    }
+    moving!(Leased {
+        [task_id, tool, arguments_json, principal, attempt, token, deadline_ms, progress_wanted]
+        from l,
+    })
 }

@@ -1,8 +1,6 @@
 //! Domain <-> `taskmesh.v1` messages: task views and records, statuses and host errors here;
 //! the task operations of `TaskService.Apply` and their answers in [`ops`].
 
-mod lease;
-pub use lease::{leased_from_pb, leased_to_pb, worker_tool_from_pb, worker_tool_to_pb};
 pub mod ops;
 
 use std::sync::Arc;
@@ -21,6 +19,9 @@ macro_rules! moving {
         $($ty)::+ { $($same: $from.$same,)* $($field: $value,)* }
     };
 }
+
+mod lease;
+pub use lease::{leased_from_pb, leased_to_pb, worker_tool_from_pb, worker_tool_to_pb};
 
 /// The wire form of a status.
 pub fn status_to_pb(s: TaskStatus) -> v1::TaskStatus {
