@@ -25,6 +25,7 @@ use taskmesh_testkit::{run_bounded, Server};
 const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
 
 mod client_tasks;
+mod workers;
 
 const SDK_PACKAGE: &str = "@modelcontextprotocol/sdk@1.32.2";
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);

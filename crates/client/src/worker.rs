@@ -402,22 +402,36 @@ impl Worker {
         tokio::pin!(work);
         let every = self.lease / 3;
         let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        // Progress first: what the handler reported goes out before its result.
         let result = loop {
             tokio::select! {
-                r = &mut work => break r,
-                _ = beat.tick() => {
-                    if stops(self.heartbeat(&lease, None, None).await) {
-                        cancel.cancel();
-                    }
-                }
+                biased;
                 Some((p, t, m)) = progress_rx.recv() => {
                     let m: Option<String> = m;
                     if stops(self.heartbeat(&lease, Some((p, t, m.as_deref())), None).await) {
                         cancel.cancel();
                     }
                 }
+                _ = beat.tick() => {
+                    if stops(self.heartbeat(&lease, None, None).await) {
+                        cancel.cancel();
+                    }
+                }
+                r = &mut work => break r,
             }
         };
+        // What it reported just before it returned.
+        while let Ok((p, t, m)) = progress_rx.try_recv() {
+            if cancel.is_cancelled() {
+                break;
+            }
+            if stops(
+                self.heartbeat(&lease, Some((p, t, m.as_deref())), None)
+                    .await,
+            ) {
+                cancel.cancel();
+            }
+        }
         if !cancel.is_cancelled() {
             if let Err(e) = self.complete(&lease, result).await {
                 tracing::warn!(task_id = %lease.task_id, error = %e, "completion refused");
