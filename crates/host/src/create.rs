@@ -77,6 +77,7 @@ impl Host {
             upstream_task: None,
             client_task: None,
             worker,
+            outbox: None,
         };
         let applied = shard.propose(Command::Create { record }).await;
         match applied {

@@ -48,6 +48,9 @@ pub(crate) fn spawn_shard_loops(
         handles.push(tokio::spawn(async move {
             loop {
                 match events.recv().await {
+                    // A change of the outbox alone (a watch, a settled delivery) is not a change
+                    // of the task: nothing waits for it, and nothing to announce.
+                    Ok(ShardEvent::Changed { index, record }) if record.updated_index != index => {}
                     Ok(ShardEvent::Changed { record, .. }) => {
                         let at_us = now_us();
                         if record.status.is_terminal() {

@@ -55,6 +55,7 @@ fn sample_record(task_id: &str, owner: &str) -> TaskRecord {
         upstream_task: None,
         client_task: None,
         worker: None,
+        outbox: None,
     }
 }
 

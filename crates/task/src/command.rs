@@ -154,6 +154,26 @@ pub enum Command {
         /// When the lease was found run out; after its deadline.
         at_ms: u64,
     },
+    /// `subscription` starts watching the task (see [`crate::outbox`]): the task's later status
+    /// changes are owed to it, and its last one at once when the task is terminal already.
+    /// Allowed on terminal records; refused past [`crate::outbox::MAX_WATCHERS`].
+    Watch {
+        /// The watched task.
+        task_id: TaskId,
+        /// The subscription's id.
+        subscription: String,
+    },
+    /// The shard's leader settles events of the task's outbox: each (log index of the event,
+    /// subscription) pair delivered or given up, and the subscriptions of `unwatch` (ended
+    /// ones) stop watching. Allowed on terminal records.
+    Settle {
+        /// The task whose outbox changes.
+        task_id: TaskId,
+        /// (event's log index, subscription) pairs settled.
+        settled: Vec<(u64, String)>,
+        /// Subscriptions that stop watching the task.
+        unwatch: Vec<String>,
+    },
     /// Restore records from a backup (`taskmesh restore`): each record whose task id the shard
     /// does not hold is inserted as it was backed up, except that a live one's `exec_term` is
     /// reset to 0 so that this shard's leader takes its execution over (by the tool's resume
@@ -186,7 +206,9 @@ impl Command {
             | Command::Grant { task_id, .. }
             | Command::Renew { task_id, .. }
             | Command::Complete { task_id, .. }
-            | Command::Release { task_id, .. } => Some(task_id),
+            | Command::Release { task_id, .. }
+            | Command::Watch { task_id, .. }
+            | Command::Settle { task_id, .. } => Some(task_id),
             Command::Expire { .. } | Command::Import { .. } => None,
         }
     }
@@ -265,6 +287,8 @@ impl std::fmt::Display for Command {
             Command::Renew { .. } => "renew",
             Command::Complete { .. } => "complete",
             Command::Release { .. } => "release",
+            Command::Watch { .. } => "watch",
+            Command::Settle { .. } => "settle",
             Command::Expire { task_ids, .. } => {
                 return write!(f, "expire({} tasks)", task_ids.len());
             }

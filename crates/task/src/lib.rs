@@ -8,12 +8,14 @@
 //! applying the same log reaches the same state.
 
 pub mod command;
+pub mod outbox;
 pub mod record;
 pub mod state;
 pub mod status;
 pub mod worker;
 
 pub use command::{Applied, Command, Rejection};
+pub use outbox::{Outbox, OutboxEvent};
 pub use record::{ClientCaps, ClientTask, Outcome, TaskRecord, TaskView, ToolRequest};
 pub use state::ShardState;
 pub use status::TaskStatus;

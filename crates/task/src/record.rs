@@ -157,6 +157,10 @@ pub struct TaskRecord {
     /// and current lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<crate::WorkerJob>,
+    /// The subscriptions that watch the task and the events owed to them ([`crate::outbox`]);
+    /// `None` for a task nobody watches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outbox: Option<Box<crate::Outbox>>,
 }
 
 impl TaskRecord {
@@ -261,6 +265,7 @@ impl TaskRecord {
             upstream_task: None,
             client_task: None,
             worker: None,
+            outbox: None,
         }
     }
 }

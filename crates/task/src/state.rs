@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::{worker, Applied, Command, Rejection, TaskId, TaskRecord, TaskStatus};
+use crate::{outbox, worker, Applied, Command, Rejection, TaskId, TaskRecord, TaskStatus};
 
 /// The task records of one shard, indexed by owner, expiry and liveness.
 #[derive(Debug, Default, Clone)]
@@ -16,6 +16,9 @@ pub struct ShardState {
     /// The ids of the records that are not terminal: serves the leader's reconciler, which
     /// visits them every pass, without a scan of the terminal records (most of a shard).
     live: BTreeSet<TaskId>,
+    /// The ids of the records whose outbox holds events not yet settled: serves the leader's
+    /// delivery of events ([`crate::outbox`]) without a scan of the shard.
+    unsettled: BTreeSet<TaskId>,
 }
 
 impl ShardState {
@@ -95,6 +98,11 @@ impl ShardState {
         self.live.len()
     }
 
+    /// Records whose outbox holds events not yet settled, in task id order.
+    pub fn unsettled(&self) -> impl Iterator<Item = &TaskRecord> {
+        self.unsettled.iter().filter_map(|id| self.tasks.get(id))
+    }
+
     /// Up to `limit` of `owner`'s tasks with ids strictly after `after`, in id order. Expired
     /// records (not yet swept) are skipped.
     pub fn list(
@@ -136,6 +144,9 @@ impl ShardState {
         if let Some(at) = r.expires_at_ms() {
             self.by_expiry.insert((at, r.task_id.clone()));
         }
+        if r.has_unsettled() {
+            self.unsettled.insert(r.task_id.clone());
+        }
         self.tasks.insert(r.task_id.clone(), r);
     }
 
@@ -143,6 +154,7 @@ impl ShardState {
         let r = self.tasks.remove(task_id)?;
         self.by_owner.remove(&(r.owner.clone(), r.task_id.clone()));
         self.live.remove(task_id);
+        self.unsettled.remove(task_id);
         if let Some(at) = r.expires_at_ms() {
             self.by_expiry.remove(&(at, r.task_id.clone()));
         }
@@ -338,6 +350,15 @@ impl ShardState {
                     r.status_message = message.clone();
                 })
             }
+            Command::Watch {
+                task_id,
+                subscription,
+            } => self.outbox_change(task_id, |r| outbox::watch(r, subscription)),
+            Command::Settle {
+                task_id,
+                settled,
+                unwatch,
+            } => self.outbox_change(task_id, |r| Ok(outbox::settle(r, settled, unwatch))),
             Command::Import { records } => {
                 let mut inserted = Vec::new();
                 for record in records {
@@ -411,11 +432,38 @@ impl ShardState {
             "task {task_id}: change at log index {index} after one at {}",
             r.updated_index
         );
+        let before = r.status;
         change(r);
         r.last_updated_at_ms = r.last_updated_at_ms.max(at_ms);
         r.updated_index = index;
+        outbox::on_change(r, before, index);
         if r.status.is_terminal() {
             self.live.remove(task_id);
+        }
+        if r.has_unsettled() {
+            self.unsettled.insert(r.task_id.clone());
+        }
+        Applied::Updated { record: r.clone() }
+    }
+
+    /// Change the outbox of a record, terminal or not. Not a change of the task as clients see
+    /// it: its `updated_index` and `last_updated_at_ms` stay, so that the index of the change
+    /// that made a task terminal stays the id of its last event.
+    fn outbox_change(
+        &mut self,
+        task_id: &str,
+        change: impl FnOnce(&mut TaskRecord) -> Result<bool, crate::Rejection>,
+    ) -> Applied {
+        let Some(r) = self.tasks.get_mut(task_id) else {
+            return Applied::Rejected(crate::Rejection::NotFound);
+        };
+        if let Err(e) = change(r) {
+            return Applied::Rejected(e);
+        }
+        if r.has_unsettled() {
+            self.unsettled.insert(r.task_id.clone());
+        } else {
+            self.unsettled.remove(task_id);
         }
         Applied::Updated { record: r.clone() }
     }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use taskmesh_host::{HostError, TaskRead};
 use taskmesh_rpc::v1;
 use taskmesh_task::{
-    ClientCaps, ClientTask, Lease, Outcome, TaskRecord, TaskStatus, TaskView, ToolRequest,
-    WorkerJob,
+    ClientCaps, ClientTask, Lease, Outbox, OutboxEvent, Outcome, TaskRecord, TaskStatus, TaskView,
+    ToolRequest, WorkerJob,
 };
 
 /// A struct literal whose fields listed in brackets move from the fields of the same name of
@@ -115,6 +115,17 @@ pub fn record_to_pb(r: TaskRecord) -> v1::TaskRecord {
                 [holder, worker_id, token, attempt, deadline_ms] from l,
             })),
         }),
+        outbox: r.outbox.map(|o| v1::TaskOutbox {
+            watchers: o.watchers,
+            events: o
+                .events
+                .into_iter()
+                .map(|e| moving!(v1::OutboxEvent {
+                    [index, status_message, at_ms, pending] from e,
+                    status: status_to_pb(e.status) as i32,
+                }))
+                .collect(),
+        }),
     })
 }
 
@@ -182,6 +193,23 @@ pub fn record_from_pb(r: v1::TaskRecord) -> Option<TaskRecord> {
     let status = status_from_pb(v1::TaskStatus::try_from(r.status).ok()?)?;
     let outcome = r.outcome.and_then(outcome_from_pb);
     let request = request_from_pb(r.request?);
+    let outbox = match r.outbox {
+        Some(o) => Some(Box::new(Outbox {
+            watchers: o.watchers,
+            events: o
+                .events
+                .into_iter()
+                .map(|e| {
+                    let status = status_from_pb(v1::TaskStatus::try_from(e.status).ok()?)?;
+                    Some(moving!(OutboxEvent {
+                        [index, status_message, at_ms, pending] from e,
+                        status: status,
+                    }))
+                })
+                .collect::<Option<Vec<_>>>()?,
+        })),
+        None => None,
+    };
     Some(moving!(TaskRecord {
         [task_id, owner, session, status_message, created_at_ms, last_updated_at_ms, ttl_ms,
          poll_interval_ms, exec_term, updated_index, upstream_task] from r,
@@ -196,6 +224,7 @@ pub fn record_from_pb(r: v1::TaskRecord) -> Option<TaskRecord> {
                 [holder, worker_id, token, attempt, deadline_ms] from l,
             })),
         }),
+        outbox: outbox,
     }))
 }
 
@@ -336,6 +365,16 @@ mod tests {
                     deadline_ms: 9,
                 }),
             }),
+            outbox: Some(Box::new(Outbox {
+                watchers: vec!["sub-a".into(), "sub-b".into()],
+                events: vec![OutboxEvent {
+                    index: 5,
+                    status: TaskStatus::Failed,
+                    status_message: Some("m".into()),
+                    at_ms: 2,
+                    pending: vec!["sub-b".into()],
+                }],
+            })),
         };
         let view = TaskView::from(&r);
         assert_eq!(record_from_pb(record_to_pb(r.clone())), Some(r));

@@ -399,6 +399,7 @@ mod tests {
             upstream_task: None,
             client_task: None,
             worker: None,
+            outbox: None,
         }
     }
 
