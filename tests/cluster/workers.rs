@@ -244,25 +244,30 @@ async fn a_thousand_tasks_over_four_workers_complete_exactly_once_through_a_node
 
     let mut history = taskmesh_testkit::History::default();
     let mut made: BTreeMap<String, u64> = BTreeMap::new();
-    for i in 0..1000u64 {
-        if i == 500 {
+    // Twenty creates at a time, alternating between two nodes; the third node is killed and
+    // restarted halfway.
+    for chunk in (0..1000u64).collect::<Vec<_>>().chunks(20) {
+        if chunk[0] == 500 {
             nodes[1].kill9_and_restart();
         }
-        let c = if i % 2 == 0 { &c1 } else { &c3 };
-        let t0 = std::time::Instant::now();
-        let created = c
-            .ok(
-                "tools/call",
-                json!({"name": "crunch", "arguments": {"i": i}, "task": {}}),
-            )
-            .await;
-        history.observe(
-            created["task"]["taskId"].as_str().unwrap(),
-            t0,
-            std::time::Instant::now(),
-            &created["task"],
-        );
-        made.insert(created["task"]["taskId"].as_str().unwrap().to_string(), i);
+        let creates = chunk.iter().map(|&i| {
+            let c = if i % 2 == 0 { &c1 } else { &c3 };
+            async move {
+                let t0 = std::time::Instant::now();
+                let created = c
+                    .ok(
+                        "tools/call",
+                        json!({"name": "crunch", "arguments": {"i": i}, "task": {}}),
+                    )
+                    .await;
+                (i, t0, std::time::Instant::now(), created)
+            }
+        });
+        for (i, t0, t1, created) in futures::future::join_all(creates).await {
+            let id = created["task"]["taskId"].as_str().unwrap().to_string();
+            history.observe(&id, t0, t1, &created["task"]);
+            made.insert(id, i);
+        }
     }
     // Every task ends completed, with its own result, none left behind.
     let c2 = client(&nodes[1]).await;
