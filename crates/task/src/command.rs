@@ -154,14 +154,14 @@ pub enum Command {
         /// When the lease was found run out; after its deadline.
         at_ms: u64,
     },
-    /// `subscription` starts watching the task (see [`crate::outbox`]): the task's later status
+    /// A subscription starts watching the task (see [`crate::outbox`]): the task's later status
     /// changes are owed to it, and its last one at once when the task is terminal already.
     /// Allowed on terminal records; refused past [`crate::outbox::MAX_WATCHERS`].
     Watch {
         /// The watched task.
         task_id: TaskId,
-        /// The subscription's id.
-        subscription: String,
+        /// The subscription, and which changes it is owed.
+        watcher: crate::outbox::Watcher,
     },
     /// The shard's leader settles events of the task's outbox: each (log index of the event,
     /// subscription) pair delivered or given up, and the subscriptions of `unwatch` (ended

@@ -32,10 +32,36 @@ pub struct Outbox {
     /// The subscriptions that receive the task's status changes from now on, in the order
     /// they started watching.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub watchers: Vec<String>,
+    pub watchers: Vec<Watcher>,
     /// The status changes not yet settled by every subscription owed them, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<OutboxEvent>,
+}
+
+/// A subscription watching a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watcher {
+    /// The subscription's id.
+    pub id: String,
+    /// Whether it is owed only the change that ends the task (`completed`, `failed`,
+    /// `cancelled`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminal_only: bool,
+}
+
+impl Watcher {
+    /// A watcher of every status change.
+    pub fn every_change(id: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            terminal_only: false,
+        }
+    }
+
+    /// Whether a change to `status` is owed to it.
+    pub fn wants(&self, status: TaskStatus) -> bool {
+        !self.terminal_only || status.is_terminal()
+    }
 }
 
 /// One status change owed to subscriptions.
@@ -69,14 +95,23 @@ impl TaskRecord {
 }
 
 /// After a change applied at `index`: when it changed the status (from `before`) and the task
-/// is watched, owe the new status to every watcher.
+/// is watched, owe the new status to every watcher that wants it.
 pub(crate) fn on_change(r: &mut TaskRecord, before: TaskStatus, index: u64) {
     if r.status == before {
         return;
     }
-    let Some(outbox) = r.outbox.as_mut().filter(|o| !o.watchers.is_empty()) else {
+    let Some(outbox) = r.outbox.as_mut() else {
         return;
     };
+    let pending: Vec<String> = outbox
+        .watchers
+        .iter()
+        .filter(|w| w.wants(r.status))
+        .map(|w| w.id.clone())
+        .collect();
+    if pending.is_empty() {
+        return;
+    }
     if outbox.events.len() >= MAX_UNSETTLED {
         if let Some(at) = outbox.events.iter().position(|e| !e.status.is_terminal()) {
             outbox.events.remove(at);
@@ -87,17 +122,18 @@ pub(crate) fn on_change(r: &mut TaskRecord, before: TaskStatus, index: u64) {
         status: r.status,
         status_message: r.status_message.clone(),
         at_ms: r.last_updated_at_ms,
-        pending: outbox.watchers.clone(),
+        pending,
     });
 }
 
-/// `subscription` starts watching `r`; whether it was not watching yet. Watching twice changes
-/// nothing. A task that is already terminal owes its last status to the new watcher at once
-/// (as the event of the change that made it terminal), so that a subscription made after the
-/// end still learns how the task ended.
-pub(crate) fn watch(r: &mut TaskRecord, subscription: &str) -> Result<bool, Rejection> {
+/// `watcher` starts watching `r`; whether it was not watching yet. Watching twice changes
+/// nothing (the first watch's filter stays). A task that is already terminal owes its last
+/// status to the new watcher at once (as the event of the change that made it terminal), so
+/// that a subscription made after the end still learns how the task ended.
+pub(crate) fn watch(r: &mut TaskRecord, watcher: &Watcher) -> Result<bool, Rejection> {
     let outbox = r.outbox.get_or_insert_with(Default::default);
-    if outbox.watchers.iter().any(|w| w == subscription) {
+    let subscription = watcher.id.as_str();
+    if outbox.watchers.iter().any(|w| w.id == subscription) {
         return Ok(false);
     }
     if outbox.watchers.len() >= MAX_WATCHERS {
@@ -105,7 +141,7 @@ pub(crate) fn watch(r: &mut TaskRecord, subscription: &str) -> Result<bool, Reje
             "a task has at most {MAX_WATCHERS} subscriptions"
         )));
     }
-    outbox.watchers.push(subscription.to_owned());
+    outbox.watchers.push(watcher.clone());
     if r.status.is_terminal() {
         let last = OutboxEvent {
             index: r.updated_index,
@@ -138,7 +174,7 @@ pub(crate) fn settle(r: &mut TaskRecord, settled: &[(u64, String)], unwatch: &[S
         }
     }
     if !unwatch.is_empty() {
-        outbox.watchers.retain(|w| !unwatch.contains(w));
+        outbox.watchers.retain(|w| !unwatch.contains(&w.id));
         for e in &mut outbox.events {
             e.pending.retain(|s| !unwatch.contains(s));
         }

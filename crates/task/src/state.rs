@@ -350,10 +350,9 @@ impl ShardState {
                     r.status_message = message.clone();
                 })
             }
-            Command::Watch {
-                task_id,
-                subscription,
-            } => self.outbox_change(task_id, |r| outbox::watch(r, subscription)),
+            Command::Watch { task_id, watcher } => {
+                self.outbox_change(task_id, |r| outbox::watch(r, watcher))
+            }
             Command::Settle {
                 task_id,
                 settled,

@@ -9,7 +9,7 @@ use taskmesh_host::{HostError, TaskRead};
 use taskmesh_rpc::v1;
 use taskmesh_task::{
     ClientCaps, ClientTask, Lease, Outbox, OutboxEvent, Outcome, TaskRecord, TaskStatus, TaskView,
-    ToolRequest, WorkerJob,
+    ToolRequest, Watcher, WorkerJob,
 };
 
 /// A struct literal whose fields listed in brackets move from the fields of the same name of
@@ -116,7 +116,11 @@ pub fn record_to_pb(r: TaskRecord) -> v1::TaskRecord {
             })),
         }),
         outbox: r.outbox.map(|o| v1::TaskOutbox {
-            watchers: o.watchers,
+            watchers: o
+                .watchers
+                .into_iter()
+                .map(|w| moving!(v1::TaskWatcher { [id, terminal_only] from w, }))
+                .collect(),
             events: o
                 .events
                 .into_iter()
@@ -195,7 +199,11 @@ pub fn record_from_pb(r: v1::TaskRecord) -> Option<TaskRecord> {
     let request = request_from_pb(r.request?);
     let outbox = match r.outbox {
         Some(o) => Some(Box::new(Outbox {
-            watchers: o.watchers,
+            watchers: o
+                .watchers
+                .into_iter()
+                .map(|w| moving!(Watcher { [id, terminal_only] from w, }))
+                .collect(),
             events: o
                 .events
                 .into_iter()
@@ -366,7 +374,13 @@ mod tests {
                 }),
             }),
             outbox: Some(Box::new(Outbox {
-                watchers: vec!["sub-a".into(), "sub-b".into()],
+                watchers: vec![
+                    Watcher::every_change("sub-a"),
+                    Watcher {
+                        id: "sub-b".into(),
+                        terminal_only: true,
+                    },
+                ],
                 events: vec![OutboxEvent {
                     index: 5,
                     status: TaskStatus::Failed,

@@ -20,7 +20,7 @@ fn watch(s: &mut ShardState, id: &str, sub: &str, index: u64) -> Applied {
     s.apply(
         &Command::Watch {
             task_id: id.into(),
-            subscription: sub.into(),
+            watcher: Watcher::every_change(sub),
         },
         index,
     )
@@ -122,6 +122,40 @@ fn each_status_change_is_owed_to_the_watchers_of_its_moment() {
     assert_eq!(last.event_id("t"), "t-6");
     assert_eq!(last.at_ms, r.last_updated_at_ms);
     assert_eq!(unsettled_ids(&s), vec!["t".to_owned()]);
+}
+
+#[test]
+fn a_watcher_of_ends_only_is_owed_the_last_change_alone() {
+    let mut s = state_with("t");
+    let ends = Watcher {
+        id: "ends".into(),
+        terminal_only: true,
+    };
+    let applied = s.apply(
+        &Command::Watch {
+            task_id: "t".into(),
+            watcher: ends,
+        },
+        2,
+    );
+    assert!(matches!(applied, Applied::Updated { .. }));
+    set_status(&mut s, "t", TaskStatus::InputRequired, 3);
+    assert!(events(&s, "t").is_empty());
+    assert!(unsettled_ids(&s).is_empty());
+    watch(&mut s, "t", "all", 4);
+    set_status(&mut s, "t", TaskStatus::Working, 5);
+    finish(&mut s, "t", 6);
+    assert_eq!(
+        events(&s, "t"),
+        vec![
+            (5, TaskStatus::Working, vec!["all".to_owned()]),
+            (
+                6,
+                TaskStatus::Completed,
+                vec!["ends".to_owned(), "all".to_owned()]
+            ),
+        ]
+    );
 }
 
 #[test]
