@@ -197,6 +197,8 @@ impl TaskSettings {
             attach_buffer: 64,
             event_buffer: 8_192,
             workers: crate::WorkerSettings::default(),
+            events: crate::outbox::EventSettings::default(),
+            webhooks: Vec::new(),
         }
     }
 }
@@ -219,6 +221,10 @@ pub struct HostConfig {
     pub event_buffer: usize,
     /// `[workers]`: leases, polls, queues and worker credentials.
     pub workers: crate::WorkerSettings,
+    /// `[events]`: timeouts, retries, concurrency and egress of webhook deliveries.
+    pub events: crate::outbox::EventSettings,
+    /// `[[webhooks]]`: the operator's webhooks, sent the events of every task they cover.
+    pub webhooks: Vec<crate::outbox::WebhookSettings>,
 }
 
 impl Default for HostConfig {

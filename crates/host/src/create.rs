@@ -60,6 +60,16 @@ impl Host {
         let starting = Starting::new(self, &new.task_id, &new.owner);
         let now = now_ms();
         let term = shard.current_term();
+        // The operator's webhooks that cover the owner watch the task from its start.
+        let outbox = self.inner.delivery.as_ref().and_then(|d| {
+            let watchers = d.watchers_for(&new.owner);
+            (!watchers.is_empty()).then(|| {
+                Box::new(taskmesh_task::Outbox {
+                    watchers,
+                    events: Vec::new(),
+                })
+            })
+        });
         let record = TaskRecord {
             task_id: new.task_id.clone(),
             owner: new.owner,
@@ -77,7 +87,7 @@ impl Host {
             upstream_task: None,
             client_task: None,
             worker,
-            outbox: None,
+            outbox,
         };
         let applied = shard.propose(Command::Create { record }).await;
         match applied {

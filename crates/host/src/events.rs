@@ -95,6 +95,12 @@ pub(crate) fn spawn_shard_loops(
             }
         }));
     }
+    if let Some(delivery) = host.inner.delivery.clone() {
+        handles.push(tokio::spawn(crate::outbox::shard_loop(
+            delivery,
+            shard.clone(),
+        )));
+    }
     handles.push(tokio::spawn(reconcile_loop(host, shard, nudge)));
     handles
 }

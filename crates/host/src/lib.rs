@@ -23,6 +23,7 @@ mod create;
 mod error;
 mod events;
 pub mod ops;
+pub mod outbox;
 mod reads;
 mod shards;
 mod slots;
@@ -44,6 +45,7 @@ pub use actor::TaskMsg;
 pub use config::{HostConfig, TaskSettings, MIN_RESULT_BYTES};
 pub use error::HostError;
 pub use ops::{Answer, Op, Operation};
+pub use outbox::{EventSettings, WebhookSettings, TASK_EVENT};
 pub use taskmesh_shard::Quiet;
 pub use types::{Attachment, Created, Ended, HostEvent, NewTask, ShardStatus, Stamped, TaskRead};
 pub use workers::{WorkerError, WorkerInfo, WorkerSettings};
@@ -74,6 +76,8 @@ pub(crate) struct Inner {
     pub(crate) foreign_lookups: Mutex<(u64, u64)>,
     /// The worker registrations of this node and the queues of its worker tasks.
     pub(crate) workers: workers::Workers,
+    /// The delivery of task events to the operator's webhooks; `None` without webhooks.
+    pub(crate) delivery: Option<Arc<outbox::Delivery>>,
 }
 
 /// How often `stop_all` checks whether every stopped actor has finished.
@@ -90,6 +94,14 @@ impl Host {
     /// [`Host::add_shard`]). Call [`Host::start`] to begin serving.
     pub fn new(cfg: HostConfig, tools: Arc<ToolRegistry>, shard_count: u32) -> Self {
         let (events, _) = broadcast::channel(cfg.event_buffer.max(16));
+        // The settings were checked with the node's configuration; a failure here (the HTTP
+        // client could not be built) leaves webhooks undelivered, and says so.
+        let delivery = outbox::Delivery::new(&cfg.events, &cfg.webhooks)
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "webhooks are not delivered");
+                None
+            })
+            .map(Arc::new);
         let cfg_workers = cfg.workers.clone();
         let slots = slots::Slots::new(
             cfg.tasks.max_live_tasks,
@@ -109,7 +121,16 @@ impl Host {
                 events,
                 foreign_lookups: Mutex::new((0, 0)),
                 workers: workers::Workers::new(cfg_workers),
+                delivery,
             }),
+        }
+    }
+
+    /// Give the rendering of a task event's `data` (the node passes the gateway's); until
+    /// then, an event's data holds only the task id.
+    pub fn set_event_render(&self, render: outbox::Render) {
+        if let Some(d) = &self.inner.delivery {
+            d.set_render(render);
         }
     }
 

@@ -110,6 +110,13 @@ pub const WORKER_LEASES: &str = "taskmesh_worker_leases_total";
 pub const WORKER_DISPATCH: &str = "taskmesh_worker_dispatch_seconds";
 /// Live worker registrations on this node.
 pub const WORKERS_LIVE: &str = "taskmesh_workers_live";
+/// Webhook deliveries settled on this node, by `webhook` and `outcome` (`acked`, `refused`,
+/// `abandoned`).
+pub const WEBHOOK_DELIVERIES: &str = "taskmesh_webhook_deliveries_total";
+/// Webhook delivery attempts made by this node, by `webhook`.
+pub const WEBHOOK_ATTEMPTS: &str = "taskmesh_webhook_attempts_total";
+/// From a task's status change to the receiver's 2xx, by `webhook`.
+pub const WEBHOOK_LAG: &str = "taskmesh_webhook_delivery_lag_seconds";
 
 /// Which of the recorder's kinds a metric is.
 #[derive(Clone, Copy)]
@@ -169,6 +176,9 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
     (WORKER_LEASES, Counter, None, "Worker lease events on shards this node led, by tool and event (granted, expired, completed, stale_refused)"),
     (WORKER_DISPATCH, Histogram, Some(Unit::Seconds), "From a task's queueing to its lease being written, by tool"),
     (WORKERS_LIVE, Gauge, None, "Live worker registrations on this node"),
+    (WEBHOOK_DELIVERIES, Counter, None, "Webhook deliveries settled by this node, by webhook and outcome (acked, refused, abandoned)"),
+    (WEBHOOK_ATTEMPTS, Counter, None, "Webhook delivery attempts made by this node, by webhook"),
+    (WEBHOOK_LAG, Histogram, Some(Unit::Seconds), "From a task's status change to the webhook receiver's 2xx, by webhook"),
     (CLIENT_TASKS, Counter, None, "Elicitation and sampling requests run as the client's tasks by executions on this node, by event (created, completed, failed, cancelled, lost)"),
 ];
 

@@ -137,9 +137,12 @@ pub async fn serve(
     let upstreams = start_upstreams(&cfg, &tools, &stop_upstreams).await;
     let host_cfg = taskmesh_host::HostConfig {
         workers: cfg.workers.clone(),
+        events: cfg.events.clone(),
+        webhooks: cfg.webhooks.clone(),
         ..cfg.tasks.host_config(cfg.node_id)
     };
     let host = Host::new(host_cfg, tools, cfg.shards);
+    host.set_event_render(Arc::new(taskmesh_gateway::modern::tasks::event_data));
     // This node's SSE streams, served to the other nodes for reconnections that reach them.
     let gw_cfg = cfg.gateway_config(session_secret(&cfg, &data_dir)?);
     let hub = taskmesh_gateway::resume::Hub::new(cfg.node_id, gw_cfg.stream_settings());

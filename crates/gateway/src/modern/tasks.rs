@@ -11,7 +11,7 @@
 
 use serde_json::{json, Map, Value};
 use taskmesh_host::TaskRead;
-use taskmesh_task::{Outcome, TaskRecord, TaskStatus, TaskView};
+use taskmesh_task::{OutboxEvent, Outcome, TaskRecord, TaskStatus, TaskView};
 
 use crate::wire::TaskObject;
 
@@ -170,6 +170,20 @@ pub(crate) fn terminal(r: &TaskRecord) -> Map<String, Value> {
         }
         None => task_object(&view, r.status),
     }
+}
+
+/// The `data` of a task event (`taskmesh.task.updated`, docs/events.md): the task as
+/// `tasks/get` shows it on this generation at the event's status change, with its outcome
+/// inline when the change ended the task.
+pub fn event_data(r: &TaskRecord, e: &OutboxEvent) -> Value {
+    if e.status.is_terminal() && r.status == e.status {
+        return Value::Object(terminal(r));
+    }
+    let mut view = TaskView::from(r);
+    view.status = e.status;
+    view.status_message.clone_from(&e.status_message);
+    view.last_updated_at_ms = e.at_ms;
+    Value::Object(task_object(&view, e.status))
 }
 
 #[cfg(test)]

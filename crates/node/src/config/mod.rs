@@ -58,6 +58,10 @@ pub struct Config {
     pub tasks: taskmesh_host::TaskSettings,
     /// `[workers]`: leases, polls and queues of worker tasks, and the workers' credentials.
     pub workers: taskmesh_host::WorkerSettings,
+    /// `[events]`: timeouts, retries, concurrency and egress of webhook deliveries.
+    pub events: taskmesh_host::EventSettings,
+    /// `[[webhooks]]`: the operator's webhooks, sent the events of every task they cover.
+    pub webhooks: Vec<taskmesh_host::WebhookSettings>,
     /// `[tools]`: whether the built-in tools are served, and the `tools/list` page size.
     pub tools: taskmesh_gateway::settings::ToolsSettings,
     /// `[raft]`: timings and snapshot settings of every Raft group this node holds a replica of.
@@ -227,6 +231,8 @@ impl Default for Config {
             session: Default::default(),
             tasks: Default::default(),
             workers: Default::default(),
+            events: Default::default(),
+            webhooks: Vec::new(),
             tools: Default::default(),
             raft: Default::default(),
             log: Default::default(),

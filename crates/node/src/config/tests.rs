@@ -185,3 +185,46 @@ fn a_cluster_member_needs_a_shared_secret() {
     let e = Config::parse(Some(text), "test", Vec::new(), Overrides::default()).unwrap_err();
     assert!(e.to_string().contains("session.secret"), "{e}");
 }
+
+#[test]
+fn webhooks_that_cannot_work_are_refused_with_their_name() {
+    let check = |text: &str| {
+        Config::parse(Some(text), "test", Vec::new(), Overrides::default())
+            .and_then(|c| c.validate().map(|()| c))
+            .map(|_| ())
+            .map_err(|e| format!("{e:#}"))
+    };
+    let secret = "whsec_KioqKioqKioqKioqKioqKioqKioqKioq";
+    let hook = |url: &str, secret: &str| {
+        format!("[[webhooks]]\nname = \"ci\"\nurl = \"{url}\"\nsecret = \"{secret}\"\n")
+    };
+    assert_eq!(check(&hook("https://hooks.example.com/x", secret)), Ok(()));
+    for (text, says) in [
+        (
+            hook("http://hooks.example.com/x", secret),
+            "webhooks.ci.url",
+        ),
+        (
+            hook("https://169.254.169.254/", secret),
+            "globally routable",
+        ),
+        (
+            hook("https://hooks.example.com/x", "hunter2"),
+            "webhooks.ci.secret",
+        ),
+        (
+            format!(
+                "[events]\nallow_addresses = [\"10.0.0.0/40\"]\n{}",
+                hook("https://h.example.com/", secret)
+            ),
+            "events.allow_addresses",
+        ),
+        (
+            "[events]\nmax_attempts = 0\n".to_owned(),
+            "events.max_attempts",
+        ),
+    ] {
+        let e = check(&text).unwrap_err();
+        assert!(e.contains(says), "{text}: {e}");
+    }
+}

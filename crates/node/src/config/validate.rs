@@ -15,6 +15,8 @@ impl Config {
             self.session.validate(),
             self.tasks.validate(),
             self.workers.validate(),
+            self.events.validate(),
+            taskmesh_host::outbox::validate_webhooks(&self.webhooks, &self.events),
             self.tools.validate(),
             self.limits.validate(),
             self.raft.validate(),

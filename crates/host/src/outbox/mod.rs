@@ -1,0 +1,329 @@
+//! Delivery of task events to webhooks, from the outboxes of the shards this node leads.
+//!
+//! A watched task's status change is owed to its watchers in the same log entry that makes it
+//! (`taskmesh_task::outbox`). Here the leader of each shard pays what its records owe: for
+//! every (event, subscription) pair still pending it renders the event, signs and posts it
+//! (`taskmesh_webhook`), retries with a doubling wait while the receiver fails, and settles the
+//! pair through the shard's log once the receiver acknowledged it (2xx), refused it for good
+//! (410, 413), or the retries ran out (attempts or window: abandoned). A node that stops
+//! leading a shard stops its attempts there; the new leader finds the unsettled pairs in its
+//! state and delivers them again. So every event reaches a receiver that answers at least
+//! once, the receiver drops duplicates by `webhook-id` (the event id), and nothing here slows
+//! a create or a poll: the obligation is written with the status change, the sending happens
+//! after, in tasks of its own, bounded per node and per destination.
+
+pub mod settings;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use taskmesh_metrics::metrics::{counter, histogram};
+use taskmesh_metrics::names;
+use taskmesh_shard::{ShardEvent, ShardReplica};
+use taskmesh_task::{Command, OutboxEvent, TaskRecord, Watcher};
+use taskmesh_webhook::{Attempt, Message, Secret, Sender};
+use tokio::sync::Semaphore;
+
+pub use settings::{validate_webhooks, EventSettings, WebhookSettings};
+
+use crate::now_ms;
+
+/// The name of the one event type: a task's status changed.
+pub const TASK_EVENT: &str = "taskmesh.task.updated";
+
+/// The `data` of a task's event: the task as `tasks/get` shows it on protocol 2026-07-28 at
+/// the event's status change, its outcome inline once terminal. Given by the node (the
+/// rendering is the gateway's).
+pub type Render = Arc<dyn Fn(&TaskRecord, &OutboxEvent) -> Value + Send + Sync>;
+
+/// One operator webhook, ready to sign with.
+struct Hook {
+    settings: WebhookSettings,
+    secret: Secret,
+}
+
+/// A pair owed: an event of a task, and a subscription it is owed to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Pair {
+    task_id: String,
+    index: u64,
+    subscription: String,
+}
+
+/// The node's delivery of events: its webhooks, client and bounds, and the pairs in flight.
+pub(crate) struct Delivery {
+    settings: EventSettings,
+    hooks: HashMap<String, Hook>,
+    sender: Sender,
+    render: Mutex<Option<Render>>,
+    /// Pairs being delivered on this node, so that a pair is attempted by one task at a time.
+    in_flight: Mutex<HashSet<Pair>>,
+    /// Deliveries in flight on the node (`events.max_in_flight`).
+    permits: Arc<Semaphore>,
+    /// Attempts in flight per destination (`events.per_destination`).
+    destinations: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl Delivery {
+    /// The delivery of these webhooks; `None` when there is none (nothing to deliver: no
+    /// task gets watchers, no loop runs).
+    pub(crate) fn new(
+        settings: &EventSettings,
+        webhooks: &[WebhookSettings],
+    ) -> Result<Option<Self>, String> {
+        if webhooks.is_empty() {
+            return Ok(None);
+        }
+        validate_webhooks(webhooks, settings)?;
+        let hooks = webhooks
+            .iter()
+            .map(|w| {
+                let secret = Secret::parse(&w.secret).map_err(|e| e.to_string())?;
+                Ok((
+                    w.subscription_id(),
+                    Hook {
+                        settings: w.clone(),
+                        secret,
+                    },
+                ))
+            })
+            .collect::<Result<HashMap<_, _>, String>>()?;
+        let sender = Sender::new(
+            settings.policy()?,
+            Duration::from_millis(settings.delivery_timeout_ms),
+        )?;
+        Ok(Some(Self {
+            settings: settings.clone(),
+            hooks,
+            sender,
+            render: Mutex::new(None),
+            in_flight: Mutex::new(HashSet::new()),
+            permits: Arc::new(Semaphore::new(settings.max_in_flight)),
+            destinations: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    pub(crate) fn set_render(&self, render: Render) {
+        *self.render.lock() = Some(render);
+    }
+
+    /// The watchers a new task of `owner` starts with: every webhook that covers its principal.
+    pub(crate) fn watchers_for(&self, owner: &str) -> Vec<Watcher> {
+        let mut w: Vec<Watcher> = self
+            .hooks
+            .iter()
+            .filter(|(_, h)| h.settings.covers(owner))
+            .map(|(id, h)| Watcher {
+                id: id.clone(),
+                terminal_only: h.settings.terminal_only,
+            })
+            .collect();
+        w.sort_by(|a, b| a.id.cmp(&b.id));
+        w
+    }
+
+    fn destination(&self, url: &str) -> Arc<Semaphore> {
+        let key = url
+            .parse::<url::Url>()
+            .map(|u| {
+                format!(
+                    "{}://{}:{}",
+                    u.scheme(),
+                    u.host_str().unwrap_or(""),
+                    u.port_or_known_default().unwrap_or(0)
+                )
+            })
+            .unwrap_or_else(|_| url.to_owned());
+        self.destinations
+            .lock()
+            .entry(key)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.settings.per_destination)))
+            .clone()
+    }
+
+    /// The body of an event: its id, type, time and the task as it was.
+    fn body(&self, record: &TaskRecord, event: &OutboxEvent) -> Vec<u8> {
+        let data = match &*self.render.lock() {
+            Some(render) => render(record, event),
+            None => json!({ "taskId": record.task_id }),
+        };
+        let body = json!({
+            "eventId": event.event_id(&record.task_id),
+            "name": TASK_EVENT,
+            "timestamp": taskmesh_mcp::time::rfc3339_ms(event.at_ms),
+            "data": data,
+        });
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+}
+
+/// The pairs `record` owes.
+fn pairs(record: &TaskRecord) -> Vec<Pair> {
+    let Some(outbox) = &record.outbox else {
+        return Vec::new();
+    };
+    outbox
+        .events
+        .iter()
+        .flat_map(|e| {
+            e.pending.iter().map(|s| Pair {
+                task_id: record.task_id.clone(),
+                index: e.index,
+                subscription: s.clone(),
+            })
+        })
+        .collect()
+}
+
+/// What a pair came to.
+enum Settled {
+    /// Acknowledged, refused for good or abandoned: settle it.
+    Pair,
+    /// Its subscription no longer exists: stop it watching the task.
+    Unwatch,
+}
+
+/// The loop of one shard: while this node leads it, deliver what its records owe, those found
+/// when the leadership began and those that changes add.
+pub(crate) async fn shard_loop(delivery: Arc<Delivery>, shard: ShardReplica) {
+    let mut leadership = shard.leadership();
+    let mut events = shard.subscribe();
+    loop {
+        if shard.is_leader() {
+            let owed: Vec<Pair> = shard.read_local(|s| s.unsettled().flat_map(pairs).collect());
+            for p in owed {
+                start(&delivery, &shard, p);
+            }
+        }
+        // Until the leadership changes or the event stream lagged (then look again).
+        loop {
+            tokio::select! {
+                changed = leadership.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                event = events.recv() => match event {
+                    Ok(ShardEvent::Changed { record, .. }) => {
+                        if record.has_unsettled() && shard.is_leader() {
+                            for p in pairs(&record) {
+                                start(&delivery, &shard, p);
+                            }
+                        }
+                    }
+                    Ok(ShardEvent::Expired { .. }) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
+            }
+        }
+    }
+}
+
+/// Deliver `pair` in a task of its own, unless it is being delivered already.
+fn start(delivery: &Arc<Delivery>, shard: &ShardReplica, pair: Pair) {
+    if !delivery.in_flight.lock().insert(pair.clone()) {
+        return;
+    }
+    let (delivery, shard) = (delivery.clone(), shard.clone());
+    tokio::spawn(async move {
+        if let Some(done) = attempts(&delivery, &shard, &pair).await {
+            settle(&shard, &pair, done).await;
+        }
+        delivery.in_flight.lock().remove(&pair);
+    });
+}
+
+/// Attempt `pair` until it is settled, or until this node no longer leads the shard or the
+/// pair is no longer owed (`None`: nothing to settle here).
+async fn attempts(delivery: &Delivery, shard: &ShardReplica, pair: &Pair) -> Option<Settled> {
+    let _permit = delivery.permits.clone().acquire_owned().await.ok()?;
+    let mut attempt = 0u32;
+    loop {
+        if !shard.is_leader() {
+            return None;
+        }
+        let (record, event) =
+            shard.read_local(|s| {
+                let r = s.get(&pair.task_id)?;
+                let e =
+                    r.outbox.as_ref()?.events.iter().find(|e| {
+                        e.index == pair.index && e.pending.contains(&pair.subscription)
+                    })?;
+                Some((r.clone(), e.clone()))
+            })?;
+        let Some(hook) = delivery.hooks.get(&pair.subscription) else {
+            return Some(Settled::Unwatch);
+        };
+        let body = delivery.body(&record, &event);
+        attempt += 1;
+        let got = {
+            let _slot = delivery
+                .destination(&hook.settings.url)
+                .acquire_owned()
+                .await
+                .ok()?;
+            delivery
+                .sender
+                .send(Message {
+                    url: &hook.settings.url,
+                    id: &event.event_id(&record.task_id),
+                    subscription: &pair.subscription,
+                    body: &body,
+                    secrets: &[&hook.secret],
+                })
+                .await
+        };
+        let webhook = hook.settings.name.as_str();
+        counter!(names::WEBHOOK_ATTEMPTS, "webhook" => webhook.to_owned()).increment(1);
+        let outcome = match got {
+            Attempt::Acked(_) => {
+                let lag = now_ms().saturating_sub(event.at_ms) as f64 / 1000.0;
+                histogram!(names::WEBHOOK_LAG, "webhook" => webhook.to_owned()).record(lag);
+                "acked"
+            }
+            Attempt::Refused(_) => "refused",
+            Attempt::Failed(f) => {
+                let spent =
+                    now_ms().saturating_sub(event.at_ms) >= delivery.settings.retry_window_ms;
+                if attempt < delivery.settings.max_attempts && !spent {
+                    tracing::debug!(task_id = %pair.task_id, webhook, attempt, error = f.category(), "webhook delivery failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(
+                        delivery.settings.backoff_ms(attempt),
+                    ))
+                    .await;
+                    continue;
+                }
+                tracing::warn!(task_id = %pair.task_id, webhook, attempts = attempt, error = f.category(), "webhook delivery abandoned");
+                "abandoned"
+            }
+        };
+        counter!(names::WEBHOOK_DELIVERIES, "webhook" => webhook.to_owned(), "outcome" => outcome)
+            .increment(1);
+        return Some(Settled::Pair);
+    }
+}
+
+/// Record through the shard's log that `pair` is settled. A failure (the leadership moved)
+/// leaves it owed: the new leader delivers it again.
+async fn settle(shard: &ShardReplica, pair: &Pair, done: Settled) {
+    let cmd = match done {
+        Settled::Pair => Command::Settle {
+            task_id: pair.task_id.clone(),
+            settled: vec![(pair.index, pair.subscription.clone())],
+            unwatch: Vec::new(),
+        },
+        Settled::Unwatch => Command::Settle {
+            task_id: pair.task_id.clone(),
+            settled: Vec::new(),
+            unwatch: vec![pair.subscription.clone()],
+        },
+    };
+    if let Err(e) = shard.propose(cmd).await {
+        tracing::debug!(task_id = %pair.task_id, error = %e, "settling a webhook delivery failed; the shard's next leader delivers it again");
+    }
+}

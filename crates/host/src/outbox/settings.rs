@@ -1,0 +1,238 @@
+//! `[events]` (how task events are delivered to webhooks) and `[[webhooks]]` (the operator's
+//! webhooks), documented in docs/configuration.md and docs/events.md.
+
+use serde::Deserialize;
+use taskmesh_webhook::{Cidr, EgressPolicy, Secret};
+
+/// The longest name of an operator webhook.
+pub const MAX_WEBHOOK_NAME: usize = 64;
+
+/// `[events]`: timeouts, retries, concurrency and egress of webhook deliveries.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EventSettings {
+    /// How long one delivery attempt may take (connect, send, answer), in ms. Default 5000;
+    /// 100 to 60000.
+    pub delivery_timeout_ms: u64,
+    /// The wait before the second attempt, in ms; each later wait doubles, up to
+    /// `retry_max_ms`. Default 1000; at least 10.
+    pub retry_base_ms: u64,
+    /// The longest wait between two attempts, in ms. Default 60000; at least `retry_base_ms`.
+    pub retry_max_ms: u64,
+    /// An event is given up (abandoned) once this long has passed since its status change and
+    /// an attempt failed, in ms. Default 900000 (15 min); at least 1000.
+    pub retry_window_ms: u64,
+    /// Attempts per event and subscription before it is abandoned. Default 8; at least 1.
+    pub max_attempts: u32,
+    /// Deliveries in flight at once on a node (attempts and the waits between them).
+    /// Default 256; at least 1.
+    pub max_in_flight: usize,
+    /// Attempts in flight at once to one destination (scheme, host and port). Default 16; at
+    /// least 1.
+    pub per_destination: usize,
+    /// Address blocks (`10.0.0.0/8`, `::1`) that webhooks may be sent to although they are not
+    /// globally routable. Default none.
+    pub allow_addresses: Vec<String>,
+    /// Hosts (as written in URLs) that webhooks may be sent to over plain http. Default none:
+    /// https only.
+    pub http_hosts: Vec<String>,
+}
+
+impl Default for EventSettings {
+    fn default() -> Self {
+        Self {
+            delivery_timeout_ms: 5_000,
+            retry_base_ms: 1_000,
+            retry_max_ms: 60_000,
+            retry_window_ms: 900_000,
+            max_attempts: 8,
+            max_in_flight: 256,
+            per_destination: 16,
+            allow_addresses: Vec::new(),
+            http_hosts: Vec::new(),
+        }
+    }
+}
+
+impl EventSettings {
+    /// Refuse what cannot work, naming the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(100..=60_000).contains(&self.delivery_timeout_ms) {
+            return Err("events.delivery_timeout_ms must be between 100 and 60000".into());
+        }
+        if self.retry_base_ms < 10 {
+            return Err("events.retry_base_ms must be at least 10".into());
+        }
+        if self.retry_max_ms < self.retry_base_ms {
+            return Err("events.retry_max_ms must be at least events.retry_base_ms".into());
+        }
+        if self.retry_window_ms < 1_000 {
+            return Err("events.retry_window_ms must be at least 1000".into());
+        }
+        if self.max_attempts == 0 || self.max_in_flight == 0 || self.per_destination == 0 {
+            return Err(
+                "events.max_attempts, events.max_in_flight and events.per_destination must be at least 1"
+                    .into(),
+            );
+        }
+        self.policy().map(|_| ())
+    }
+
+    /// The egress policy these settings describe.
+    pub fn policy(&self) -> Result<EgressPolicy, String> {
+        let allow = self
+            .allow_addresses
+            .iter()
+            .map(|a| {
+                a.parse::<Cidr>()
+                    .map_err(|e| format!("events.allow_addresses: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(EgressPolicy {
+            allow,
+            http_hosts: self.http_hosts.clone(),
+        })
+    }
+
+    /// The wait after failed attempt `n` (from 1): `retry_base_ms` doubled n - 1 times, at most
+    /// `retry_max_ms`.
+    pub fn backoff_ms(&self, attempt: u32) -> u64 {
+        let doublings = attempt.saturating_sub(1).min(32);
+        self.retry_base_ms
+            .saturating_mul(1u64 << doublings)
+            .min(self.retry_max_ms)
+    }
+}
+
+/// `[[webhooks]]`: one operator webhook, sent the events of every task (of the listed
+/// principals, when some are listed).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSettings {
+    /// Its name: 1 to 64 of `a-z`, `0-9`, `-` and `_`. Its subscription id (the
+    /// `X-MCP-Subscription-Id` header) is `wh_` and the name.
+    pub name: String,
+    /// Where events are sent: an https URL (http only to a host of `events.http_hosts`).
+    pub url: String,
+    /// The signing secret: `whsec_` and the base64 of 24 to 64 random bytes.
+    pub secret: String,
+    /// Send only the change that ends a task (`completed`, `failed`, `cancelled`). Default
+    /// false: every status change.
+    #[serde(default)]
+    pub terminal_only: bool,
+    /// The principals whose tasks it receives; empty (the default): every principal's.
+    #[serde(default)]
+    pub principals: Vec<String>,
+}
+
+impl WebhookSettings {
+    /// The subscription id of the webhook.
+    pub fn subscription_id(&self) -> String {
+        format!("wh_{}", self.name)
+    }
+
+    /// Whether it receives the events of `owner`'s tasks.
+    pub fn covers(&self, owner: &str) -> bool {
+        self.principals.is_empty() || self.principals.iter().any(|p| p == owner)
+    }
+}
+
+/// Refuse webhooks that cannot work, naming the one at fault: a bad name, a name used twice,
+/// a secret that is not a `whsec_` secret, a URL the egress policy refuses as written.
+pub fn validate_webhooks(hooks: &[WebhookSettings], events: &EventSettings) -> Result<(), String> {
+    let policy = events.policy()?;
+    let mut names = std::collections::HashSet::new();
+    for h in hooks {
+        let valid = !h.name.is_empty()
+            && h.name.len() <= MAX_WEBHOOK_NAME
+            && h.name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if !valid {
+            return Err(format!(
+                "webhooks: the name {:?} must be 1 to {MAX_WEBHOOK_NAME} of a-z, 0-9, - and _",
+                h.name
+            ));
+        }
+        if !names.insert(h.name.as_str()) {
+            return Err(format!("webhooks: the name {:?} is used twice", h.name));
+        }
+        Secret::parse(&h.secret).map_err(|e| format!("webhooks.{}.secret: {e}", h.name))?;
+        policy
+            .check_url(&h.url)
+            .map_err(|e| format!("webhooks.{}.url: {e}", h.name))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hook(name: &str, url: &str) -> WebhookSettings {
+        WebhookSettings {
+            name: name.into(),
+            url: url.into(),
+            secret: "whsec_KioqKioqKioqKioqKioqKioqKioqKioq".into(),
+            terminal_only: false,
+            principals: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn webhooks_and_their_settings_are_checked() {
+        let events = EventSettings::default();
+        assert!(events.validate().is_ok());
+        assert!(validate_webhooks(&[hook("ci", "https://hooks.example.com/x")], &events).is_ok());
+        for (bad, why) in [
+            (vec![hook("CI", "https://h.example.com/")], "name"),
+            (vec![hook("", "https://h.example.com/")], "name"),
+            (
+                vec![
+                    hook("a", "https://h.example.com/"),
+                    hook("a", "https://h.example.com/"),
+                ],
+                "twice",
+            ),
+            (vec![hook("a", "http://h.example.com/")], "https"),
+            (vec![hook("a", "https://127.0.0.1/")], "globally routable"),
+            (
+                vec![WebhookSettings {
+                    secret: "nope".into(),
+                    ..hook("a", "https://h.example.com/")
+                }],
+                "whsec_",
+            ),
+        ] {
+            let e = validate_webhooks(&bad, &events).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
+        let loopback = EventSettings {
+            allow_addresses: vec!["127.0.0.0/8".into()],
+            http_hosts: vec!["127.0.0.1".into()],
+            ..EventSettings::default()
+        };
+        assert!(validate_webhooks(&[hook("a", "http://127.0.0.1:9/x")], &loopback).is_ok());
+        let bad = EventSettings {
+            allow_addresses: vec!["10.0.0.0/99".into()],
+            ..EventSettings::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("allow_addresses"));
+        let bad = EventSettings {
+            retry_max_ms: 5,
+            ..EventSettings::default()
+        };
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_cap() {
+        let s = EventSettings::default();
+        let waits: Vec<u64> = (1..=9).map(|n| s.backoff_ms(n)).collect();
+        assert_eq!(
+            waits,
+            vec![1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000, 60_000]
+        );
+        assert_eq!(s.backoff_ms(u32::MAX), 60_000);
+    }
+}
