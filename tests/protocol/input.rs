@@ -8,7 +8,11 @@ use crate::TASKMESH;
 
 /// Drive a task that asks the client: poll until input_required, open tasks/result, answer each
 /// request with `answers` in order, and return (requests seen, final response).
-async fn drive_interactive(c: &Client, id: &str, answers: Vec<Value>) -> (Vec<Value>, Value) {
+pub(crate) async fn drive_interactive(
+    c: &Client,
+    id: &str,
+    answers: Vec<Value>,
+) -> (Vec<Value>, Value) {
     c.wait_status(id, "input_required").await;
     let (rid, mut stream) = c.open_stream("tasks/result", json!({"taskId": id})).await;
     let mut answers = answers.into_iter();

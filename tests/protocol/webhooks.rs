@@ -259,3 +259,105 @@ async fn status_changes_reach_the_webhooks_that_cover_them_signed_and_with_the_o
     assert_eq!(events_of(&r, "/all", &done).len(), 1);
     assert_eq!(events_of(&r, "/ends", &done).len(), 1);
 }
+
+/// The events a [`taskmesh_testkit::python::WebhookReceiver`] recorded for `task_id`, in the
+/// order of their changes, each once.
+fn recorded_of(lines: &[Value], task_id: &str) -> Vec<Value> {
+    let mut seen = std::collections::BTreeMap::new();
+    for l in lines {
+        if l["event"]["data"]["taskId"] == task_id {
+            let index: u64 = l["id"]
+                .as_str()
+                .unwrap()
+                .rsplit('-')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            seen.entry(index).or_insert_with(|| l["event"].clone());
+        }
+    }
+    seen.into_values().collect()
+}
+
+#[tokio::test]
+async fn a_receiver_verifying_with_the_standard_webhooks_library_gets_every_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let python =
+        taskmesh_testkit::python::webhooks_venv(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let secret = format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(SECRET_KEY)
+    );
+    let out = dir.path().join("events.jsonl");
+    let receiver = taskmesh_testkit::python::webhook_receiver(&python, &secret, &out, None);
+    let s = Server::start(
+        TASKMESH,
+        &format!(
+            r#"{AUTH}
+[events]
+allow_addresses = ["127.0.0.0/8"]
+http_hosts = ["127.0.0.1"]
+
+[[webhooks]]
+name = "py"
+url = "http://127.0.0.1:{}/hooks"
+secret = "{secret}"
+"#,
+            receiver.port
+        ),
+    );
+    let c = Client::connect(
+        &s.url,
+        Some("alice-token-1"),
+        "2025-11-25",
+        json!({"tasks": {"list": {}, "cancel": {}}, "elicitation": {}}),
+    )
+    .await;
+    let done = c.start_task("slow_compute", json!({"seconds": 0})).await;
+    let tool_error = c.start_task("failing_job", json!({})).await;
+    let cancelled = c.start_task("slow_compute", json!({"seconds": 30})).await;
+    c.ok("tasks/cancel", json!({"taskId": cancelled})).await;
+    let asked = c
+        .start_task("confirm_delete", json!({"filename": "report.pdf"}))
+        .await;
+    crate::input::drive_interactive(
+        &c,
+        &asked,
+        vec![json!({"action": "accept", "content": {"confirm": true}})],
+    )
+    .await;
+    c.wait_status(&done, "completed").await;
+    c.wait_status(&tool_error, "failed").await;
+
+    let statuses = |id: &str| -> Vec<String> {
+        recorded_of(&taskmesh_testkit::python::received(&out), id)
+            .iter()
+            .map(|e| e["data"]["status"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let all = eventually(|| {
+        let got = [
+            statuses(&done),
+            statuses(&tool_error),
+            statuses(&cancelled),
+            statuses(&asked),
+        ];
+        (got[3].len() == 3 && got.iter().take(3).all(|s| s.len() == 1)).then_some(got)
+    })
+    .await;
+    assert_eq!(all[0], ["completed"]);
+    // A tool error reads `completed` with its result on 2026-07-28 (what tasks/get shows).
+    assert_eq!(all[1], ["completed"]);
+    assert_eq!(all[2], ["cancelled"]);
+    assert_eq!(all[3], ["input_required", "working", "completed"]);
+    let lines = taskmesh_testkit::python::received(&out);
+    assert!(
+        lines.iter().all(|l| l.get("refused").is_none()),
+        "a delivery failed the library's verification: {lines:?}"
+    );
+    let failed = recorded_of(&lines, &tool_error);
+    assert_eq!(failed[0]["data"]["result"]["isError"], true);
+    assert!(lines.iter().all(|l| l["subscription"] == "wh_py"));
+    drop(receiver);
+}

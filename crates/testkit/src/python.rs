@@ -141,3 +141,83 @@ async fn serve_http(python: &Path, script: &str, args: &[&str], port: u16) -> Up
     }
     panic!("the upstream HTTP server never listened on {port}");
 }
+
+/// The Standard Webhooks library release the webhook tests verify deliveries with.
+pub const STANDARD_WEBHOOKS: &str = "standardwebhooks==1.3.0";
+
+/// The virtualenv's interpreter, with the Standard Webhooks library installed (see [`venv`]).
+pub fn webhooks_venv(tmp: &Path) -> PathBuf {
+    venv(
+        tmp,
+        "py-standardwebhooks-1.3.0",
+        &[STANDARD_WEBHOOKS],
+        "import standardwebhooks.webhooks",
+    )
+}
+
+/// `examples/webhook-receiver/receiver.py`, the receiver that verifies every delivery with the
+/// Standard Webhooks library, listening on a free loopback port; the process is killed when
+/// this is dropped.
+pub struct WebhookReceiver {
+    child: std::process::Child,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+}
+
+impl Drop for WebhookReceiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start the receiver with `python` (from [`webhooks_venv`]): it verifies with `secret`,
+/// appends what arrives to `out` (JSON lines), and answers 500 while `fail_while` exists.
+/// Returns once it listens (bounded: 15 s).
+pub fn webhook_receiver(
+    python: &Path,
+    secret: &str,
+    out: &Path,
+    fail_while: Option<&Path>,
+) -> WebhookReceiver {
+    use std::io::BufRead as _;
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/webhook-receiver/receiver.py");
+    let mut cmd = Command::new(python);
+    cmd.arg(script)
+        .arg("--out")
+        .arg(out)
+        .env("WEBHOOK_SECRET", secret)
+        .stdout(std::process::Stdio::piped());
+    if let Some(f) = fail_while {
+        cmd.arg("--fail-while").arg(f);
+    }
+    let mut child = cmd.spawn().expect("start the webhook receiver");
+    let stdout = child.stdout.take().expect("the receiver's stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(15)).unwrap_or_default();
+    let port = line
+        .trim()
+        .strip_prefix("listening ")
+        .and_then(|p| p.parse().ok());
+    let Some(port) = port else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the webhook receiver did not start: {line:?}");
+    };
+    WebhookReceiver { child, port }
+}
+
+/// What a [`WebhookReceiver`] wrote to its `out` file so far: one JSON value per line.
+pub fn received(out: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
