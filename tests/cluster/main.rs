@@ -22,6 +22,7 @@ mod readiness;
 mod serving;
 mod streams;
 mod trace;
+mod webhooks;
 mod worker_faults;
 mod workers;
 
