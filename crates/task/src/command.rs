@@ -163,16 +163,14 @@ pub enum Command {
         /// The subscription, and which changes it is owed.
         watcher: crate::outbox::Watcher,
     },
-    /// The shard's leader settles events of the task's outbox: each (log index of the event,
-    /// subscription) pair delivered or given up, and the subscriptions of `unwatch` (ended
-    /// ones) stop watching. Allowed on terminal records.
+    /// The shard's leader settles events of its tasks' outboxes (see [`crate::outbox`]): per
+    /// task, the (log index of the event, subscription) pairs delivered or given up, and the
+    /// subscriptions (ended ones) that stop watching it. One entry for many tasks, so that
+    /// settling costs a log entry per batch of deliveries, not per delivery. Allowed on terminal
+    /// records; tasks that are gone are skipped.
     Settle {
-        /// The task whose outbox changes.
-        task_id: TaskId,
-        /// (event's log index, subscription) pairs settled.
-        settled: Vec<(u64, String)>,
-        /// Subscriptions that stop watching the task.
-        unwatch: Vec<String>,
+        /// What is settled, task by task.
+        settled: Vec<crate::outbox::Settlement>,
     },
     /// Restore records from a backup (`taskmesh restore`): each record whose task id the shard
     /// does not hold is inserted as it was backed up, except that a live one's `exec_term` is
@@ -207,9 +205,8 @@ impl Command {
             | Command::Renew { task_id, .. }
             | Command::Complete { task_id, .. }
             | Command::Release { task_id, .. }
-            | Command::Watch { task_id, .. }
-            | Command::Settle { task_id, .. } => Some(task_id),
-            Command::Expire { .. } | Command::Import { .. } => None,
+            | Command::Watch { task_id, .. } => Some(task_id),
+            Command::Expire { .. } | Command::Import { .. } | Command::Settle { .. } => None,
         }
     }
 }
@@ -265,6 +262,11 @@ pub enum Applied {
         /// The inserted records, each with `updated_index` set to the entry's log index.
         records: Vec<TaskRecord>,
     },
+    /// A `Settle` changed this many outboxes.
+    Settled {
+        /// Records whose outbox changed.
+        changed: usize,
+    },
     /// These ids were deleted.
     Expired {
         /// Ids of the records deleted: those of the command that were present and expired.
@@ -288,7 +290,9 @@ impl std::fmt::Display for Command {
             Command::Complete { .. } => "complete",
             Command::Release { .. } => "release",
             Command::Watch { .. } => "watch",
-            Command::Settle { .. } => "settle",
+            Command::Settle { settled } => {
+                return write!(f, "settle({} tasks)", settled.len());
+            }
             Command::Expire { task_ids, .. } => {
                 return write!(f, "expire({} tasks)", task_ids.len());
             }

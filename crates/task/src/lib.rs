@@ -15,7 +15,7 @@ pub mod status;
 pub mod worker;
 
 pub use command::{Applied, Command, Rejection};
-pub use outbox::{Outbox, OutboxEvent, Watcher};
+pub use outbox::{Outbox, OutboxEvent, Settlement, Watcher};
 pub use record::{ClientCaps, ClientTask, Outcome, TaskRecord, TaskView, ToolRequest};
 pub use state::ShardState;
 pub use status::TaskStatus;

@@ -38,6 +38,19 @@ pub struct Outbox {
     pub events: Vec<OutboxEvent>,
 }
 
+/// What a [`crate::Command::Settle`] settles of one task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settlement {
+    /// The task.
+    pub task_id: crate::TaskId,
+    /// (event's log index, subscription) pairs delivered or given up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<(u64, String)>,
+    /// Subscriptions that stop watching the task (ended ones); what they were owed is settled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unwatch: Vec<String>,
+}
+
 /// A subscription watching a task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Watcher {

@@ -353,11 +353,21 @@ impl ShardState {
             Command::Watch { task_id, watcher } => {
                 self.outbox_change(task_id, |r| outbox::watch(r, watcher))
             }
-            Command::Settle {
-                task_id,
-                settled,
-                unwatch,
-            } => self.outbox_change(task_id, |r| Ok(outbox::settle(r, settled, unwatch))),
+            Command::Settle { settled } => {
+                let mut changed = 0;
+                for s in settled {
+                    let Some(r) = self.tasks.get_mut(&s.task_id) else {
+                        continue;
+                    };
+                    if outbox::settle(r, &s.events, &s.unwatch) {
+                        changed += 1;
+                    }
+                    if !r.has_unsettled() {
+                        self.unsettled.remove(&s.task_id);
+                    }
+                }
+                Applied::Settled { changed }
+            }
             Command::Import { records } => {
                 let mut inserted = Vec::new();
                 for record in records {

@@ -14,7 +14,7 @@
 
 pub mod settings;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,13 +23,17 @@ use serde_json::{json, Value};
 use taskmesh_metrics::metrics::{counter, histogram};
 use taskmesh_metrics::names;
 use taskmesh_shard::{ShardEvent, ShardReplica};
-use taskmesh_task::{Command, OutboxEvent, TaskRecord, Watcher};
+use taskmesh_task::{Command, OutboxEvent, Settlement, TaskRecord, Watcher};
 use taskmesh_webhook::{Attempt, Message, Secret, Sender};
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, Semaphore};
 
 pub use settings::{validate_webhooks, EventSettings, WebhookSettings};
 
 use crate::now_ms;
+
+/// Most pairs one `Settle` entry settles: what the deliveries of a shard settled while its
+/// previous `Settle` was being committed, up to this.
+pub const MAX_SETTLE_BATCH: usize = 1024;
 
 /// The name of the one event type: a task's status changed.
 pub const TASK_EVENT: &str = "taskmesh.task.updated";
@@ -191,11 +195,13 @@ enum Settled {
 pub(crate) async fn shard_loop(delivery: Arc<Delivery>, shard: ShardReplica) {
     let mut leadership = shard.leadership();
     let mut events = shard.subscribe();
+    let (settle, settled) = mpsc::channel(delivery.settings.max_in_flight);
+    tokio::spawn(settler(delivery.clone(), shard.clone(), settled));
     loop {
         if shard.is_leader() {
             let owed: Vec<Pair> = shard.read_local(|s| s.unsettled().flat_map(pairs).collect());
             for p in owed {
-                start(&delivery, &shard, p);
+                start(&delivery, &shard, &settle, p);
             }
         }
         // Until the leadership changes or the event stream lagged (then look again).
@@ -211,7 +217,7 @@ pub(crate) async fn shard_loop(delivery: Arc<Delivery>, shard: ShardReplica) {
                     Ok(ShardEvent::Changed { record, .. }) => {
                         if record.has_unsettled() && shard.is_leader() {
                             for p in pairs(&record) {
-                                start(&delivery, &shard, p);
+                                start(&delivery, &shard, &settle, p);
                             }
                         }
                     }
@@ -224,18 +230,79 @@ pub(crate) async fn shard_loop(delivery: Arc<Delivery>, shard: ShardReplica) {
     }
 }
 
-/// Deliver `pair` in a task of its own, unless it is being delivered already.
-fn start(delivery: &Arc<Delivery>, shard: &ShardReplica, pair: Pair) {
+/// Deliver `pair` in a task of its own, unless it is being delivered already; what it comes to
+/// goes to the shard's settler.
+fn start(
+    delivery: &Arc<Delivery>,
+    shard: &ShardReplica,
+    settle: &mpsc::Sender<(Pair, Settled)>,
+    pair: Pair,
+) {
     if !delivery.in_flight.lock().insert(pair.clone()) {
         return;
     }
-    let (delivery, shard) = (delivery.clone(), shard.clone());
+    let (delivery, shard, settle) = (delivery.clone(), shard.clone(), settle.clone());
     tokio::spawn(async move {
-        if let Some(done) = attempts(&delivery, &shard, &pair).await {
-            settle(&shard, &pair, done).await;
+        match attempts(&delivery, &shard, &pair).await {
+            Some(done) => {
+                if let Err(mpsc::error::SendError((pair, _))) = settle.send((pair, done)).await {
+                    delivery.in_flight.lock().remove(&pair);
+                }
+            }
+            None => {
+                delivery.in_flight.lock().remove(&pair);
+            }
         }
-        delivery.in_flight.lock().remove(&pair);
     });
+}
+
+/// Settle what the shard's deliveries came to, many pairs per log entry: each `Settle` takes
+/// what arrived while the previous one was being committed, and for `events.settle_linger_ms`
+/// after the first. A pair stays in flight until its
+/// `Settle` is committed (or failed: the leadership moved, and the shard's next leader delivers
+/// it again), so that it is not attempted twice here meanwhile.
+async fn settler(
+    delivery: Arc<Delivery>,
+    shard: ShardReplica,
+    mut settled: mpsc::Receiver<(Pair, Settled)>,
+) {
+    let linger = Duration::from_millis(delivery.settings.settle_linger_ms);
+    while let Some(first) = settled.recv().await {
+        if !linger.is_zero() {
+            tokio::time::sleep(linger).await;
+        }
+        let mut batch = vec![first];
+        while batch.len() < MAX_SETTLE_BATCH {
+            match settled.try_recv() {
+                Ok(more) => batch.push(more),
+                Err(_) => break,
+            }
+        }
+        let mut by_task: BTreeMap<&str, Settlement> = BTreeMap::new();
+        for (pair, done) in &batch {
+            let s = by_task
+                .entry(pair.task_id.as_str())
+                .or_insert_with(|| Settlement {
+                    task_id: pair.task_id.clone(),
+                    events: Vec::new(),
+                    unwatch: Vec::new(),
+                });
+            match done {
+                Settled::Pair => s.events.push((pair.index, pair.subscription.clone())),
+                Settled::Unwatch => s.unwatch.push(pair.subscription.clone()),
+            }
+        }
+        let cmd = Command::Settle {
+            settled: by_task.into_values().collect(),
+        };
+        if let Err(e) = shard.propose(cmd).await {
+            tracing::debug!(shard = shard.shard_id(), pairs = batch.len(), error = %e, "settling webhook deliveries failed; the shard's next leader delivers them again");
+        }
+        let mut in_flight = delivery.in_flight.lock();
+        for (pair, _) in &batch {
+            in_flight.remove(pair);
+        }
+    }
 }
 
 /// Attempt `pair` until it is settled, or until this node no longer leads the shard or the
@@ -305,25 +372,5 @@ async fn attempts(delivery: &Delivery, shard: &ShardReplica, pair: &Pair) -> Opt
         counter!(names::WEBHOOK_DELIVERIES, "webhook" => webhook.to_owned(), "outcome" => outcome)
             .increment(1);
         return Some(Settled::Pair);
-    }
-}
-
-/// Record through the shard's log that `pair` is settled. A failure (the leadership moved)
-/// leaves it owed: the new leader delivers it again.
-async fn settle(shard: &ShardReplica, pair: &Pair, done: Settled) {
-    let cmd = match done {
-        Settled::Pair => Command::Settle {
-            task_id: pair.task_id.clone(),
-            settled: vec![(pair.index, pair.subscription.clone())],
-            unwatch: Vec::new(),
-        },
-        Settled::Unwatch => Command::Settle {
-            task_id: pair.task_id.clone(),
-            settled: Vec::new(),
-            unwatch: vec![pair.subscription.clone()],
-        },
-    };
-    if let Err(e) = shard.propose(cmd).await {
-        tracing::debug!(task_id = %pair.task_id, error = %e, "settling a webhook delivery failed; the shard's next leader delivers it again");
     }
 }

@@ -29,13 +29,15 @@ fn watch(s: &mut ShardState, id: &str, sub: &str, index: u64) -> Applied {
 fn settle(s: &mut ShardState, id: &str, pairs: &[(u64, &str)], unwatch: &[&str], index: u64) {
     let applied = s.apply(
         &Command::Settle {
-            task_id: id.into(),
-            settled: pairs.iter().map(|(i, s)| (*i, (*s).to_owned())).collect(),
-            unwatch: unwatch.iter().map(|s| (*s).to_owned()).collect(),
+            settled: vec![Settlement {
+                task_id: id.into(),
+                events: pairs.iter().map(|(i, s)| (*i, (*s).to_owned())).collect(),
+                unwatch: unwatch.iter().map(|s| (*s).to_owned()).collect(),
+            }],
         },
         index,
     );
-    assert!(matches!(applied, Applied::Updated { .. }), "{applied:?}");
+    assert!(matches!(applied, Applied::Settled { .. }), "{applied:?}");
 }
 
 fn set_status(s: &mut ShardState, id: &str, status: TaskStatus, index: u64) -> Applied {
@@ -277,4 +279,47 @@ fn outbox_commands_of_a_missing_task_are_refused_and_the_index_survives_a_rebuil
     );
     assert!(matches!(expired, Applied::Expired { .. }));
     assert!(unsettled_ids(&s).is_empty());
+}
+
+#[test]
+fn one_settle_settles_many_tasks_and_skips_those_gone() {
+    let mut s = state_with("a");
+    s.apply(
+        &Command::Create {
+            record: TaskRecord::sample("b"),
+        },
+        2,
+    );
+    watch(&mut s, "a", "x", 3);
+    watch(&mut s, "b", "x", 4);
+    finish(&mut s, "a", 5);
+    finish(&mut s, "b", 6);
+    assert_eq!(unsettled_ids(&s), vec!["a".to_owned(), "b".to_owned()]);
+    let applied = s.apply(
+        &Command::Settle {
+            settled: vec![
+                Settlement {
+                    task_id: "a".into(),
+                    events: vec![(5, "x".into())],
+                    unwatch: Vec::new(),
+                },
+                Settlement {
+                    task_id: "gone".into(),
+                    events: vec![(1, "x".into())],
+                    unwatch: Vec::new(),
+                },
+                Settlement {
+                    task_id: "b".into(),
+                    events: vec![(99, "x".into())],
+                    unwatch: Vec::new(),
+                },
+            ],
+        },
+        7,
+    );
+    // "b" was owed its event at 6, not 99: unchanged.
+    assert_eq!(applied, Applied::Settled { changed: 1 });
+    assert_eq!(unsettled_ids(&s), vec!["b".to_owned()]);
+    assert!(events(&s, "a").is_empty());
+    assert_eq!(events(&s, "b").len(), 1);
 }
