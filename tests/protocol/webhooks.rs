@@ -95,7 +95,9 @@ async fn receiver() -> (u16, Receiver) {
 fn config(port: u16) -> String {
     let secret = base64::engine::general_purpose::STANDARD.encode(SECRET_KEY);
     format!(
-        r#"{AUTH}
+        r#"[auth]
+status_principals = ["alice"]
+{AUTH}
 [events]
 allow_addresses = ["127.0.0.0/8"]
 http_hosts = ["127.0.0.1"]
@@ -258,6 +260,30 @@ async fn status_changes_reach_the_webhooks_that_cover_them_signed_and_with_the_o
     // Each acknowledged event was delivered once to each webhook.
     assert_eq!(events_of(&r, "/all", &done).len(), 1);
     assert_eq!(events_of(&r, "/ends", &done).len(), 1);
+
+    // `taskmesh webhooks` shows each webhook and what the node's deliveries came to, never a
+    // secret.
+    let out = std::process::Command::new(TASKMESH)
+        .args(["webhooks", "--json", "--url", &s.url, "--token", "alice-token-1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("whsec_"));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let hooks = listed["webhooks"].as_array().unwrap();
+    let names: Vec<&str> = hooks.iter().map(|h| h["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["alice-ends", "all", "flaky"]);
+    let flaky = &hooks[2];
+    assert_eq!(flaky["subscription"], "wh_flaky");
+    assert_eq!(flaky["principals"], json!(["bob"]));
+    assert_eq!(flaky["deliveries"]["attempts"], 2);
+    assert_eq!(flaky["deliveries"]["acked"], 1);
+    assert_eq!(flaky["deliveries"]["lastError"], "http_5xx");
+    assert!(flaky["deliveries"].get("failingSinceMs").is_none());
+    let all = &hooks[1];
+    assert_eq!(all["deliveries"]["acked"], 3);
+    assert_eq!(all["deliveries"]["abandoned"], 0);
+    assert_eq!(all["inFlight"], 0);
 }
 
 /// The events a [`taskmesh_testkit::python::WebhookReceiver`] recorded for `task_id`, in the

@@ -207,6 +207,7 @@ pub(crate) async fn handle_status(State(gw): State<Arc<Gateway>>, _: StatusReade
         "streamDelivery": gw.delivery.to_json(),
         "upstreams": gw.tools.source_reports(),
         "workers": gw.router.host().cluster_workers(),
+        "webhooks": gw.router.host().webhooks(),
     });
     (
         StatusCode::OK,

@@ -45,7 +45,7 @@ pub use actor::TaskMsg;
 pub use config::{HostConfig, TaskSettings, MIN_RESULT_BYTES};
 pub use error::HostError;
 pub use ops::{Answer, Op, Operation};
-pub use outbox::{EventSettings, WebhookSettings, TASK_EVENT};
+pub use outbox::{EventSettings, WebhookSettings, WebhookStatus, TASK_EVENT};
 pub use taskmesh_shard::Quiet;
 pub use types::{Attachment, Created, Ended, HostEvent, NewTask, ShardStatus, Stamped, TaskRead};
 pub use workers::{WorkerError, WorkerInfo, WorkerSettings};
@@ -132,6 +132,15 @@ impl Host {
         if let Some(d) = &self.inner.delivery {
             d.set_render(render);
         }
+    }
+
+    /// The operator's webhooks with this node's deliveries to each (empty without webhooks).
+    pub fn webhooks(&self) -> Vec<outbox::WebhookStatus> {
+        self.inner
+            .delivery
+            .as_ref()
+            .map(|d| d.status())
+            .unwrap_or_default()
     }
 
     /// Take a live-task slot for a task of `owner`: within `max_live_tasks` and

@@ -88,6 +88,9 @@ enum Command {
     /// The live workers of a taskmesh cluster and the tools they serve, per node (from a
     /// node's GET /status).
     Workers(cli::WorkersArgs),
+    /// The operator's webhooks of a taskmesh node and what its deliveries to each came to
+    /// (from the node's GET /status).
+    Webhooks(cli::WebhooksArgs),
     /// Inspect or change the cluster's membership through any node's internal gRPC address.
     Cluster {
         #[command(subcommand)]
@@ -368,6 +371,7 @@ fn main() -> anyhow::Result<()> {
         Command::Tools(a) => cli::Command::Tools(a),
         Command::Tasks(a) => cli::Command::Tasks(a),
         Command::Workers(a) => cli::Command::Workers(a),
+        Command::Webhooks(a) => cli::Command::Webhooks(a),
         other => return serve_or_operate(other),
     };
     std::process::exit(i32::from(cli::run(client)));
@@ -425,7 +429,11 @@ fn serve_or_operate(command: Command) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Call(_) | Command::Tools(_) | Command::Tasks(_) | Command::Workers(_) => {
+        Command::Call(_)
+        | Command::Tools(_)
+        | Command::Tasks(_)
+        | Command::Workers(_)
+        | Command::Webhooks(_) => {
             unreachable!("client commands are run by cli::run")
         }
     }

@@ -49,6 +49,53 @@ struct Hook {
     secret: Secret,
 }
 
+/// What one node's deliveries to a webhook came to since the node started (`GET /status`,
+/// `taskmesh webhooks`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryStats {
+    /// Attempts made.
+    pub attempts: u64,
+    /// Events acknowledged (2xx).
+    pub acked: u64,
+    /// Events refused for good (410, 413).
+    pub refused: u64,
+    /// Events given up after their attempts or window ran out.
+    pub abandoned: u64,
+    /// When the last acknowledged attempt was answered, in ms since the Unix epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_delivery_at_ms: Option<u64>,
+    /// The category of the last failed attempt (`connection_refused`, `timeout`, `tls_error`,
+    /// `http_4xx`, `http_5xx`); never anything the receiver said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<&'static str>,
+    /// Since when every attempt failed (cleared by an acknowledgment), in ms since the Unix
+    /// epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failing_since_ms: Option<u64>,
+}
+
+/// A webhook as a node sees it: its configuration (never its secret) and its deliveries there.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookStatus {
+    /// Its name.
+    pub name: String,
+    /// Its subscription id (`X-MCP-Subscription-Id`).
+    pub subscription: String,
+    /// Where it is sent.
+    pub url: String,
+    /// Whether it gets only the ends of tasks.
+    pub terminal_only: bool,
+    /// The principals it covers; empty: every principal.
+    pub principals: Vec<String>,
+    /// Deliveries to it this node has in flight now (attempting, waiting to retry, or
+    /// acknowledged and not yet settled).
+    pub in_flight: usize,
+    /// What this node's deliveries to it came to.
+    pub deliveries: DeliveryStats,
+}
+
 /// A pair owed: an event of a task, and a subscription it is owed to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Pair {
@@ -69,6 +116,8 @@ pub(crate) struct Delivery {
     permits: Arc<Semaphore>,
     /// Attempts in flight per destination (`events.per_destination`).
     destinations: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Per subscription id, what this node's deliveries came to.
+    stats: Mutex<HashMap<String, DeliveryStats>>,
 }
 
 impl Delivery {
@@ -107,6 +156,7 @@ impl Delivery {
             in_flight: Mutex::new(HashSet::new()),
             permits: Arc::new(Semaphore::new(settings.max_in_flight)),
             destinations: Mutex::new(HashMap::new()),
+            stats: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -127,6 +177,52 @@ impl Delivery {
             .collect();
         w.sort_by(|a, b| a.id.cmp(&b.id));
         w
+    }
+
+    /// Every webhook, by name, with this node's deliveries to it.
+    pub(crate) fn status(&self) -> Vec<WebhookStatus> {
+        let in_flight = self.in_flight.lock();
+        let stats = self.stats.lock();
+        let mut all: Vec<WebhookStatus> = self
+            .hooks
+            .iter()
+            .map(|(id, h)| WebhookStatus {
+                name: h.settings.name.clone(),
+                subscription: id.clone(),
+                url: h.settings.url.clone(),
+                terminal_only: h.settings.terminal_only,
+                principals: h.settings.principals.clone(),
+                in_flight: in_flight.iter().filter(|p| &p.subscription == id).count(),
+                deliveries: stats.get(id).cloned().unwrap_or_default(),
+            })
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// Count an attempt to `subscription` and what it came to (`None`: failed, retried).
+    fn count(&self, subscription: &str, got: &Attempt, settled: Option<&'static str>) {
+        let now = now_ms();
+        let mut stats = self.stats.lock();
+        let s = stats.entry(subscription.to_owned()).or_default();
+        s.attempts += 1;
+        match got {
+            Attempt::Acked(_) => {
+                s.last_delivery_at_ms = Some(now);
+                s.failing_since_ms = None;
+            }
+            Attempt::Refused(_) => {}
+            Attempt::Failed(f) => {
+                s.last_error = Some(f.category());
+                s.failing_since_ms.get_or_insert(now);
+            }
+        }
+        match settled {
+            Some("acked") => s.acked += 1,
+            Some("refused") => s.refused += 1,
+            Some("abandoned") => s.abandoned += 1,
+            _ => {}
+        }
     }
 
     fn destination(&self, url: &str) -> Arc<Semaphore> {
@@ -347,7 +443,7 @@ async fn attempts(delivery: &Delivery, shard: &ShardReplica, pair: &Pair) -> Opt
         };
         let webhook = hook.settings.name.as_str();
         counter!(names::WEBHOOK_ATTEMPTS, "webhook" => webhook.to_owned()).increment(1);
-        let outcome = match got {
+        let outcome = match &got {
             Attempt::Acked(_) => {
                 let lag = now_ms().saturating_sub(event.at_ms) as f64 / 1000.0;
                 histogram!(names::WEBHOOK_LAG, "webhook" => webhook.to_owned()).record(lag);
@@ -358,6 +454,7 @@ async fn attempts(delivery: &Delivery, shard: &ShardReplica, pair: &Pair) -> Opt
                 let spent =
                     now_ms().saturating_sub(event.at_ms) >= delivery.settings.retry_window_ms;
                 if attempt < delivery.settings.max_attempts && !spent {
+                    delivery.count(&pair.subscription, &got, None);
                     tracing::debug!(task_id = %pair.task_id, webhook, attempt, error = f.category(), "webhook delivery failed; retrying");
                     tokio::time::sleep(Duration::from_millis(
                         delivery.settings.backoff_ms(attempt),
@@ -369,6 +466,7 @@ async fn attempts(delivery: &Delivery, shard: &ShardReplica, pair: &Pair) -> Opt
                 "abandoned"
             }
         };
+        delivery.count(&pair.subscription, &got, Some(outcome));
         counter!(names::WEBHOOK_DELIVERIES, "webhook" => webhook.to_owned(), "outcome" => outcome)
             .increment(1);
         return Some(Settled::Pair);

@@ -18,8 +18,10 @@ mod follow;
 mod output;
 mod prompt;
 pub mod settings;
+mod webhooks;
 mod workers;
 
+pub use webhooks::WebhooksArgs;
 pub use workers::WorkersArgs;
 
 use serde_json::{json, Map, Value};
@@ -168,6 +170,8 @@ pub enum Command {
     Tasks(TasksArgs),
     /// `taskmesh workers`.
     Workers(workers::WorkersArgs),
+    /// `taskmesh webhooks`.
+    Webhooks(webhooks::WebhooksArgs),
 }
 
 /// Run a client command; its exit code.
@@ -227,6 +231,7 @@ async fn dispatch(cmd: Command) -> Result<u8, Failure> {
             code
         }
         Command::Workers(a) => workers::run(a).await,
+        Command::Webhooks(a) => webhooks::run(a).await,
     }
 }
 

@@ -104,6 +104,37 @@ pub fn workers_table(workers: &[Value], on_terminal: bool) -> String {
     t.to_string()
 }
 
+/// Webhooks as a table, one a row: where each goes and what this node's deliveries came to.
+pub fn webhooks_table(hooks: &[Value], on_terminal: bool) -> String {
+    let mut t = table(on_terminal);
+    t.set_header([
+        "NAME",
+        "URL",
+        "ENDS ONLY",
+        "ATTEMPTS",
+        "ACKED",
+        "REFUSED",
+        "ABANDONED",
+        "IN FLIGHT",
+        "LAST ERROR",
+    ]);
+    for h in hooks {
+        let d = &h["deliveries"];
+        t.add_row([
+            cell(&h["name"]),
+            cell(&h["url"]),
+            cell(&h["terminalOnly"]),
+            cell(&d["attempts"]),
+            cell(&d["acked"]),
+            cell(&d["refused"]),
+            cell(&d["abandoned"]),
+            cell(&h["inFlight"]),
+            cell(&d["lastError"]),
+        ]);
+    }
+    t.to_string()
+}
+
 /// The fields of a task shown in a table, with the name of the wire field on either
 /// generation.
 const TASK_FIELDS: [(&str, &str, &str); 7] = [

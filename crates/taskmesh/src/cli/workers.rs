@@ -23,9 +23,10 @@ fn status_url(url: &str) -> String {
     format!("{}/status", base.strip_suffix("/mcp").unwrap_or(base))
 }
 
-/// Run `taskmesh workers`.
-pub(super) async fn run(a: WorkersArgs) -> Result<u8, Failure> {
-    let s = settings::load(&a.conn).map_err(|e| Failure::usage(e.to_string()))?;
+/// The `GET /status` of the node at the profile's URL, as JSON. The caller's principal must be
+/// in `auth.status_principals`.
+pub(super) async fn read_status(conn: &ConnFlags) -> Result<Value, Failure> {
+    let s = settings::load(conn).map_err(|e| Failure::usage(e.to_string()))?;
     let mut req = reqwest::Client::new().get(status_url(&s.url));
     if let Some(t) = &s.token {
         req = req.bearer_auth(t);
@@ -42,10 +43,14 @@ pub(super) async fn run(a: WorkersArgs) -> Result<u8, Failure> {
         };
         return Err(Failure::connect(format!("GET /status: {code}: {why}")));
     }
-    let status: Value = r
-        .json()
+    r.json()
         .await
-        .map_err(|e| Failure::connect(format!("GET /status: not JSON: {e}")))?;
+        .map_err(|e| Failure::connect(format!("GET /status: not JSON: {e}")))
+}
+
+/// Run `taskmesh workers`.
+pub(super) async fn run(a: WorkersArgs) -> Result<u8, Failure> {
+    let status = read_status(&a.conn).await?;
     let workers = status["workers"].as_array().cloned().unwrap_or_default();
     if a.json {
         output::print_json(&serde_json::json!({ "workers": workers }));
