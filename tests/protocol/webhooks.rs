@@ -264,7 +264,14 @@ async fn status_changes_reach_the_webhooks_that_cover_them_signed_and_with_the_o
     // `taskmesh webhooks` shows each webhook and what the node's deliveries came to, never a
     // secret.
     let out = std::process::Command::new(TASKMESH)
-        .args(["webhooks", "--json", "--url", &s.url, "--token", "alice-token-1"])
+        .args([
+            "webhooks",
+            "--json",
+            "--url",
+            &s.url,
+            "--token",
+            "alice-token-1",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");

@@ -29,39 +29,20 @@ async fn receiver() -> (String, Seen) {
             }
         }
     };
-    let app = axum::Router::new()
-        .route(
-            "/ok",
-            post(record(StatusCode::NO_CONTENT, "/ok", seen.clone())),
-        )
-        .route(
-            "/gone",
-            post(record(StatusCode::GONE, "/gone", seen.clone())),
-        )
-        .route(
-            "/big",
-            post(record(StatusCode::PAYLOAD_TOO_LARGE, "/big", seen.clone())),
-        )
-        .route(
-            "/down",
-            post(record(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "/down",
-                seen.clone(),
-            )),
-        )
-        .route(
-            "/who",
-            post(record(StatusCode::UNAUTHORIZED, "/who", seen.clone())),
-        )
-        .route(
-            "/target",
-            post(record(StatusCode::OK, "/target", seen.clone())),
-        )
-        .route(
-            "/moved",
-            post(|| async { (StatusCode::FOUND, [("location", "/target")]) }),
-        );
+    let mut app = axum::Router::new().route(
+        "/moved",
+        post(|| async { (StatusCode::FOUND, [("location", "/target")]) }),
+    );
+    for (path, status) in [
+        ("/ok", StatusCode::NO_CONTENT),
+        ("/gone", StatusCode::GONE),
+        ("/big", StatusCode::PAYLOAD_TOO_LARGE),
+        ("/down", StatusCode::SERVICE_UNAVAILABLE),
+        ("/who", StatusCode::UNAUTHORIZED),
+        ("/target", StatusCode::OK),
+    ] {
+        app = app.route(path, post(record(status, path, seen.clone())));
+    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -78,6 +59,19 @@ fn loopback_policy() -> EgressPolicy {
 fn secret(byte: u8) -> Secret {
     let key = base64::engine::general_purpose::STANDARD.encode([byte; 32]);
     Secret::parse(&format!("whsec_{key}")).unwrap()
+}
+
+/// One attempt of an empty event to `url`, signed with `s`.
+async fn send(sender: &Sender, url: &str, s: &Secret) -> Attempt {
+    sender
+        .send(Message {
+            url,
+            id: "m",
+            subscription: "sub",
+            body: b"{}",
+            secrets: &[s],
+        })
+        .await
 }
 
 #[tokio::test]
@@ -128,19 +122,8 @@ async fn answers_map_to_outcomes_and_redirects_are_not_followed() {
     let s = secret(3);
     let attempt = |path: &str| {
         let url = format!("{base}{path}");
-        let sender = sender.clone();
-        let s = s.clone();
-        async move {
-            sender
-                .send(Message {
-                    url: &url,
-                    id: "m",
-                    subscription: "sub",
-                    body: b"{}",
-                    secrets: &[&s],
-                })
-                .await
-        }
+        let (sender, s) = (sender.clone(), s.clone());
+        async move { send(&sender, &url, &s).await }
     };
     assert_eq!(attempt("/gone").await, Attempt::Refused(410));
     assert_eq!(attempt("/big").await, Attempt::Refused(413));
@@ -165,15 +148,7 @@ async fn answers_map_to_outcomes_and_redirects_are_not_followed() {
         l.local_addr().unwrap().port()
     };
     let url = format!("http://127.0.0.1:{closed}/x");
-    let failed = sender
-        .send(Message {
-            url: &url,
-            id: "m",
-            subscription: "sub",
-            body: b"{}",
-            secrets: &[&s],
-        })
-        .await;
+    let failed = send(&sender, &url, &s).await;
     assert_eq!(failed, Attempt::Failed(Failure::Connection));
     assert_eq!(Failure::Connection.category(), "connection_refused");
 }
@@ -200,15 +175,7 @@ async fn addresses_that_are_not_global_are_never_reached_unless_allowed() {
         "https://169.254.169.254/latest".to_owned(),
         "https://10.0.0.1/hook".to_owned(),
     ] {
-        let got = strict
-            .send(Message {
-                url: &url,
-                id: "m",
-                subscription: "sub",
-                body: b"{}",
-                secrets: &[&s],
-            })
-            .await;
+        let got = send(&strict, &url, &s).await;
         assert_eq!(
             got,
             Attempt::Failed(Failure::Egress(EgressError::Refused)),
@@ -216,30 +183,14 @@ async fn addresses_that_are_not_global_are_never_reached_unless_allowed() {
         );
     }
     // Plain http to a host not listed is refused before anything else.
-    let got = Sender::new(EgressPolicy::default(), Duration::from_secs(5))
-        .unwrap()
-        .send(Message {
-            url: &format!("{base}/ok"),
-            id: "m",
-            subscription: "sub",
-            body: b"{}",
-            secrets: &[&s],
-        })
-        .await;
+    let https_only = Sender::new(EgressPolicy::default(), Duration::from_secs(5)).unwrap();
+    let got = send(&https_only, &format!("{base}/ok"), &s).await;
     assert_eq!(got, Attempt::Failed(Failure::Egress(EgressError::NotHttps)));
     assert!(seen.lock().is_empty(), "a refused address was reached");
     // Allowed by name once the block is allowed: the same name now reaches the receiver.
     let url = format!("http://localhost:{port}/ok");
-    let got = Sender::new(loopback_policy(), Duration::from_secs(5))
-        .unwrap()
-        .send(Message {
-            url: &url,
-            id: "m",
-            subscription: "sub",
-            body: b"{}",
-            secrets: &[&s],
-        })
-        .await;
+    let open = Sender::new(loopback_policy(), Duration::from_secs(5)).unwrap();
+    let got = send(&open, &url, &s).await;
     // localhost may resolve to ::1 first, which this policy does not allow: the client then
     // connects to the allowed 127.0.0.1.
     assert_eq!(got, Attempt::Acked(204));
