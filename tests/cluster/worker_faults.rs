@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use taskmesh_client::worker::{Declaration, Lease, Worker};
 use taskmesh_testkit::{free_ports, is_terminal, Client, History, Server, V};
 
+use crate::workers::wait_listed;
 use crate::{node_config_with, shards, TASKMESH, TOKEN};
 
 const WORKER_TOKEN: &str = "fault-worker-token";
@@ -82,23 +83,6 @@ fn declared(tool: &str) -> Declaration {
     } else {
         d
     }
-}
-
-/// Wait (bounded) until `c`'s node lists `tool`.
-async fn wait_listed(c: &Client, tool: &str) {
-    for _ in 0..WAIT_ROUNDS {
-        let list = c.ok("tools/list", json!({})).await;
-        if list["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|t| t["name"] == tool)
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{tool} was never listed");
 }
 
 /// Poll `id` (bounded) through each client in turn until it is terminal; its last state.

@@ -48,9 +48,10 @@ fn result(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}]})
 }
 
-/// Wait (bounded) until `c`'s node lists `tool`.
-async fn wait_listed(c: &Client, tool: &str) {
-    for _ in 0..100 {
+/// Wait (bounded: 30 s, for a worker process starting on a loaded machine) until `c`'s node
+/// lists `tool`.
+pub(crate) async fn wait_listed(c: &Client, tool: &str) {
+    for _ in 0..300 {
         let list = c.ok("tools/list", json!({})).await;
         if list["tools"]
             .as_array()
