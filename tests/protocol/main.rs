@@ -20,6 +20,7 @@ mod resume;
 mod session;
 mod tasks;
 mod tls;
+mod webhook_suspension;
 mod webhooks;
 mod worker_api;
 mod workers;

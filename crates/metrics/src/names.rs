@@ -117,6 +117,8 @@ pub const WEBHOOK_DELIVERIES: &str = "taskmesh_webhook_deliveries_total";
 pub const WEBHOOK_ATTEMPTS: &str = "taskmesh_webhook_attempts_total";
 /// From a task's status change to the receiver's 2xx, by `webhook`.
 pub const WEBHOOK_LAG: &str = "taskmesh_webhook_delivery_lag_seconds";
+/// Whether this node has suspended a webhook (1) or not (0), by `webhook`.
+pub const WEBHOOK_SUSPENDED: &str = "taskmesh_webhook_suspended";
 
 /// Which of the recorder's kinds a metric is.
 #[derive(Clone, Copy)]
@@ -179,6 +181,7 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
     (WEBHOOK_DELIVERIES, Counter, None, "Webhook deliveries settled by this node, by webhook and outcome (acked, refused, abandoned)"),
     (WEBHOOK_ATTEMPTS, Counter, None, "Webhook delivery attempts made by this node, by webhook"),
     (WEBHOOK_LAG, Histogram, Some(Unit::Seconds), "From a task's status change to the webhook receiver's 2xx, by webhook"),
+    (WEBHOOK_SUSPENDED, Gauge, None, "Whether this node has suspended deliveries to a webhook after sustained failure (1) or not (0), by webhook"),
     (CLIENT_TASKS, Counter, None, "Elicitation and sampling requests run as the client's tasks by executions on this node, by event (created, completed, failed, cancelled, lost)"),
 ];
 

@@ -13,6 +13,7 @@
 //! after, in tasks of its own, bounded per node and per destination.
 
 pub mod settings;
+mod suspend;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use taskmesh_metrics::metrics::{counter, histogram};
+use taskmesh_metrics::metrics::{counter, gauge, histogram};
 use taskmesh_metrics::names;
 use taskmesh_shard::{ShardEvent, ShardReplica};
 use taskmesh_task::{Command, OutboxEvent, Settlement, TaskRecord, Watcher};
@@ -28,6 +29,7 @@ use taskmesh_webhook::{Attempt, Message, Secret, Sender};
 use tokio::sync::{mpsc, Semaphore};
 
 pub use settings::{validate_webhooks, EventSettings, WebhookSettings};
+use suspend::{Admit, Breakers, Seen};
 
 use crate::now_ms;
 
@@ -62,6 +64,10 @@ pub struct DeliveryStats {
     pub refused: u64,
     /// Events given up after their attempts or window ran out.
     pub abandoned: u64,
+    /// Since when this node has suspended deliveries to it after sustained failure, in ms
+    /// since the Unix epoch; absent while it is not suspended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suspended_since_ms: Option<u64>,
     /// When the last acknowledged attempt was answered, in ms since the Unix epoch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_delivery_at_ms: Option<u64>,
@@ -118,6 +124,8 @@ pub(crate) struct Delivery {
     destinations: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// Per subscription id, what this node's deliveries came to.
     stats: Mutex<HashMap<String, DeliveryStats>>,
+    /// Which webhooks this node has suspended.
+    breakers: Arc<Breakers>,
 }
 
 impl Delivery {
@@ -157,6 +165,7 @@ impl Delivery {
             permits: Arc::new(Semaphore::new(settings.max_in_flight)),
             destinations: Mutex::new(HashMap::new()),
             stats: Mutex::new(HashMap::new()),
+            breakers: Breakers::new(settings),
         }))
     }
 
@@ -193,15 +202,30 @@ impl Delivery {
                 terminal_only: h.settings.terminal_only,
                 principals: h.settings.principals.clone(),
                 in_flight: in_flight.iter().filter(|p| &p.subscription == id).count(),
-                deliveries: stats.get(id).cloned().unwrap_or_default(),
+                deliveries: DeliveryStats {
+                    suspended_since_ms: self.breakers.suspended_since(id),
+                    ..stats.get(id).cloned().unwrap_or_default()
+                },
             })
             .collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all
     }
 
-    /// Count an attempt to `subscription` and what it came to (`None`: failed, retried).
-    fn count(&self, subscription: &str, got: &Attempt, settled: Option<&'static str>) {
+    /// Count an attempt to `subscription` (`probe`: of a suspended webhook) and what it came to
+    /// (`None`: failed, to be retried).
+    fn count(&self, subscription: &str, got: &Attempt, settled: Option<&'static str>, probe: bool) {
+        let seen = match got {
+            Attempt::Acked(_) => Seen::Answered,
+            Attempt::Refused(_) => Seen::Refusing,
+            Attempt::Failed(_) => Seen::Failing,
+        };
+        self.breakers.record(subscription, seen, probe);
+        if let Some(h) = self.hooks.get(subscription) {
+            let suspended = self.breakers.suspended(subscription);
+            gauge!(names::WEBHOOK_SUSPENDED, "webhook" => h.settings.name.clone())
+                .set(if suspended { 1.0 } else { 0.0 });
+        }
         let now = now_ms();
         let mut stats = self.stats.lock();
         let s = stats.entry(subscription.to_owned()).or_default();
@@ -291,6 +315,7 @@ enum Settled {
 pub(crate) async fn shard_loop(delivery: Arc<Delivery>, shard: ShardReplica) {
     let mut leadership = shard.leadership();
     let mut events = shard.subscribe();
+    let mut rescans = delivery.breakers.rescans();
     let (settle, settled) = mpsc::channel(delivery.settings.max_in_flight);
     tokio::spawn(settler(delivery.clone(), shard.clone(), settled));
     loop {
@@ -300,9 +325,16 @@ pub(crate) async fn shard_loop(delivery: Arc<Delivery>, shard: ShardReplica) {
                 start(&delivery, &shard, &settle, p);
             }
         }
-        // Until the leadership changes or the event stream lagged (then look again).
+        // Until the leadership changes, the event stream lagged, or a suspended webhook's
+        // probe is due or it resumed (then look again).
         loop {
             tokio::select! {
+                changed = rescans.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    break;
+                }
                 changed = leadership.changed() => {
                     if changed.is_err() {
                         return;
@@ -334,22 +366,37 @@ fn start(
     settle: &mpsc::Sender<(Pair, Settled)>,
     pair: Pair,
 ) {
-    if !delivery.in_flight.lock().insert(pair.clone()) {
-        return;
-    }
-    let (delivery, shard, settle) = (delivery.clone(), shard.clone(), settle.clone());
-    tokio::spawn(async move {
-        match attempts(&delivery, &shard, &pair).await {
-            Some(done) => {
-                if let Err(mpsc::error::SendError((pair, _))) = settle.send((pair, done)).await {
+    {
+        let mut in_flight = delivery.in_flight.lock();
+        if in_flight.contains(&pair) {
+            return;
+        }
+        let probe = match delivery.breakers.admit(&pair.subscription) {
+            Admit::Closed => return,
+            Admit::Open => false,
+            Admit::Probe => true,
+        };
+        in_flight.insert(pair.clone());
+        drop(in_flight);
+        let (delivery, shard, settle) = (delivery.clone(), shard.clone(), settle.clone());
+        tokio::spawn(async move {
+            let done = attempts(&delivery, &shard, &pair, probe).await;
+            if probe {
+                delivery.breakers.probe_done(&pair.subscription);
+            }
+            match done {
+                Some(done) => {
+                    if let Err(mpsc::error::SendError((pair, _))) = settle.send((pair, done)).await
+                    {
+                        delivery.in_flight.lock().remove(&pair);
+                    }
+                }
+                None => {
                     delivery.in_flight.lock().remove(&pair);
                 }
             }
-            None => {
-                delivery.in_flight.lock().remove(&pair);
-            }
-        }
-    });
+        });
+    }
 }
 
 /// Settle what the shard's deliveries came to, many pairs per log entry: each `Settle` takes
@@ -401,13 +448,19 @@ async fn settler(
     }
 }
 
-/// Attempt `pair` until it is settled, or until this node no longer leads the shard or the
-/// pair is no longer owed (`None`: nothing to settle here).
-async fn attempts(delivery: &Delivery, shard: &ShardReplica, pair: &Pair) -> Option<Settled> {
+/// Attempt `pair` until it is settled, or until this node no longer leads the shard, the pair
+/// is no longer owed, or its webhook is suspended (`None`: nothing to settle here). A `probe`
+/// of a suspended webhook is one attempt.
+async fn attempts(
+    delivery: &Delivery,
+    shard: &ShardReplica,
+    pair: &Pair,
+    probe: bool,
+) -> Option<Settled> {
     let _permit = delivery.permits.clone().acquire_owned().await.ok()?;
     let mut attempt = 0u32;
     loop {
-        if !shard.is_leader() {
+        if !shard.is_leader() || (attempt > 0 && delivery.breakers.suspended(&pair.subscription)) {
             return None;
         }
         let (record, event) =
@@ -451,10 +504,16 @@ async fn attempts(delivery: &Delivery, shard: &ShardReplica, pair: &Pair) -> Opt
             }
             Attempt::Refused(_) => "refused",
             Attempt::Failed(f) => {
-                let spent =
-                    now_ms().saturating_sub(event.at_ms) >= delivery.settings.retry_window_ms;
-                if attempt < delivery.settings.max_attempts && !spent {
-                    delivery.count(&pair.subscription, &got, None);
+                let from = delivery
+                    .breakers
+                    .window_start(&pair.subscription, event.at_ms);
+                let spent = now_ms().saturating_sub(from) >= delivery.settings.retry_window_ms;
+                if probe || (attempt < delivery.settings.max_attempts && !spent) {
+                    delivery.count(&pair.subscription, &got, None, probe);
+                    if probe {
+                        // A failed probe: the event stays owed until the webhook resumes.
+                        return None;
+                    }
                     tracing::debug!(task_id = %pair.task_id, webhook, attempt, error = f.category(), "webhook delivery failed; retrying");
                     tokio::time::sleep(Duration::from_millis(
                         delivery.settings.backoff_ms(attempt),
@@ -466,7 +525,7 @@ async fn attempts(delivery: &Delivery, shard: &ShardReplica, pair: &Pair) -> Opt
                 "abandoned"
             }
         };
-        delivery.count(&pair.subscription, &got, Some(outcome));
+        delivery.count(&pair.subscription, &got, Some(outcome), probe);
         counter!(names::WEBHOOK_DELIVERIES, "webhook" => webhook.to_owned(), "outcome" => outcome)
             .increment(1);
         return Some(Settled::Pair);

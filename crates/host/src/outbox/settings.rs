@@ -30,6 +30,14 @@ pub struct EventSettings {
     /// Attempts in flight at once to one destination (scheme, host and port). Default 16; at
     /// least 1.
     pub per_destination: usize,
+    /// Failed attempts in a row to one webhook, spread over at least `suspend_after_ms`, after
+    /// which a node suspends it: no more attempts but one probe every `probe_interval_ms`,
+    /// until a probe is acknowledged. Default 100; 0 never suspends.
+    pub suspend_after_failures: u32,
+    /// See `suspend_after_failures`, in ms. Default 300000 (5 min).
+    pub suspend_after_ms: u64,
+    /// The wait between two probes of a suspended webhook, in ms. Default 30000; at least 100.
+    pub probe_interval_ms: u64,
     /// How long a shard's leader gathers settled deliveries before it records them in one log
     /// entry, in ms: longer means fewer entries under load, and more events delivered again
     /// when the leader dies meanwhile. Default 50; at most 1000.
@@ -53,6 +61,9 @@ impl Default for EventSettings {
             max_in_flight: 256,
             per_destination: 16,
             settle_linger_ms: 50,
+            suspend_after_failures: 100,
+            suspend_after_ms: 300_000,
+            probe_interval_ms: 30_000,
             allow_addresses: Vec::new(),
             http_hosts: Vec::new(),
         }
@@ -79,6 +90,9 @@ impl EventSettings {
                 "events.max_attempts, events.max_in_flight and events.per_destination must be at least 1"
                     .into(),
             );
+        }
+        if self.probe_interval_ms < 100 {
+            return Err("events.probe_interval_ms must be at least 100".into());
         }
         if self.settle_linger_ms > 1_000 {
             return Err("events.settle_linger_ms must be at most 1000".into());
