@@ -165,9 +165,10 @@ impl Inner {
     }
 
     /// Hand a request of the server to the call it belongs to, whose answer goes to `reply`;
-    /// whether a call took it (else `reply` gets `-32601`).
+    /// whether a call took it (else `reply` gets `-32601`). A request about a task that no
+    /// follower follows yet waits up to [`crate::task::PARK_GRACE`] for its follower to start.
     fn hand_over(
-        &self,
+        self: &Arc<Self>,
         method: String,
         params: Value,
         reply: oneshot::Sender<Result<Value, ErrorObject>>,
@@ -188,16 +189,43 @@ impl Inner {
             params,
             reply,
         };
-        match target.map(|tx| tx.try_send(event)) {
-            Some(Ok(())) => true,
-            Some(Err(
+        let Some(tx) = target else {
+            return self.park(event, not_found);
+        };
+        match tx.try_send(event) {
+            Ok(()) => true,
+            Err(
                 mpsc::error::TrySendError::Full(event) | mpsc::error::TrySendError::Closed(event),
-            )) => {
+            ) => {
                 refuse(event, not_found);
                 false
             }
-            None => false,
         }
+    }
+
+    /// Keep a request that no call took for the follower of the task it is about, which may not
+    /// have started yet (the server can ask as soon as it created the task, on another stream
+    /// than the one that carries the creation's answer); refused after
+    /// [`crate::task::PARK_GRACE`] if none starts. Whether it was kept (else it is refused now).
+    fn park(self: &Arc<Self>, event: CallEvent, not_found: ErrorObject) -> bool {
+        let CallEvent::Request { params, .. } = &event else {
+            return false;
+        };
+        let Some(task_id) = crate::task::related_task(params).map(str::to_owned) else {
+            refuse(event, not_found);
+            return false;
+        };
+        self.follows.lock().park(&task_id, event);
+        let inner = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(crate::task::PARK_GRACE).await;
+            if let Some(inner) = inner.upgrade() {
+                for late in inner.follows.lock().unpark(&task_id) {
+                    refuse(late, not_found.clone());
+                }
+            }
+        });
+        true
     }
 
     /// Send the answer to the server's request `id`.
@@ -213,7 +241,7 @@ impl Inner {
 }
 
 /// Answer a request no call took with `error`.
-fn refuse(event: CallEvent, error: ErrorObject) {
+pub(crate) fn refuse(event: CallEvent, error: ErrorObject) {
     if let CallEvent::Request { reply, .. } = event {
         let _ = reply.send(Err(error));
     }

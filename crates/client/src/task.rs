@@ -97,6 +97,22 @@ pub(crate) struct Follows {
     by_task: std::collections::HashMap<String, mpsc::Sender<CallEvent>>,
     /// Wakes a followed task's poll loop (a status notification came for it).
     wake: std::collections::HashMap<String, Arc<tokio::sync::Notify>>,
+    /// Requests about a task that came before its follower (the server may ask as soon as it
+    /// created the task, on another stream than the one that carries the creation's answer),
+    /// by task id: handed to the follower when it starts, refused after [`PARK_GRACE`].
+    parked: std::collections::HashMap<String, Vec<CallEvent>>,
+}
+
+/// How long a request about a task not followed yet waits for its follower.
+pub(crate) const PARK_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The task a request or notification is about, by its related-task `_meta`.
+pub(crate) fn related_task(params: &Value) -> Option<&str> {
+    params
+        .get("_meta")?
+        .get(META_RELATED_TASK)?
+        .get("taskId")?
+        .as_str()
 }
 
 impl Follows {
@@ -115,12 +131,20 @@ impl Follows {
 
     /// The followed task a request or notification is about, by its related-task `_meta`.
     pub(crate) fn of_params(&self, params: &Value) -> Option<mpsc::Sender<CallEvent>> {
-        let id = params
-            .get("_meta")?
-            .get(META_RELATED_TASK)?
-            .get("taskId")?
-            .as_str()?;
-        self.by_task.get(id).cloned()
+        self.by_task.get(related_task(params)?).cloned()
+    }
+
+    /// Keep `event`, about task `task_id` that no follower follows yet, for its follower.
+    pub(crate) fn park(&mut self, task_id: &str, event: CallEvent) {
+        self.parked
+            .entry(task_id.to_owned())
+            .or_default()
+            .push(event);
+    }
+
+    /// What was parked for `task_id` and not handed over yet.
+    pub(crate) fn unpark(&mut self, task_id: &str) -> Vec<CallEvent> {
+        self.parked.remove(task_id).unwrap_or_default()
     }
 }
 
@@ -352,6 +376,17 @@ impl TaskCall {
             let mut follows = self.inner.follows.lock();
             follows.by_task.insert(task_id.clone(), tx.clone());
             follows.wake.insert(task_id.clone(), wake.clone());
+            for early in follows.unpark(&task_id) {
+                if let Err(
+                    mpsc::error::TrySendError::Full(e) | mpsc::error::TrySendError::Closed(e),
+                ) = tx.try_send(early)
+                {
+                    crate::incoming::refuse(
+                        e,
+                        taskmesh_mcp::jsonrpc::ErrorObject::internal("the call could not take it"),
+                    );
+                }
+            }
         }
         let (done_tx, done_rx) = oneshot::channel();
         self.steps.result = done_rx;
