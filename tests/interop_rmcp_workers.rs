@@ -18,8 +18,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use taskmesh_client::jsonrpc::ErrorObject;
 use taskmesh_client::worker::{Declaration, Job, Worker};
+use taskmesh_testkit::worker::{interview, no_tool, text_result, wait_cancel, Events, Served};
 use taskmesh_testkit::Server;
-use tokio::sync::mpsc;
 
 /// The server executable under test.
 const TASKMESH: &str = env!("CARGO_BIN_EXE_taskmesh");
@@ -54,10 +54,6 @@ tools = ["rmw_*"]
     )
 }
 
-fn text_result(text: &str) -> Value {
-    json!({"content": [{"type": "text", "text": text}], "isError": false})
-}
-
 /// The worker's tools: a product, an interview asking a name, and a tool that waits to be
 /// cancelled.
 fn declarations() -> Vec<Declaration> {
@@ -75,12 +71,7 @@ fn declarations() -> Vec<Declaration> {
 
 /// One leased task: what the tool does. The handlers report what they saw as events
 /// (`{"event", "taskId", ...}`).
-async fn handle(
-    worker: Worker,
-    events: mpsc::UnboundedSender<Value>,
-    job: Job,
-) -> Result<Value, ErrorObject> {
-    let task_id = job.lease.task_id.clone();
+async fn handle(worker: Worker, events: Events, job: Job) -> Result<Value, ErrorObject> {
     match job.lease.tool.as_str() {
         "rmw_product" => {
             let (a, b) = (job.arguments["a"].as_i64(), job.arguments["b"].as_i64());
@@ -90,106 +81,9 @@ async fn handle(
                 job.lease.attempt, job.lease.principal
             )))
         }
-        "rmw_interview" => {
-            let schema = json!({
-                "type": "object",
-                "properties": {"name": {"type": "string"}},
-                "required": ["name"],
-            });
-            let asked = job
-                .elicit(json!({"message": "What is your name?", "requestedSchema": schema}))
-                .await;
-            let seen = match &asked {
-                Ok(Ok(answer)) => answer.clone(),
-                other => json!({"failed": format!("{other:?}")}),
-            };
-            let _ = events.send(json!({"event": "answer", "taskId": task_id, "answer": seen}));
-            match asked {
-                Ok(Ok(answer)) => {
-                    let name = answer["content"]["name"].as_str().unwrap_or("nobody");
-                    Ok(text_result(&format!("Hello, {name}!")))
-                }
-                Ok(Err(e)) => Err(e),
-                Err(e) => Err(ErrorObject {
-                    code: -32603,
-                    message: format!("the input request failed: {e}"),
-                    data: None,
-                }),
-            }
-        }
-        "rmw_wait_cancel" => {
-            // The status message through the low-level heartbeat: the test waits for it before
-            // cancelling, so the cancellation finds the task leased.
-            let _ = worker
-                .heartbeat(&job.lease, None, Some(RUNNING_MESSAGE))
-                .await;
-            let cancelled = tokio::time::timeout(WAIT, job.cancel.cancelled())
-                .await
-                .is_ok();
-            let _ =
-                events.send(json!({"event": "cancel", "taskId": task_id, "cancelled": cancelled}));
-            Ok(text_result("never cancelled"))
-        }
-        other => Err(ErrorObject {
-            code: -32602,
-            message: format!("no tool {other}"),
-            data: None,
-        }),
-    }
-}
-
-/// The worker serving [`declarations`] in this process, and the events of its handlers. Its
-/// serve loop ends when this is dropped.
-struct Served {
-    serving: tokio::task::JoinHandle<()>,
-    events: mpsc::UnboundedReceiver<Value>,
-    seen: Vec<Value>,
-}
-
-impl Served {
-    async fn start(server: &Server) -> Served {
-        let worker = Worker::register(&server.url, WORKER_TOKEN, declarations(), 4, "rmcp")
-            .await
-            .unwrap();
-        let (tx, events) = mpsc::unbounded_channel();
-        let serving = tokio::spawn(async move {
-            let w = worker.clone();
-            let r = worker
-                .serve(move |job| handle(w.clone(), tx.clone(), job))
-                .await;
-            panic!("the worker stopped serving: {r:?}");
-        });
-        Served {
-            serving,
-            events,
-            seen: Vec::new(),
-        }
-    }
-
-    /// The handler's event `name` of task `task_id`, waiting for it (bounded).
-    async fn event(&mut self, name: &str, task_id: &str) -> Value {
-        loop {
-            if let Some(e) = self
-                .seen
-                .iter()
-                .find(|e| e["event"] == name && e["taskId"] == task_id)
-            {
-                return e.clone();
-            }
-            match tokio::time::timeout(WAIT, self.events.recv()).await {
-                Ok(Some(e)) => self.seen.push(e),
-                _ => panic!(
-                    "the worker reported no `{name}` event for task {task_id}; it reported {:?}",
-                    self.seen
-                ),
-            }
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.serving.abort();
+        "rmw_interview" => interview(&job, &events).await,
+        "rmw_wait_cancel" => wait_cancel(&worker, &job, &events, RUNNING_MESSAGE, WAIT).await,
+        other => Err(no_tool(other)),
     }
 }
 
@@ -308,7 +202,15 @@ async fn rmcp_2_runs_a_worker_tool_as_a_task_and_cancels_one_on_2025_11_25() {
     use rmcp::model::{ProtocolVersion, TaskStatus};
 
     let server = Server::start(TASKMESH, &config());
-    let mut worker = Served::start(&server).await;
+    let mut worker = Served::start(
+        &server.url,
+        WORKER_TOKEN,
+        declarations(),
+        "rmcp",
+        WAIT,
+        handle,
+    )
+    .await;
     let client = rmcp2::connect(&server.url).await;
     let info = client.peer_info().expect("server info after initialize");
     assert_eq!(info.protocol_version, ProtocolVersion::V_2025_11_25);
@@ -441,7 +343,15 @@ async fn rmcp_3_runs_worker_tools_as_tasks_through_the_extension_on_2026_07_28()
     };
 
     let server = Server::start(TASKMESH, &config());
-    let mut worker = Served::start(&server).await;
+    let mut worker = Served::start(
+        &server.url,
+        WORKER_TOKEN,
+        declarations(),
+        "rmcp",
+        WAIT,
+        handle,
+    )
+    .await;
     let client = rmcp3_client::connect(&server.url).await;
     let info = client.peer_info().expect("peer info");
     assert_eq!(info.protocol_version, ProtocolVersion::V_2026_07_28);

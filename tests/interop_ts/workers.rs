@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 use taskmesh_client::jsonrpc::ErrorObject;
 use taskmesh_client::worker::{Declaration, Job, Worker};
 use taskmesh_testkit::npm::{npm_package, npm_packages};
+use taskmesh_testkit::worker::{interview, no_tool, text_result, wait_cancel, Events, Served};
 use taskmesh_testkit::{run_bounded, Client, Server};
-use tokio::sync::mpsc;
 
 use super::{provision_with, SCRIPT_TIMEOUT, TASKMESH, TOKEN};
 
@@ -57,10 +57,6 @@ tools = ["tsw_*"]
     )
 }
 
-fn text_result(text: &str) -> Value {
-    json!({"content": [{"type": "text", "text": text}], "isError": false})
-}
-
 fn sum_schema() -> Value {
     json!({
         "type": "object",
@@ -93,12 +89,7 @@ fn declarations() -> Vec<Declaration> {
 
 /// One leased task: what the tool does. Each handler reports what it saw as an event
 /// (`{"event", "taskId", ...}`).
-async fn handle(
-    worker: Worker,
-    events: mpsc::UnboundedSender<Value>,
-    job: Job,
-) -> Result<Value, ErrorObject> {
-    let task_id = job.lease.task_id.clone();
+async fn handle(worker: Worker, events: Events, job: Job) -> Result<Value, ErrorObject> {
     match job.lease.tool.as_str() {
         "tsw_sum" => {
             let numbers: Vec<i64> = job.arguments["numbers"]
@@ -116,101 +107,11 @@ async fn handle(
                 job.lease.attempt, job.lease.principal
             )))
         }
-        "tsw_interview" => {
-            let asked = job
-                .elicit(json!({"message": "What is your name?", "requestedSchema": name_schema()}))
-                .await;
-            let seen = match &asked {
-                Ok(Ok(answer)) => answer.clone(),
-                other => json!({"failed": format!("{other:?}")}),
-            };
-            let _ = events.send(json!({"event": "answer", "taskId": task_id, "answer": seen}));
-            match asked {
-                Ok(Ok(answer)) => {
-                    let name = answer["content"]["name"].as_str().unwrap_or("nobody");
-                    Ok(text_result(&format!("Hello, {name}!")))
-                }
-                Ok(Err(e)) => Err(e),
-                Err(e) => Err(ErrorObject {
-                    code: -32603,
-                    message: format!("the input request failed: {e}"),
-                    data: None,
-                }),
-            }
-        }
+        "tsw_interview" => interview(&job, &events).await,
         "tsw_wait_cancel" => {
-            // The status message through the low-level heartbeat: the client waits for it
-            // before cancelling, so the cancellation finds the task leased.
-            let _ = worker
-                .heartbeat(&job.lease, None, Some(RUNNING_MESSAGE))
-                .await;
-            let cancelled = tokio::time::timeout(CANCEL_WAIT, job.cancel.cancelled())
-                .await
-                .is_ok();
-            let _ =
-                events.send(json!({"event": "cancel", "taskId": task_id, "cancelled": cancelled}));
-            Ok(text_result("never cancelled"))
+            wait_cancel(&worker, &job, &events, RUNNING_MESSAGE, CANCEL_WAIT).await
         }
-        other => Err(ErrorObject {
-            code: -32602,
-            message: format!("no tool {other}"),
-            data: None,
-        }),
-    }
-}
-
-/// The worker serving [`declarations`] in this process, and the events of its handlers. Its
-/// serve loop ends when this is dropped.
-struct Served {
-    serving: tokio::task::JoinHandle<()>,
-    events: mpsc::UnboundedReceiver<Value>,
-    seen: Vec<Value>,
-}
-
-impl Served {
-    async fn start(server: &Server) -> Served {
-        let worker = Worker::register(&server.url, WORKER_TOKEN, declarations(), 4, "ts-interop")
-            .await
-            .unwrap();
-        let (tx, events) = mpsc::unbounded_channel();
-        let serving = tokio::spawn(async move {
-            let w = worker.clone();
-            let r = worker
-                .serve(move |job| handle(w.clone(), tx.clone(), job))
-                .await;
-            panic!("the worker stopped serving: {r:?}");
-        });
-        Served {
-            serving,
-            events,
-            seen: Vec::new(),
-        }
-    }
-
-    /// The handler's event `name` of task `task_id`, waiting for it (bounded).
-    async fn event(&mut self, name: &str, task_id: &str) -> Value {
-        loop {
-            if let Some(e) = self
-                .seen
-                .iter()
-                .find(|e| e["event"] == name && e["taskId"] == task_id)
-            {
-                return e.clone();
-            }
-            match tokio::time::timeout(EVENT_WAIT, self.events.recv()).await {
-                Ok(Some(e)) => self.seen.push(e),
-                _ => panic!(
-                    "the worker reported no `{name}` event for task {task_id}; it reported {:?}",
-                    self.seen
-                ),
-            }
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.serving.abort();
+        other => Err(no_tool(other)),
     }
 }
 
@@ -248,7 +149,15 @@ async fn typescript_sdk_calls_worker_tools_as_tasks_on_2025_11_25() {
         .await
         .unwrap();
     let server = Server::start(TASKMESH, &config());
-    let mut worker = Served::start(&server).await;
+    let mut worker = Served::start(
+        &server.url,
+        WORKER_TOKEN,
+        declarations(),
+        "ts-interop",
+        EVENT_WAIT,
+        handle,
+    )
+    .await;
     let url = server.url.clone();
     let run = tokio::task::spawn_blocking(move || {
         run_bounded(
@@ -385,7 +294,15 @@ fn provision_ext() -> (PathBuf, PathBuf) {
 async fn typescript_tasks_extension_calls_worker_tools_on_2026_07_28() {
     let (node, dir) = tokio::task::spawn_blocking(provision_ext).await.unwrap();
     let server = Server::start(TASKMESH, &config());
-    let mut worker = Served::start(&server).await;
+    let mut worker = Served::start(
+        &server.url,
+        WORKER_TOKEN,
+        declarations(),
+        "ts-interop",
+        EVENT_WAIT,
+        handle,
+    )
+    .await;
     let url = server.url.clone();
     let run = tokio::task::spawn_blocking(move || {
         run_bounded(

@@ -33,6 +33,7 @@ mod process;
 pub mod python;
 mod server;
 mod sse;
+pub mod worker;
 
 pub use client::{http, Client, Raw};
 pub use cluster::{
