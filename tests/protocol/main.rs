@@ -10,6 +10,7 @@ use serde_json::json;
 mod client_tasks;
 mod delivery;
 mod descriptors;
+mod events;
 mod handoff;
 mod hostile;
 mod input;

@@ -69,6 +69,8 @@ pub struct GatewayConfig {
     pub tools: settings::ToolsSettings,
     /// `[tasks]`: the gateway reads `list_page_size` and `cursor_ttl_ms`.
     pub tasks: taskmesh_host::TaskSettings,
+    /// `[events]`: the gateway reads the keys of `events/poll` and `events/stream`.
+    pub events: taskmesh_host::EventSettings,
     /// What `GET /readyz` holds a follower replica to (from `[cluster]` and `[raft]`).
     pub readiness: settings::Readiness,
     /// Key that signs session ids and `tasks/list` cursors: `session.secret`, or the node's
@@ -112,6 +114,8 @@ pub struct Gateway {
     pub(crate) delivery: DeliveryStats,
     /// The 2026-07-28 `subscriptions/listen` streams open on this node.
     pub(crate) listeners: Arc<modern::listen::Listeners>,
+    /// The `events/stream` requests open on this node.
+    pub(crate) event_streams: Arc<modern::events::EventStreams>,
     /// Set when the node begins to stop: `GET /readyz` then answers 503.
     stopping: std::sync::atomic::AtomicBool,
 }
@@ -155,6 +159,7 @@ impl Gateway {
             limits: limits::Limits::new(&cfg_limits, node),
             delivery: DeliveryStats::default(),
             listeners: Arc::default(),
+            event_streams: Arc::default(),
             stopping: std::sync::atomic::AtomicBool::new(false),
         });
         gw.hub.set_gateway(&gw);
@@ -191,6 +196,7 @@ impl Gateway {
     /// (`{resultType: "complete"}`), as at shutdown; streams opened afterwards end at once.
     pub fn end_subscriptions(&self) {
         self.listeners.end_all();
+        self.event_streams.end_all();
     }
 
     /// The node begins to stop: from now on it is not ready (`GET /readyz` answers 503), so
@@ -227,6 +233,8 @@ impl Gateway {
                         at_us,
                     } => {
                         gw.listeners.task_changed(&task.task_id);
+                        gw.event_streams
+                            .shard_changed(gw.router.shard_of(&task.task_id));
                         if let Some(session) = &session {
                             let json = Arc::new(wire::status_notification(&task));
                             gw.sessions

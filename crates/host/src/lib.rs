@@ -78,6 +78,8 @@ pub(crate) struct Inner {
     pub(crate) workers: workers::Workers,
     /// The delivery of task events to the operator's webhooks; `None` without webhooks.
     pub(crate) delivery: Option<Arc<outbox::Delivery>>,
+    /// The rendering of task events, for webhooks and reads.
+    pub(crate) render: outbox::event::Renderer,
 }
 
 /// How often `stop_all` checks whether every stopped actor has finished.
@@ -94,9 +96,12 @@ impl Host {
     /// [`Host::add_shard`]). Call [`Host::start`] to begin serving.
     pub fn new(cfg: HostConfig, tools: Arc<ToolRegistry>, shard_count: u32) -> Self {
         let (events, _) = broadcast::channel(cfg.event_buffer.max(16));
+        // Before any shard of this process is opened (`events.retain_changes`).
+        taskmesh_task::changes::set_capacity(cfg.events.retain_changes);
         // The settings were checked with the node's configuration; a failure here (the HTTP
         // client could not be built) leaves webhooks undelivered, and says so.
-        let delivery = outbox::Delivery::new(&cfg.events, &cfg.webhooks)
+        let render = outbox::event::Renderer::default();
+        let delivery = outbox::Delivery::new(&cfg.events, &cfg.webhooks, render.clone())
             .unwrap_or_else(|e| {
                 tracing::error!(error = %e, "webhooks are not delivered");
                 None
@@ -122,6 +127,7 @@ impl Host {
                 foreign_lookups: Mutex::new((0, 0)),
                 workers: workers::Workers::new(cfg_workers),
                 delivery,
+                render,
             }),
         }
     }
@@ -129,9 +135,7 @@ impl Host {
     /// Give the rendering of a task event's `data` (the node passes the gateway's); until
     /// then, an event's data holds only the task id.
     pub fn set_event_render(&self, render: outbox::Render) {
-        if let Some(d) = &self.inner.delivery {
-            d.set_render(render);
-        }
+        self.inner.render.set(render);
     }
 
     /// The operator's webhooks with this node's deliveries to each (empty without webhooks).

@@ -22,6 +22,7 @@ use taskmesh_tools::ToolResult;
 
 pub use crate::workers::{LeaseAsk, LeaseBeat, LeaseComplete, LeaseRef, Renewed};
 
+pub use crate::outbox::reads::{EventPage, ReadEvent, MAX_EVENT_PAGE};
 use crate::{Created, Host, HostError, NewTask};
 
 /// Longest task id a leader is asked about; anything longer cannot be one of ours.
@@ -72,6 +73,8 @@ pub enum Op {
     LeaseComplete(LeaseComplete),
     /// See [`LeaseAsk`].
     LeaseAsk(LeaseAsk),
+    /// See [`ReadEvents`].
+    ReadEvents(ReadEvents),
 }
 
 /// What a leader answers to an [`Op`]: the variant of the same name.
@@ -102,6 +105,8 @@ pub enum Answer {
     /// To [`Op::LeaseAsk`]: the client's answer, or the error the request got; `None` when it
     /// did not come within the wait.
     LeaseAsk(Option<ToolResult>),
+    /// To [`Op::ReadEvents`].
+    ReadEvents(EventPage),
 }
 
 impl Op {
@@ -120,6 +125,7 @@ impl Op {
             Op::LeaseBeat(_) => "lease_beat",
             Op::LeaseComplete(_) => "lease_complete",
             Op::LeaseAsk(_) => "lease_ask",
+            Op::ReadEvents(_) => "read_events",
         }
     }
 }
@@ -164,6 +170,7 @@ impl Host {
             Op::LeaseBeat(b) => Answer::LeaseBeat(self.lease_beat(shard, b).await?),
             Op::LeaseComplete(c) => Answer::LeaseComplete(self.lease_complete(shard, c).await?),
             Op::LeaseAsk(a) => Answer::LeaseAsk(self.lease_ask(shard, a).await?),
+            Op::ReadEvents(r) => Answer::ReadEvents(self.read_events(r).await?),
         })
     }
 }
@@ -237,6 +244,28 @@ pub struct List {
     pub after: Option<String>,
     /// At most this many (at least 1, at most [`MAX_LIST_PAGE`]).
     pub limit: usize,
+}
+
+/// `owner`'s task events of one shard after a position, in log order (`events/poll` and
+/// `events/stream` ask every shard, or the shard of the one task they follow).
+#[derive(Debug, Clone)]
+pub struct ReadEvents {
+    /// The shard.
+    pub shard: u32,
+    /// The principal reading: only its tasks' events are given.
+    pub owner: String,
+    /// Only this task's events.
+    pub task_id: Option<String>,
+    /// Only the changes that end a task.
+    pub terminal_only: bool,
+    /// The position: events of changes after this log index. `None` asks for no event, only
+    /// the shard's newest position (a reader starting now).
+    pub after: Option<u64>,
+    /// Events of changes older than this (ms since the epoch) are skipped, and the page says
+    /// some were.
+    pub not_before_ms: u64,
+    /// At most this many (at least 1, at most [`MAX_EVENT_PAGE`]).
+    pub max: usize,
 }
 
 /// A page of tasks, and whether more follow it on the shard.
@@ -375,4 +404,5 @@ operation!(Export as Export => ExportedPage, |o, n| existing_shard(o.shard, n));
 operation!(Import as Import => u64, |o, n| o.checked_shard(n));
 operation!(LeaseBeat as LeaseBeat => Renewed, |o, n| task_shard(&o.lease.task_id, n));
 operation!(LeaseComplete as LeaseComplete => TaskStatus, |o, n| task_shard(&o.lease.task_id, n));
+operation!(ReadEvents as ReadEvents => EventPage, |o, n| existing_shard(o.shard, n));
 operation!(LeaseAsk as LeaseAsk => Option<ToolResult>, |o, n| task_shard(&o.lease.task_id, n));

@@ -317,6 +317,7 @@ impl Config {
             limits: self.limits.clone(),
             tools: self.tools.clone(),
             tasks: self.tasks.clone(),
+            events: self.events.clone(),
             readiness: taskmesh_gateway::settings::Readiness::of(
                 self.cluster.catch_up_entries,
                 self.raft.election_timeout_max_ms,

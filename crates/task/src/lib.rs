@@ -7,6 +7,7 @@
 //! execution term cannot change a record), a pure function of (state, command, log index). Time is always passed in, never read here, so that every replica
 //! applying the same log reaches the same state.
 
+pub mod changes;
 pub mod command;
 pub mod outbox;
 pub mod record;
@@ -14,6 +15,7 @@ pub mod state;
 pub mod status;
 pub mod worker;
 
+pub use changes::{Change, ChangeLog, ChangePage, ChangeQuery};
 pub use command::{Applied, Command, Rejection};
 pub use outbox::{Outbox, OutboxEvent, Settlement, Watcher};
 pub use record::{ClientCaps, ClientTask, Outcome, TaskRecord, TaskView, ToolRequest};

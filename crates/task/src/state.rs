@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::{outbox, worker, Applied, Command, Rejection, TaskId, TaskRecord, TaskStatus};
+use crate::{
+    outbox, worker, Applied, Change, ChangeLog, Command, Rejection, TaskId, TaskRecord, TaskStatus,
+};
 
 /// The task records of one shard, indexed by owner, expiry and liveness.
 #[derive(Debug, Default, Clone)]
@@ -19,6 +21,8 @@ pub struct ShardState {
     /// The ids of the records whose outbox holds events not yet settled: serves the leader's
     /// delivery of events ([`crate::outbox`]) without a scan of the shard.
     unsettled: BTreeSet<TaskId>,
+    /// The newest status changes, in log order: serves `events/poll` and `events/stream`.
+    changes: ChangeLog,
 }
 
 impl ShardState {
@@ -34,6 +38,18 @@ impl ShardState {
             s.insert(r);
         }
         s
+    }
+
+    /// Rebuild from a snapshot's records and change log.
+    pub fn from_parts(records: impl IntoIterator<Item = TaskRecord>, changes: ChangeLog) -> Self {
+        let mut s = Self::from_records(records);
+        s.changes = changes;
+        s
+    }
+
+    /// The shard's newest status changes.
+    pub fn changes(&self) -> &ChangeLog {
+        &self.changes
     }
 
     /// How many records the shard holds, terminal ones and expired ones not yet swept included.
@@ -446,6 +462,15 @@ impl ShardState {
         r.last_updated_at_ms = r.last_updated_at_ms.max(at_ms);
         r.updated_index = index;
         outbox::on_change(r, before, index);
+        if r.status != before {
+            self.changes.push(Change {
+                index,
+                task_id: r.task_id.clone(),
+                status: r.status,
+                status_message: r.status_message.clone(),
+                at_ms: r.last_updated_at_ms,
+            });
+        }
         if r.status.is_terminal() {
             self.live.remove(task_id);
         }

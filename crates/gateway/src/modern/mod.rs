@@ -17,7 +17,8 @@
 //!   mirrors (`x-mcp-header`), reading as the argument does, else `-32020` (HTTP 400).
 //!
 //! Methods: `server/discover`, `tools/list`, `tools/call`, `subscriptions/listen` ([`listen`]),
-//! and with the extension declared
+//! the events extension's `events/list`, `events/poll` and `events/stream` ([`events`]), and
+//! with the tasks extension declared
 //! `tasks/get`, `tasks/update`, `tasks/cancel` (without it: `-32021`, HTTP 400). Any other
 //! method, `tasks/result` and `tasks/list` included, is `-32601` with HTTP 404. Every result
 //! carries `resultType` and the server's info in `_meta`.
@@ -35,6 +36,7 @@
 
 mod call;
 mod check;
+pub(crate) mod events;
 mod handoff;
 pub(crate) mod listen;
 mod rounds;
@@ -137,6 +139,8 @@ enum Answer {
     },
     /// An accepted `subscriptions/listen`: its stream.
     Listen(listen::Listen),
+    /// An accepted `events/stream`: its stream.
+    Events(events::Stream),
     /// A refusal that is not a JSON-RPC error (too many streams: HTTP 429).
     Refused(Response),
 }
@@ -160,6 +164,7 @@ pub(crate) async fn handle(
         ),
         Ok(Answer::Progress { notes, done }) => progress_stream(id, notes, done),
         Ok(Answer::Listen(l)) => listen::stream(gw, principal, id, l),
+        Ok(Answer::Events(s)) => events::stream(gw, principal, id, s),
         Ok(Answer::Refused(r)) => r,
         Err(f) => reply(
             f.status.unwrap_or_else(|| http_status(&f.error)),
@@ -270,6 +275,14 @@ async fn dispatch(
                 Err(refused) => Answer::Refused(refused),
             })
         }
+        "events/list" => events::list(p)?,
+        "events/poll" => events::poll(gw, principal, p).await?,
+        "events/stream" => {
+            return Ok(match events::open(gw, principal, p)? {
+                Ok(s) => Answer::Events(s),
+                Err(refused) => Answer::Refused(refused),
+            })
+        }
         "tasks/update" => tasks_update(gw, principal, task_id_param(p)?, p).await?,
         "tasks/cancel" => tasks_cancel(gw, principal, task_id_param(p)?).await?,
         _ => return Err(ErrorObject::method_not_found(method)),
@@ -289,7 +302,7 @@ fn discover() -> Value {
         "supportedVersions": versions,
         "capabilities": {
             "tools": { "listChanged": true },
-            "extensions": { EXTENSION: {} },
+            "extensions": { EXTENSION: {}, events::EVENTS_EXTENSION: {} },
         },
         // What a node offers changes only with its configuration, the same for every caller.
         "ttlMs": DISCOVER_TTL_MS,

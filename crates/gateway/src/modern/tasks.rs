@@ -11,7 +11,7 @@
 
 use serde_json::{json, Map, Value};
 use taskmesh_host::TaskRead;
-use taskmesh_task::{OutboxEvent, Outcome, TaskRecord, TaskStatus, TaskView};
+use taskmesh_task::{Change, Outcome, TaskRecord, TaskStatus, TaskView};
 
 use crate::wire::TaskObject;
 
@@ -175,7 +175,7 @@ pub(crate) fn terminal(r: &TaskRecord) -> Map<String, Value> {
 /// The `data` of a task event (`taskmesh.task.updated`, docs/events.md): the task as
 /// `tasks/get` shows it on this generation at the event's status change, with its outcome
 /// inline when the change ended the task.
-pub fn event_data(r: &TaskRecord, e: &OutboxEvent) -> Value {
+pub fn event_data(r: &TaskRecord, e: &Change) -> Value {
     if e.status.is_terminal() && r.status == e.status {
         return Value::Object(terminal(r));
     }

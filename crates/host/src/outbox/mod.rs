@@ -12,6 +12,8 @@
 //! a create or a poll: the obligation is written with the status change, the sending happens
 //! after, in tasks of its own, bounded per node and per destination.
 
+pub mod event;
+pub mod reads;
 pub mod settings;
 mod suspend;
 
@@ -20,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use serde_json::{json, Value};
 use taskmesh_metrics::metrics::{counter, gauge, histogram};
 use taskmesh_metrics::names;
 use taskmesh_shard::{ShardEvent, ShardReplica};
@@ -37,13 +38,8 @@ use crate::now_ms;
 /// previous `Settle` was being committed, up to this.
 pub const MAX_SETTLE_BATCH: usize = 1024;
 
-/// The name of the one event type: a task's status changed.
-pub const TASK_EVENT: &str = "taskmesh.task.updated";
-
-/// The `data` of a task's event: the task as `tasks/get` shows it on protocol 2026-07-28 at
-/// the event's status change, its outcome inline once terminal. Given by the node (the
-/// rendering is the gateway's).
-pub type Render = Arc<dyn Fn(&TaskRecord, &OutboxEvent) -> Value + Send + Sync>;
+use event::Renderer;
+pub use event::{event_id, Render, TASK_EVENT};
 
 /// One operator webhook, ready to sign with.
 struct Hook {
@@ -115,7 +111,7 @@ pub(crate) struct Delivery {
     settings: EventSettings,
     hooks: HashMap<String, Hook>,
     sender: Sender,
-    render: Mutex<Option<Render>>,
+    render: Renderer,
     /// Pairs being delivered on this node, so that a pair is attempted by one task at a time.
     in_flight: Mutex<HashSet<Pair>>,
     /// Deliveries in flight on the node (`events.max_in_flight`).
@@ -134,6 +130,7 @@ impl Delivery {
     pub(crate) fn new(
         settings: &EventSettings,
         webhooks: &[WebhookSettings],
+        render: Renderer,
     ) -> Result<Option<Self>, String> {
         if webhooks.is_empty() {
             return Ok(None);
@@ -160,17 +157,13 @@ impl Delivery {
             settings: settings.clone(),
             hooks,
             sender,
-            render: Mutex::new(None),
+            render,
             in_flight: Mutex::new(HashSet::new()),
             permits: Arc::new(Semaphore::new(settings.max_in_flight)),
             destinations: Mutex::new(HashMap::new()),
             stats: Mutex::new(HashMap::new()),
             breakers: Breakers::new(settings),
         }))
-    }
-
-    pub(crate) fn set_render(&self, render: Render) {
-        *self.render.lock() = Some(render);
     }
 
     /// The watchers a new task of `owner` starts with: every webhook that covers its principal.
@@ -270,16 +263,14 @@ impl Delivery {
 
     /// The body of an event: its id, type, time and the task as it was.
     fn body(&self, record: &TaskRecord, event: &OutboxEvent) -> Vec<u8> {
-        let data = match &*self.render.lock() {
-            Some(render) => render(record, event),
-            None => json!({ "taskId": record.task_id }),
+        let change = taskmesh_task::Change {
+            index: event.index,
+            task_id: record.task_id.clone(),
+            status: event.status,
+            status_message: event.status_message.clone(),
+            at_ms: event.at_ms,
         };
-        let body = json!({
-            "eventId": event.event_id(&record.task_id),
-            "name": TASK_EVENT,
-            "timestamp": taskmesh_mcp::time::rfc3339_ms(event.at_ms),
-            "data": data,
-        });
+        let body = self.render.occurrence(record, &change);
         serde_json::to_vec(&body).unwrap_or_default()
     }
 }

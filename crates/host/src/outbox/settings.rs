@@ -48,6 +48,25 @@ pub struct EventSettings {
     /// Hosts (as written in URLs) that webhooks may be sent to over plain http. Default none:
     /// https only.
     pub http_hosts: Vec<String>,
+    /// Status changes each shard keeps for `events/poll` and `events/stream`, the newest ones;
+    /// a reader whose cursor is older is told it missed some (`truncated`). Must be the same on
+    /// every node. Default 1000; at most 1000000; 0 keeps none.
+    pub retain_changes: usize,
+    /// The wait an `events/poll` answer suggests before the next poll (`nextPollMs`) when it
+    /// has no more events, in ms. Default 1000; 100 to 3600000.
+    pub poll_interval_ms: u64,
+    /// Events one `events/poll` answers when the request does not say (`maxEvents`).
+    /// Default 100; 1 to `max_poll_events`.
+    pub default_poll_events: usize,
+    /// The most events one `events/poll` answers, whatever the request's `maxEvents`. Default
+    /// 1000; 1 to 1000.
+    pub max_poll_events: usize,
+    /// The interval of an `events/stream`'s heartbeats, in ms. Default 15000; 100 to 30000
+    /// (the events extension asks for one at least every 30 s).
+    pub stream_heartbeat_ms: u64,
+    /// `events/stream` requests one principal may hold open on one node; one more is answered
+    /// HTTP 429. Default 16; at least 1.
+    pub max_streams_per_principal: usize,
 }
 
 impl Default for EventSettings {
@@ -66,6 +85,12 @@ impl Default for EventSettings {
             probe_interval_ms: 30_000,
             allow_addresses: Vec::new(),
             http_hosts: Vec::new(),
+            retain_changes: taskmesh_task::changes::DEFAULT_CAPACITY,
+            poll_interval_ms: 1_000,
+            default_poll_events: 100,
+            max_poll_events: 1_000,
+            stream_heartbeat_ms: 15_000,
+            max_streams_per_principal: 16,
         }
     }
 }
@@ -96,6 +121,26 @@ impl EventSettings {
         }
         if self.settle_linger_ms > 1_000 {
             return Err("events.settle_linger_ms must be at most 1000".into());
+        }
+        if self.retain_changes > taskmesh_task::changes::MAX_CAPACITY {
+            return Err("events.retain_changes must be at most 1000000".into());
+        }
+        if !(100..=3_600_000).contains(&self.poll_interval_ms) {
+            return Err("events.poll_interval_ms must be between 100 and 3600000".into());
+        }
+        if !(1..=crate::ops::MAX_EVENT_PAGE).contains(&self.max_poll_events) {
+            return Err("events.max_poll_events must be between 1 and 1000".into());
+        }
+        if !(1..=self.max_poll_events).contains(&self.default_poll_events) {
+            return Err(
+                "events.default_poll_events must be between 1 and events.max_poll_events".into(),
+            );
+        }
+        if !(100..=30_000).contains(&self.stream_heartbeat_ms) {
+            return Err("events.stream_heartbeat_ms must be between 100 and 30000".into());
+        }
+        if self.max_streams_per_principal == 0 {
+            return Err("events.max_streams_per_principal must be at least 1".into());
         }
         self.policy().map(|_| ())
     }
@@ -245,6 +290,68 @@ mod tests {
             ..EventSettings::default()
         };
         assert!(bad.validate().is_err());
+        let d = EventSettings::default;
+        for (bad, key) in [
+            (
+                EventSettings {
+                    retain_changes: 1_000_001,
+                    ..d()
+                },
+                "retain_changes",
+            ),
+            (
+                EventSettings {
+                    poll_interval_ms: 10,
+                    ..d()
+                },
+                "poll_interval_ms",
+            ),
+            (
+                EventSettings {
+                    max_poll_events: 0,
+                    ..d()
+                },
+                "max_poll_events",
+            ),
+            (
+                EventSettings {
+                    max_poll_events: 1_001,
+                    ..d()
+                },
+                "max_poll_events",
+            ),
+            (
+                EventSettings {
+                    default_poll_events: 0,
+                    ..d()
+                },
+                "default_poll_events",
+            ),
+            (
+                EventSettings {
+                    default_poll_events: 2_000,
+                    ..d()
+                },
+                "default_poll_events",
+            ),
+            (
+                EventSettings {
+                    stream_heartbeat_ms: 31_000,
+                    ..d()
+                },
+                "stream_heartbeat_ms",
+            ),
+            (
+                EventSettings {
+                    max_streams_per_principal: 0,
+                    ..d()
+                },
+                "max_streams_per_principal",
+            ),
+        ] {
+            let e = bad.validate().unwrap_err();
+            assert!(e.contains(&format!("events.{key}")), "{e}");
+        }
     }
 
     #[test]

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use taskmesh_host::ops::{
-    Cancel, Claim, Deliver, Export, ExportedPage, GroupMembers, Import, List, Listed, Members,
-    Pending,
+    Cancel, Claim, Deliver, EventPage, Export, ExportedPage, GroupMembers, Import, List, Listed,
+    Members, Pending, ReadEvent, ReadEvents,
 };
 use taskmesh_host::{Answer, Created, HostError, NewTask, Op};
 use taskmesh_mcp::jsonrpc::{self, Message, RequestId};
@@ -86,6 +86,15 @@ pub fn op_to_pb(shard: u32, op: &Op) -> v1::ApplyRequest {
         Op::LeaseBeat(b) => W::LeaseBeat(lease::beat_to_pb(shard, b)),
         Op::LeaseComplete(c) => W::LeaseComplete(lease::complete_to_pb(shard, c)),
         Op::LeaseAsk(a) => W::LeaseAsk(lease::ask_to_pb(shard, a)),
+        Op::ReadEvents(r) => W::ReadEvents(v1::ReadEventsRequest {
+            shard,
+            owner: r.owner.clone(),
+            task_id: r.task_id.clone(),
+            terminal_only: r.terminal_only,
+            after: r.after,
+            not_before_ms: r.not_before_ms,
+            max: r.max.min(u32::MAX as usize) as u32,
+        }),
     };
     v1::ApplyRequest { op: Some(op) }
 }
@@ -159,6 +168,18 @@ pub fn op_from_pb(r: v1::ApplyRequest) -> Result<(u32, Op), Status> {
             let (shard, c) = lease::complete_from_pb(c)?;
             (shard, Op::LeaseComplete(c))
         }
+        Some(W::ReadEvents(r)) => (
+            r.shard,
+            Op::ReadEvents(ReadEvents {
+                shard: r.shard,
+                owner: r.owner,
+                task_id: r.task_id,
+                terminal_only: r.terminal_only,
+                after: r.after,
+                not_before_ms: r.not_before_ms,
+                max: r.max as usize,
+            }),
+        ),
         Some(W::LeaseAsk(a)) => {
             let (shard, a) = lease::ask_from_pb(a)?;
             (shard, Op::LeaseAsk(a))
@@ -291,6 +312,20 @@ pub fn answer_to_pb(a: Answer) -> v1::ApplyResponse {
         Answer::LeaseBeat(r) => W::LeaseBeat(lease::renewed_to_pb(r)),
         Answer::LeaseComplete(s) => W::LeaseComplete(lease::completed_to_pb(s)),
         Answer::LeaseAsk(r) => W::LeaseAsk(lease::answered_to_pb(&r)),
+        Answer::ReadEvents(p) => W::ReadEvents(v1::ReadEventsResponse {
+            events: p
+                .events
+                .into_iter()
+                .map(|e| v1::ReadEvent {
+                    index: e.index,
+                    at_ms: e.at_ms,
+                    json: e.json,
+                })
+                .collect(),
+            through: p.through,
+            truncated: p.truncated,
+            more: p.more,
+        }),
     };
     v1::ApplyResponse {
         answer: Some(answer),
@@ -327,6 +362,20 @@ pub fn answer_from_pb(r: v1::ApplyResponse) -> Result<Answer, HostError> {
         Some(W::LeaseBeat(r)) => Answer::LeaseBeat(lease::renewed_from_pb(r)),
         Some(W::LeaseComplete(r)) => Answer::LeaseComplete(lease::completed_from_pb(r)?),
         Some(W::LeaseAsk(r)) => Answer::LeaseAsk(lease::answered_from_pb(r)?),
+        Some(W::ReadEvents(p)) => Answer::ReadEvents(EventPage {
+            events: p
+                .events
+                .into_iter()
+                .map(|e| ReadEvent {
+                    index: e.index,
+                    at_ms: e.at_ms,
+                    json: e.json,
+                })
+                .collect(),
+            through: p.through,
+            truncated: p.truncated,
+            more: p.more,
+        }),
     })
 }
 
@@ -466,6 +515,24 @@ mod tests {
                 shard: 7,
                 records: vec![record("t2")],
             }),
+            Op::ReadEvents(ReadEvents {
+                shard: 7,
+                owner: "alice".into(),
+                task_id: Some("t1".into()),
+                terminal_only: true,
+                after: Some(42),
+                not_before_ms: 1_000,
+                max: 100,
+            }),
+            Op::ReadEvents(ReadEvents {
+                shard: 7,
+                owner: "alice".into(),
+                task_id: None,
+                terminal_only: false,
+                after: None,
+                not_before_ms: 0,
+                max: 1,
+            }),
         ];
         for op in ops {
             let (shard, back) = op_from_pb(op_to_pb(7, &op)).unwrap();
@@ -499,6 +566,16 @@ mod tests {
                 last: true,
             }),
             Answer::Import(4),
+            Answer::ReadEvents(EventPage {
+                events: vec![ReadEvent {
+                    index: 9,
+                    at_ms: 1_000,
+                    json: r#"{"eventId":"t1-9"}"#.into(),
+                }],
+                through: 12,
+                truncated: true,
+                more: false,
+            }),
         ];
         for a in answers {
             let shown = format!("{a:?}");

@@ -5,7 +5,7 @@
 use std::io;
 
 use serde::{Deserialize, Serialize};
-use taskmesh_task::{Applied, Command, ShardState, TaskRecord};
+use taskmesh_task::{Applied, ChangeLog, Command, ShardState, TaskRecord};
 
 use super::decode;
 use crate::events::ShardEvent;
@@ -24,6 +24,9 @@ pub struct TaskSnapshot {
     /// Every record, in task id order.
     #[serde(default)]
     pub records: Vec<TaskRecord>,
+    /// The shard's newest status changes (absent from snapshots older than the change log).
+    #[serde(default)]
+    pub changes: ChangeLog,
 }
 
 impl GroupState for ShardState {
@@ -102,6 +105,7 @@ impl GroupState for ShardState {
             last_applied,
             membership,
             records: self.records().cloned().collect(),
+            changes: self.changes().clone(),
         }
     }
 
@@ -110,7 +114,7 @@ impl GroupState for ShardState {
     }
 
     fn restore(snapshot: TaskSnapshot) -> Self {
-        ShardState::from_records(snapshot.records)
+        ShardState::from_parts(snapshot.records, snapshot.changes)
     }
 }
 
@@ -133,5 +137,27 @@ mod tests {
         let back: TaskSnapshot = serde_json::from_value(old).unwrap();
         assert!(back.records.is_empty());
         assert!(back.last_applied.is_none());
+    }
+
+    /// A snapshot keeps the shard's change log, so that a replica restored from it reads the
+    /// same events after a cursor as the one that took it.
+    #[test]
+    fn a_snapshot_keeps_the_change_log() {
+        let mut s = ShardState::new();
+        let record = TaskRecord::sample("t1");
+        s.apply(&Command::Create { record }, 1);
+        s.apply(
+            &Command::Cancel {
+                task_id: "t1".into(),
+                message: "stop".into(),
+                at_ms: 5,
+            },
+            2,
+        );
+        assert_eq!(s.changes().head(), 2);
+        let snapshot = s.capture(None, StoredMembership::default());
+        let json = serde_json::to_vec(&snapshot).unwrap();
+        let back = ShardState::restore(serde_json::from_slice(&json).unwrap());
+        assert_eq!(back.changes(), s.changes());
     }
 }

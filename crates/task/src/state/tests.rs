@@ -460,3 +460,54 @@ fn the_client_task_is_recorded_and_cleared_by_the_current_execution_only() {
     };
     assert_eq!(record.client_task, None);
 }
+
+#[test]
+fn every_status_change_and_only_those_enter_the_change_log() {
+    let mut s = ShardState::new();
+    s.apply(
+        &Command::Create {
+            record: record("a", "p", None),
+        },
+        1,
+    );
+    assert!(s.changes().is_empty(), "a creation is not a change");
+    let message_only = Command::SetStatus {
+        task_id: "a".into(),
+        term: 1,
+        status: TaskStatus::Working,
+        message: Some("halfway".into()),
+        at_ms: 1_500,
+    };
+    s.apply(&message_only, 2);
+    assert!(s.changes().is_empty(), "a new message without a new status");
+    let asking = Command::SetStatus {
+        task_id: "a".into(),
+        term: 1,
+        status: TaskStatus::InputRequired,
+        message: Some("asking".into()),
+        at_ms: 1_500,
+    };
+    s.apply(&asking, 3);
+    s.apply(&finish("a", 1, TaskStatus::Completed), 4);
+    s.apply(&cancel("a"), 5);
+    let page = s.changes().read(crate::ChangeQuery {
+        after: 0,
+        not_before_ms: 0,
+        max: 10,
+        wanted: &|_| true,
+    });
+    let got: Vec<_> = page
+        .changes
+        .iter()
+        .map(|c| (c.index, c.status, c.status_message.as_deref(), c.at_ms))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (3, TaskStatus::InputRequired, Some("asking"), 1_500),
+            (4, TaskStatus::Completed, None, 2_000)
+        ],
+        "a refused change (cancel after the end) is not one"
+    );
+    assert_eq!(s.changes().head(), 4);
+}
