@@ -12,6 +12,7 @@ use taskmesh_testkit::{free_ports, Client, Server, V};
 mod admin;
 mod backup;
 mod client_tasks;
+mod events;
 mod handoff;
 mod membership;
 mod modern;
