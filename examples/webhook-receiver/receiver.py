@@ -9,6 +9,10 @@ webhook-id, the subscription, and the event) and answered 204, once it is writte
 2xx means stored. Events are deduplicated by the reader, by webhook-id: delivery is at least
 once.
 
+A verification (`{"type": "verification", "challenge": ...}`, sent when a client subscribes
+with `events/subscribe`) is verified the same way and answered 200 with the challenge echoed,
+`{"challenge": ...}`: that tells taskmesh that this endpoint wants the events.
+
 `--fail-while PATH` answers 500 to every verified event while PATH exists (and records it as
 such): a receiver that is down, for a test of retries.
 """
@@ -50,6 +54,16 @@ def main():
                 record({"refused": str(e), "id": headers.get("webhook-id")})
                 self.send_response(400)
                 self.end_headers()
+                return
+            if isinstance(event, dict) and event.get("type") == "verification":
+                record({"verification": headers["webhook-id"],
+                        "subscription": headers.get("x-mcp-subscription-id")})
+                answer = json.dumps({"challenge": event.get("challenge")}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
                 return
             failing = args.fail_while is not None and os.path.exists(args.fail_while)
             status = 500 if failing else 204

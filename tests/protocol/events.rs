@@ -130,7 +130,7 @@ async fn events_poll_gives_each_change_of_the_caller_s_tasks_once() {
     let types = l["events"].as_array().unwrap();
     assert_eq!(types.len(), 1, "{l}");
     assert_eq!(types[0]["name"], EVENT);
-    assert_eq!(types[0]["delivery"], json!(["poll", "push"]));
+    assert_eq!(types[0]["delivery"], json!(["webhook", "poll", "push"]));
     assert_eq!(
         types[0]["inputSchema"]["properties"]
             .as_object()

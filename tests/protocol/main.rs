@@ -19,6 +19,7 @@ mod modern;
 mod ops;
 mod resume;
 mod session;
+mod subscriptions;
 mod tasks;
 mod tls;
 mod webhook_suspension;

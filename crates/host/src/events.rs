@@ -264,7 +264,24 @@ fn sweep_expired(host: &Host, sweeping: &Arc<parking_lot::Mutex<HashSet<u32>>>) 
         if !shard.is_leader() {
             continue;
         }
-        let ids = shard.read_local(|s| s.expired(now, batch));
+        let (ids, lapsed) = shard.read_local(|s| {
+            let lapsed: Vec<String> = s
+                .subscriptions()
+                .filter(|sub| sub.lapsed(now))
+                .map(|sub| sub.id.clone())
+                .collect();
+            (s.expired(now, batch), lapsed)
+        });
+        if !lapsed.is_empty() {
+            // Lapsed subscriptions go with the next sweep; what tasks owe them is settled as
+            // owed to a subscription that is gone.
+            let shard = shard.clone();
+            tokio::spawn(async move {
+                if let Err(e) = shard.propose(Command::Unsubscribe { ids: lapsed }).await {
+                    tracing::debug!(shard = shard.shard_id(), error = %e, "removing lapsed subscriptions skipped");
+                }
+            });
+        }
         if ids.is_empty() || !sweeping.lock().insert(shard.shard_id()) {
             continue;
         }

@@ -23,6 +23,7 @@ use taskmesh_tools::ToolResult;
 pub use crate::workers::{LeaseAsk, LeaseBeat, LeaseComplete, LeaseRef, Renewed};
 
 pub use crate::outbox::reads::{EventPage, ReadEvent, MAX_EVENT_PAGE};
+pub use crate::outbox::subscriptions::{SubscriptionRead, SubscriptionState};
 use crate::{Created, Host, HostError, NewTask};
 
 /// Longest task id a leader is asked about; anything longer cannot be one of ours.
@@ -75,6 +76,12 @@ pub enum Op {
     LeaseAsk(LeaseAsk),
     /// See [`ReadEvents`].
     ReadEvents(ReadEvents),
+    /// See [`Subscribe`].
+    Subscribe(Subscribe),
+    /// See [`Unsubscribe`].
+    Unsubscribe(Unsubscribe),
+    /// See [`ReadSubscription`].
+    ReadSubscription(ReadSubscription),
 }
 
 /// What a leader answers to an [`Op`]: the variant of the same name.
@@ -107,6 +114,12 @@ pub enum Answer {
     LeaseAsk(Option<ToolResult>),
     /// To [`Op::ReadEvents`].
     ReadEvents(EventPage),
+    /// To [`Op::Subscribe`]: how many of the shard's tasks the subscription started watching.
+    Subscribe(usize),
+    /// To [`Op::Unsubscribe`].
+    Unsubscribe(()),
+    /// To [`Op::ReadSubscription`].
+    ReadSubscription(SubscriptionRead),
 }
 
 impl Op {
@@ -126,6 +139,9 @@ impl Op {
             Op::LeaseComplete(_) => "lease_complete",
             Op::LeaseAsk(_) => "lease_ask",
             Op::ReadEvents(_) => "read_events",
+            Op::Subscribe(_) => "subscribe",
+            Op::Unsubscribe(_) => "unsubscribe",
+            Op::ReadSubscription(_) => "read_subscription",
         }
     }
 }
@@ -171,6 +187,9 @@ impl Host {
             Op::LeaseComplete(c) => Answer::LeaseComplete(self.lease_complete(shard, c).await?),
             Op::LeaseAsk(a) => Answer::LeaseAsk(self.lease_ask(shard, a).await?),
             Op::ReadEvents(r) => Answer::ReadEvents(self.read_events(r).await?),
+            Op::Subscribe(s) => Answer::Subscribe(self.add_subscription(s).await?),
+            Op::Unsubscribe(u) => Answer::Unsubscribe(self.remove_subscriptions(u).await?),
+            Op::ReadSubscription(r) => Answer::ReadSubscription(self.read_subscription(r).await?),
         })
     }
 }
@@ -266,6 +285,37 @@ pub struct ReadEvents {
     pub not_before_ms: u64,
     /// At most this many (at least 1, at most [`MAX_EVENT_PAGE`]).
     pub max: usize,
+}
+
+/// Add or refresh a client's webhook subscription on one shard (the gateway writes it to
+/// every shard): it watches the shard's live tasks it covers at once.
+#[derive(Debug, Clone)]
+pub struct Subscribe {
+    /// The shard.
+    pub shard: u32,
+    /// The subscription as it is from now on.
+    pub subscription: taskmesh_task::Subscription,
+}
+
+/// Remove clients' webhook subscriptions from one shard.
+#[derive(Debug, Clone)]
+pub struct Unsubscribe {
+    /// The shard.
+    pub shard: u32,
+    /// Their ids; unknown ones are ignored.
+    pub ids: Vec<String>,
+}
+
+/// A client's webhook subscription as one shard holds it, with the deliveries to it of the
+/// shard's leader.
+#[derive(Debug, Clone)]
+pub struct ReadSubscription {
+    /// The shard.
+    pub shard: u32,
+    /// Its id.
+    pub id: String,
+    /// The principal whose subscriptions are counted (the answer's `held`).
+    pub principal: String,
 }
 
 /// A page of tasks, and whether more follow it on the shard.
@@ -404,5 +454,8 @@ operation!(Export as Export => ExportedPage, |o, n| existing_shard(o.shard, n));
 operation!(Import as Import => u64, |o, n| o.checked_shard(n));
 operation!(LeaseBeat as LeaseBeat => Renewed, |o, n| task_shard(&o.lease.task_id, n));
 operation!(LeaseComplete as LeaseComplete => TaskStatus, |o, n| task_shard(&o.lease.task_id, n));
+operation!(Subscribe as Subscribe => usize, |o, n| existing_shard(o.shard, n));
+operation!(Unsubscribe as Unsubscribe => (), |o, n| existing_shard(o.shard, n));
+operation!(ReadSubscription as ReadSubscription => SubscriptionRead, |o, n| existing_shard(o.shard, n));
 operation!(ReadEvents as ReadEvents => EventPage, |o, n| existing_shard(o.shard, n));
 operation!(LeaseAsk as LeaseAsk => Option<ToolResult>, |o, n| task_shard(&o.lease.task_id, n));

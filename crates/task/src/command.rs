@@ -172,6 +172,19 @@ pub enum Command {
         /// What is settled, task by task.
         settled: Vec<crate::outbox::Settlement>,
     },
+    /// Add or refresh a client's webhook subscription (see [`crate::subscription`]): stored
+    /// whole (a refresh replaces the one of the same id), and made to watch the shard's tasks
+    /// it covers that are not over yet (a task that is already at its watcher limit is left
+    /// out).
+    Subscribe {
+        /// The subscription as it is from now on.
+        subscription: crate::Subscription,
+    },
+    /// Remove client subscriptions; unknown ids are ignored.
+    Unsubscribe {
+        /// Their ids.
+        ids: Vec<String>,
+    },
     /// Restore records from a backup (`taskmesh restore`): each record whose task id the shard
     /// does not hold is inserted as it was backed up, except that a live one's `exec_term` is
     /// reset to 0 so that this shard's leader takes its execution over (by the tool's resume
@@ -206,7 +219,11 @@ impl Command {
             | Command::Complete { task_id, .. }
             | Command::Release { task_id, .. }
             | Command::Watch { task_id, .. } => Some(task_id),
-            Command::Expire { .. } | Command::Import { .. } | Command::Settle { .. } => None,
+            Command::Expire { .. }
+            | Command::Import { .. }
+            | Command::Settle { .. }
+            | Command::Subscribe { .. }
+            | Command::Unsubscribe { .. } => None,
         }
     }
 }
@@ -262,6 +279,14 @@ pub enum Applied {
         /// The inserted records, each with `updated_index` set to the entry's log index.
         records: Vec<TaskRecord>,
     },
+    /// A `Subscribe` or `Unsubscribe` was applied.
+    Subscribed {
+        /// Tasks the subscription started watching (0 for an `Unsubscribe`).
+        watching: usize,
+        /// The records it made owe an event at once (ended tasks it now watches), as they are
+        /// after the entry: their delivery starts from these.
+        owing: Vec<TaskRecord>,
+    },
     /// A `Settle` changed this many outboxes.
     Settled {
         /// Records whose outbox changed.
@@ -290,6 +315,8 @@ impl std::fmt::Display for Command {
             Command::Complete { .. } => "complete",
             Command::Release { .. } => "release",
             Command::Watch { .. } => "watch",
+            Command::Subscribe { .. } => "subscribe",
+            Command::Unsubscribe { .. } => "unsubscribe",
             Command::Settle { settled } => {
                 return write!(f, "settle({} tasks)", settled.len());
             }

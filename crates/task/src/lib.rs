@@ -13,6 +13,7 @@ pub mod outbox;
 pub mod record;
 pub mod state;
 pub mod status;
+pub mod subscription;
 pub mod worker;
 
 pub use changes::{Change, ChangeLog, ChangePage, ChangeQuery};
@@ -21,6 +22,7 @@ pub use outbox::{Outbox, OutboxEvent, Settlement, Watcher};
 pub use record::{ClientCaps, ClientTask, Outcome, TaskRecord, TaskView, ToolRequest};
 pub use state::ShardState;
 pub use status::TaskStatus;
+pub use subscription::Subscription;
 pub use worker::{Lease, WorkerJob};
 
 /// A task id: at least 128 bits from the OS CSPRNG, rendered as lowercase hex.

@@ -1,10 +1,11 @@
 //! The state machine of one shard: the task records and the indexes that serve list and
 //! expiry, changed only by [`ShardState::apply`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::{
-    outbox, worker, Applied, Change, ChangeLog, Command, Rejection, TaskId, TaskRecord, TaskStatus,
+    outbox, worker, Applied, Change, ChangeLog, Command, Rejection, Subscription, TaskId,
+    TaskRecord, TaskStatus,
 };
 
 /// The task records of one shard, indexed by owner, expiry and liveness.
@@ -23,6 +24,8 @@ pub struct ShardState {
     unsettled: BTreeSet<TaskId>,
     /// The newest status changes, in log order: serves `events/poll` and `events/stream`.
     changes: ChangeLog,
+    /// Clients' webhook subscriptions, by id (see [`crate::subscription`]).
+    subscriptions: BTreeMap<String, Subscription>,
 }
 
 impl ShardState {
@@ -40,11 +43,29 @@ impl ShardState {
         s
     }
 
-    /// Rebuild from a snapshot's records and change log.
-    pub fn from_parts(records: impl IntoIterator<Item = TaskRecord>, changes: ChangeLog) -> Self {
+    /// Rebuild from a snapshot's records, change log and subscriptions.
+    pub fn from_parts(
+        records: impl IntoIterator<Item = TaskRecord>,
+        changes: ChangeLog,
+        subscriptions: impl IntoIterator<Item = Subscription>,
+    ) -> Self {
         let mut s = Self::from_records(records);
         s.changes = changes;
+        s.subscriptions = subscriptions
+            .into_iter()
+            .map(|sub| (sub.id.clone(), sub))
+            .collect();
         s
+    }
+
+    /// The client subscription `id`, lapsed or not.
+    pub fn subscription(&self, id: &str) -> Option<&Subscription> {
+        self.subscriptions.get(id)
+    }
+
+    /// Every client subscription, in id order.
+    pub fn subscriptions(&self) -> impl Iterator<Item = &Subscription> {
+        self.subscriptions.values()
     }
 
     /// The shard's newest status changes.
@@ -196,6 +217,13 @@ impl ShardState {
                 let mut r = record.clone();
                 r.updated_index = index;
                 r.outcome = None;
+                // The principal's subscriptions watch its new task (lapsed ones too, until
+                // their removal commits: the proposer's clock is not the state's).
+                for sub in self.subscriptions.values() {
+                    if sub.covers(&r.owner, &r.task_id) {
+                        let _ = outbox::watch(&mut r, &sub.watcher());
+                    }
+                }
                 self.insert(r.clone());
                 Applied::Created {
                     record: r,
@@ -368,6 +396,47 @@ impl ShardState {
             }
             Command::Watch { task_id, watcher } => {
                 self.outbox_change(task_id, |r| outbox::watch(r, watcher))
+            }
+            Command::Subscribe { subscription } => {
+                let sub = subscription.clone();
+                let mut watching = 0;
+                let mut owing = Vec::new();
+                let targets: Vec<TaskId> = match &sub.task_id {
+                    Some(t) => vec![t.clone()],
+                    None => self
+                        .by_owner
+                        .range((sub.principal.clone(), String::new())..)
+                        .take_while(|(o, _)| *o == sub.principal)
+                        .map(|(_, id)| id.clone())
+                        .filter(|id| self.live.contains(id))
+                        .collect(),
+                };
+                for id in targets {
+                    let Some(r) = self.tasks.get_mut(&id) else {
+                        continue;
+                    };
+                    if r.owner != sub.principal {
+                        continue;
+                    }
+                    if let Ok(true) = outbox::watch(r, &sub.watcher()) {
+                        watching += 1;
+                    }
+                    if r.has_unsettled() {
+                        owing.push(r.clone());
+                        self.unsettled.insert(id);
+                    }
+                }
+                self.subscriptions.insert(sub.id.clone(), sub);
+                Applied::Subscribed { watching, owing }
+            }
+            Command::Unsubscribe { ids } => {
+                for id in ids {
+                    self.subscriptions.remove(id);
+                }
+                Applied::Subscribed {
+                    watching: 0,
+                    owing: Vec::new(),
+                }
             }
             Command::Settle { settled } => {
                 let mut changed = 0;

@@ -38,6 +38,20 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// The category named `name`, if it is one ([`Failure::category`], or `challenge_failed`).
+    pub fn category_named(name: &str) -> Option<&'static str> {
+        [
+            "connection_refused",
+            "timeout",
+            "tls_error",
+            "http_4xx",
+            "http_5xx",
+            "challenge_failed",
+        ]
+        .into_iter()
+        .find(|c| *c == name)
+    }
+
     /// The category a subscription's `lastError` shows: never anything the receiver said.
     pub fn category(&self) -> &'static str {
         match self {
@@ -128,6 +142,79 @@ impl Sender {
             Err(e) => Attempt::Failed(classify(&e)),
         }
     }
+}
+
+/// The most of a verification answer read.
+const MAX_VERIFICATION_ANSWER: usize = 4_096;
+
+impl Sender {
+    /// Endpoint verification (the events extension's handshake): a signed POST of
+    /// `{"type":"verification","challenge":...}` that the endpoint must answer 2xx with
+    /// `{"challenge":...}`, the same nonce. `Err` is the category of what went wrong: the
+    /// connection's (`connection_refused`, `timeout`, `tls_error`, refused addresses included),
+    /// or `challenge_failed` for any answer that is not the echo.
+    pub async fn verify(
+        &self,
+        url: &str,
+        message_id: &str,
+        subscription: &str,
+        secret: &Secret,
+        challenge: &str,
+    ) -> Result<(), &'static str> {
+        let body = serde_json::json!({"type": "verification", "challenge": challenge}).to_string();
+        let url = self
+            .policy
+            .check_url(url)
+            .map_err(|e| Failure::Egress(e).category())?;
+        let timestamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let signature = signature_header(&[secret], message_id, timestamp, body.as_bytes());
+        let mut r = self
+            .client
+            .post(url)
+            .header("content-type", "application/json")
+            .header("webhook-id", message_id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .header("x-mcp-subscription-id", subscription)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| classify(&e).category())?;
+        if !r.status().is_success() {
+            return Err("challenge_failed");
+        }
+        let mut answer = Vec::new();
+        while let Some(chunk) = r.chunk().await.map_err(|e| classify(&e).category())? {
+            answer.extend_from_slice(&chunk);
+            if answer.len() > MAX_VERIFICATION_ANSWER {
+                return Err("challenge_failed");
+            }
+        }
+        let echoed = echoed_challenge(&answer).unwrap_or_default();
+        if constant_time_eq(echoed.as_bytes(), challenge.as_bytes()) {
+            Ok(())
+        } else {
+            Err("challenge_failed")
+        }
+    }
+}
+
+/// The `challenge` string of a JSON object answer.
+fn echoed_challenge(answer: &[u8]) -> Option<String> {
+    match serde_json::from_slice::<serde_json::Value>(answer).ok()? {
+        serde_json::Value::Object(mut m) => match m.remove("challenge")? {
+            serde_json::Value::String(c) => Some(c),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Equality that takes the same time whatever the bytes are (for equal lengths).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// What a transport error was, from its chain of causes.

@@ -66,7 +66,7 @@ fn descriptor() -> Value {
         "description": "A task of the caller changed status: to input_required and back to working, \
     or to its end (completed, failed, cancelled). The data is the task as tasks/get shows it at \
     that change, with its result or error once it ended.",
-        "delivery": ["poll", "push"],
+        "delivery": ["webhook", "poll", "push"],
         "inputSchema": {
             "type": "object",
             "properties": {
@@ -102,11 +102,9 @@ pub(super) struct Subscription {
     max_age_ms: Option<u64>,
 }
 
-/// Read `name`, `arguments`, `cursor` and `maxAgeMs` of an `events/poll` or `events/stream`.
-pub(super) fn subscription(
-    gw: &Gateway,
-    p: &Map<String, Value>,
-) -> Result<Subscription, ErrorObject> {
+/// The event a request names (the one served, else `-32023`) and its arguments: the task it
+/// is limited to, and whether only ends are wanted.
+pub(super) fn event_filter(p: &Map<String, Value>) -> Result<(Option<String>, bool), ErrorObject> {
     match p.get("name") {
         Some(Value::String(n)) if n == TASK_EVENT => {}
         Some(Value::String(n)) => {
@@ -151,6 +149,15 @@ pub(super) fn subscription(
     {
         return Err(bad_argument("'arguments.taskId' cannot name a task"));
     }
+    Ok((task_id, terminal_only))
+}
+
+/// Read `name`, `arguments`, `cursor` and `maxAgeMs` of an `events/poll` or `events/stream`.
+pub(super) fn subscription(
+    gw: &Gateway,
+    p: &Map<String, Value>,
+) -> Result<Subscription, ErrorObject> {
+    let (task_id, terminal_only) = event_filter(p)?;
     let cursor = match p.get("cursor") {
         None | Some(Value::Null) => None,
         Some(Value::String(c)) => Some(Cursor::decode(c, gw.router.shard_count())?),

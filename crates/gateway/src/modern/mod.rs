@@ -17,7 +17,8 @@
 //!   mirrors (`x-mcp-header`), reading as the argument does, else `-32020` (HTTP 400).
 //!
 //! Methods: `server/discover`, `tools/list`, `tools/call`, `subscriptions/listen` ([`listen`]),
-//! the events extension's `events/list`, `events/poll` and `events/stream` ([`events`]), and
+//! the events extension's `events/list`, `events/poll`, `events/stream` ([`events`]),
+//! `events/subscribe` and `events/unsubscribe` (`subscribe.rs`), and
 //! with the tasks extension declared
 //! `tasks/get`, `tasks/update`, `tasks/cancel` (without it: `-32021`, HTTP 400). Any other
 //! method, `tasks/result` and `tasks/list` included, is `-32601` with HTTP 404. Every result
@@ -40,6 +41,7 @@ pub(crate) mod events;
 mod handoff;
 pub(crate) mod listen;
 mod rounds;
+mod subscribe;
 pub mod tasks;
 
 use std::sync::Arc;
@@ -277,6 +279,8 @@ async fn dispatch(
         }
         "events/list" => events::list(p)?,
         "events/poll" => events::poll(gw, principal, p).await?,
+        "events/subscribe" => subscribe::subscribe(gw, principal, p).await?,
+        "events/unsubscribe" => subscribe::unsubscribe(gw, principal, p).await?,
         "events/stream" => {
             return Ok(match events::open(gw, principal, p)? {
                 Ok(s) => Answer::Events(s),

@@ -15,6 +15,7 @@
 pub mod event;
 pub mod reads;
 pub mod settings;
+pub mod subscriptions;
 mod suspend;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -110,7 +111,7 @@ struct Pair {
 pub(crate) struct Delivery {
     settings: EventSettings,
     hooks: HashMap<String, Hook>,
-    sender: Sender,
+    pub(crate) sender: Sender,
     render: Renderer,
     /// Pairs being delivered on this node, so that a pair is attempted by one task at a time.
     in_flight: Mutex<HashSet<Pair>>,
@@ -125,16 +126,12 @@ pub(crate) struct Delivery {
 }
 
 impl Delivery {
-    /// The delivery of these webhooks; `None` when there is none (nothing to deliver: no
-    /// task gets watchers, no loop runs).
+    /// The delivery of these webhooks and of the clients' subscriptions.
     pub(crate) fn new(
         settings: &EventSettings,
         webhooks: &[WebhookSettings],
         render: Renderer,
     ) -> Result<Option<Self>, String> {
-        if webhooks.is_empty() {
-            return Ok(None);
-        }
         validate_webhooks(webhooks, settings)?;
         let hooks = webhooks
             .iter()
@@ -203,6 +200,24 @@ impl Delivery {
             .collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all
+    }
+
+    /// Stop suspending `subscription` on this node (a refresh reactivates it).
+    pub(crate) fn reactivate(&self, subscription: &str) {
+        self.breakers.reset(subscription);
+    }
+
+    /// What this node's deliveries to `subscription` came to.
+    pub(crate) fn stats_of(&self, subscription: &str) -> DeliveryStats {
+        DeliveryStats {
+            suspended_since_ms: self.breakers.suspended_since(subscription),
+            ..self
+                .stats
+                .lock()
+                .get(subscription)
+                .cloned()
+                .unwrap_or_default()
+        }
     }
 
     /// Count an attempt to `subscription` (`probe`: of a suspended webhook) and what it came to
@@ -291,6 +306,52 @@ fn pairs(record: &TaskRecord) -> Vec<Pair> {
             })
         })
         .collect()
+}
+
+/// The failure category named `name` (`connection_refused`, `timeout`, `tls_error`,
+/// `http_4xx`, `http_5xx`, `challenge_failed`), if it is one.
+pub fn error_category(name: &str) -> Option<&'static str> {
+    taskmesh_webhook::Failure::category_named(name)
+}
+
+/// Where a subscription's events go, and how they are signed.
+struct Target {
+    /// The `webhook` label of its metrics: an operator webhook's name, a client
+    /// subscription's id.
+    name: String,
+    url: String,
+    /// The current secret first, then one a refresh replaced, while it is honoured.
+    secrets: Vec<Secret>,
+}
+
+impl Delivery {
+    /// The target of `subscription`: an operator webhook, or a client subscription the shard
+    /// holds that has not lapsed; `None` when it is neither (gone).
+    fn target(&self, shard: &ShardReplica, subscription: &str) -> Option<Target> {
+        if let Some(h) = self.hooks.get(subscription) {
+            return Some(Target {
+                name: h.settings.name.clone(),
+                url: h.settings.url.clone(),
+                secrets: vec![h.secret.clone()],
+            });
+        }
+        let now = now_ms();
+        let sub = shard.read_local(|s| s.subscription(subscription).cloned())?;
+        if sub.lapsed(now) {
+            return None;
+        }
+        let mut secrets = vec![Secret::parse(&sub.secret).ok()?];
+        if let Some(previous) = &sub.previous_secret {
+            if sub.previous_until_ms > now {
+                secrets.extend(Secret::parse(previous).ok());
+            }
+        }
+        Some(Target {
+            name: sub.id,
+            url: sub.url,
+            secrets,
+        })
+    }
 }
 
 /// What a pair came to.
@@ -463,29 +524,26 @@ async fn attempts(
                     })?;
                 Some((r.clone(), e.clone()))
             })?;
-        let Some(hook) = delivery.hooks.get(&pair.subscription) else {
+        let Some(hook) = delivery.target(shard, &pair.subscription) else {
             return Some(Settled::Unwatch);
         };
         let body = delivery.body(&record, &event);
         attempt += 1;
         let got = {
-            let _slot = delivery
-                .destination(&hook.settings.url)
-                .acquire_owned()
-                .await
-                .ok()?;
+            let _slot = delivery.destination(&hook.url).acquire_owned().await.ok()?;
+            let secrets: Vec<&Secret> = hook.secrets.iter().collect();
             delivery
                 .sender
                 .send(Message {
-                    url: &hook.settings.url,
+                    url: &hook.url,
                     id: &event.event_id(&record.task_id),
                     subscription: &pair.subscription,
                     body: &body,
-                    secrets: &[&hook.secret],
+                    secrets: &secrets,
                 })
                 .await
         };
-        let webhook = hook.settings.name.as_str();
+        let webhook = hook.name.as_str();
         counter!(names::WEBHOOK_ATTEMPTS, "webhook" => webhook.to_owned()).increment(1);
         let outcome = match &got {
             Attempt::Acked(_) => {

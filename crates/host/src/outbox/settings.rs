@@ -67,6 +67,25 @@ pub struct EventSettings {
     /// `events/stream` requests one principal may hold open on one node; one more is answered
     /// HTTP 429. Default 16; at least 1.
     pub max_streams_per_principal: usize,
+    /// The life an `events/subscribe` grants when it asks for none (`ttlMs` absent), in ms.
+    /// Default 3600000 (1 h); between `min_subscription_ttl_ms` and `max_subscription_ttl_ms`.
+    pub subscription_ttl_ms: u64,
+    /// The shortest life a subscription is granted (a shorter `ttlMs` is raised to it), in
+    /// ms. Default 60000; at least 1000.
+    pub min_subscription_ttl_ms: u64,
+    /// The longest life a subscription is granted (a longer `ttlMs`, or `null`, is lowered to
+    /// it), in ms. Default 86400000 (a day); at least `min_subscription_ttl_ms`.
+    pub max_subscription_ttl_ms: u64,
+    /// Webhook subscriptions one principal may hold (`events/subscribe` past it: -32025).
+    /// Default 16; at least 1.
+    pub max_subscriptions_per_principal: usize,
+    /// How long deliveries stay signed with a secret a refresh replaced too, in ms. Default
+    /// 300000 (5 min).
+    pub secret_grace_ms: u64,
+    /// URL prefixes whose endpoints need no verification handshake at `events/subscribe`
+    /// (verified otherwise, or the operator's). Default none: every new subscription's
+    /// endpoint must echo the challenge.
+    pub verified_urls: Vec<String>,
 }
 
 impl Default for EventSettings {
@@ -91,6 +110,12 @@ impl Default for EventSettings {
             max_poll_events: 1_000,
             stream_heartbeat_ms: 15_000,
             max_streams_per_principal: 16,
+            subscription_ttl_ms: 3_600_000,
+            min_subscription_ttl_ms: 60_000,
+            max_subscription_ttl_ms: 86_400_000,
+            max_subscriptions_per_principal: 16,
+            secret_grace_ms: 300_000,
+            verified_urls: Vec::new(),
         }
     }
 }
@@ -141,6 +166,23 @@ impl EventSettings {
         }
         if self.max_streams_per_principal == 0 {
             return Err("events.max_streams_per_principal must be at least 1".into());
+        }
+        if self.min_subscription_ttl_ms < 1_000 {
+            return Err("events.min_subscription_ttl_ms must be at least 1000".into());
+        }
+        if self.max_subscription_ttl_ms < self.min_subscription_ttl_ms {
+            return Err(
+                "events.max_subscription_ttl_ms must be at least events.min_subscription_ttl_ms"
+                    .into(),
+            );
+        }
+        if !(self.min_subscription_ttl_ms..=self.max_subscription_ttl_ms)
+            .contains(&self.subscription_ttl_ms)
+        {
+            return Err("events.subscription_ttl_ms must be between events.min_subscription_ttl_ms and events.max_subscription_ttl_ms".into());
+        }
+        if self.max_subscriptions_per_principal == 0 {
+            return Err("events.max_subscriptions_per_principal must be at least 1".into());
         }
         self.policy().map(|_| ())
     }

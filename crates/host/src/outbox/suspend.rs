@@ -158,6 +158,25 @@ impl Breakers {
         }
     }
 
+    /// Forget `subscription`'s failures: a suspended one resumes at once, its events each with
+    /// a full retry window from now (a refresh reactivates a subscription).
+    pub(crate) fn reset(&self, subscription: &str) {
+        let mut state = self.state.lock();
+        let Some(b) = state.get_mut(subscription) else {
+            return;
+        };
+        let was = b.suspended_since_ms.is_some();
+        *b = Breaker {
+            resumed_ms: now_ms(),
+            probing: b.probing,
+            ..Breaker::default()
+        };
+        drop(state);
+        if was {
+            self.rescan.send_modify(|g| *g += 1);
+        }
+    }
+
     /// A probe of `subscription` ended. One that made no attempt (its event was settled or gone,
     /// or the leadership moved) lets the next due delivery be the probe, at once.
     pub(crate) fn probe_done(&self, subscription: &str) {

@@ -9,8 +9,10 @@ use std::sync::Arc;
 
 use taskmesh_host::ops::{
     Cancel, Claim, Deliver, EventPage, Export, ExportedPage, GroupMembers, Import, List, Listed,
-    Members, Pending, ReadEvent, ReadEvents,
+    Members, Pending, ReadEvent, ReadEvents, ReadSubscription, Subscribe, SubscriptionRead,
+    SubscriptionState, Unsubscribe,
 };
+use taskmesh_host::outbox::DeliveryStats;
 use taskmesh_host::{Answer, Created, HostError, NewTask, Op};
 use taskmesh_mcp::jsonrpc::{self, Message, RequestId};
 use taskmesh_rpc::v1::{self, apply_request, apply_response};
@@ -86,6 +88,19 @@ pub fn op_to_pb(shard: u32, op: &Op) -> v1::ApplyRequest {
         Op::LeaseBeat(b) => W::LeaseBeat(lease::beat_to_pb(shard, b)),
         Op::LeaseComplete(c) => W::LeaseComplete(lease::complete_to_pb(shard, c)),
         Op::LeaseAsk(a) => W::LeaseAsk(lease::ask_to_pb(shard, a)),
+        Op::Subscribe(sub) => W::Subscribe(v1::SubscribeRequest {
+            shard,
+            subscription: Some(subscription_to_pb(&sub.subscription)),
+        }),
+        Op::Unsubscribe(u) => W::Unsubscribe(v1::UnsubscribeRequest {
+            shard,
+            ids: u.ids.clone(),
+        }),
+        Op::ReadSubscription(r) => W::ReadSubscription(v1::ReadSubscriptionRequest {
+            shard,
+            id: r.id.clone(),
+            principal: r.principal.clone(),
+        }),
         Op::ReadEvents(r) => W::ReadEvents(v1::ReadEventsRequest {
             shard,
             owner: r.owner.clone(),
@@ -168,6 +183,33 @@ pub fn op_from_pb(r: v1::ApplyRequest) -> Result<(u32, Op), Status> {
             let (shard, c) = lease::complete_from_pb(c)?;
             (shard, Op::LeaseComplete(c))
         }
+        Some(W::Subscribe(sub)) => {
+            let subscription = sub
+                .subscription
+                .ok_or_else(|| Status::invalid_argument("a subscribe without its subscription"))?;
+            (
+                sub.shard,
+                Op::Subscribe(Subscribe {
+                    shard: sub.shard,
+                    subscription: subscription_from_pb(subscription),
+                }),
+            )
+        }
+        Some(W::Unsubscribe(u)) => (
+            u.shard,
+            Op::Unsubscribe(Unsubscribe {
+                shard: u.shard,
+                ids: u.ids,
+            }),
+        ),
+        Some(W::ReadSubscription(r)) => (
+            r.shard,
+            Op::ReadSubscription(ReadSubscription {
+                shard: r.shard,
+                id: r.id,
+                principal: r.principal,
+            }),
+        ),
         Some(W::ReadEvents(r)) => (
             r.shard,
             Op::ReadEvents(ReadEvents {
@@ -312,6 +354,21 @@ pub fn answer_to_pb(a: Answer) -> v1::ApplyResponse {
         Answer::LeaseBeat(r) => W::LeaseBeat(lease::renewed_to_pb(r)),
         Answer::LeaseComplete(s) => W::LeaseComplete(lease::completed_to_pb(s)),
         Answer::LeaseAsk(r) => W::LeaseAsk(lease::answered_to_pb(&r)),
+        Answer::Subscribe(watching) => W::Subscribe(v1::SubscribeResponse {
+            watching: watching as u64,
+        }),
+        Answer::Unsubscribe(()) => W::Unsubscribe(v1::UnsubscribeResponse {}),
+        Answer::ReadSubscription(read) => W::ReadSubscription(match read.state {
+            Some(s) => v1::ReadSubscriptionResponse {
+                subscription: Some(subscription_to_pb(&s.subscription)),
+                deliveries: Some(stats_to_pb(&s.deliveries)),
+                held: read.held,
+            },
+            None => v1::ReadSubscriptionResponse {
+                held: read.held,
+                ..Default::default()
+            },
+        }),
         Answer::ReadEvents(p) => W::ReadEvents(v1::ReadEventsResponse {
             events: p
                 .events
@@ -362,6 +419,15 @@ pub fn answer_from_pb(r: v1::ApplyResponse) -> Result<Answer, HostError> {
         Some(W::LeaseBeat(r)) => Answer::LeaseBeat(lease::renewed_from_pb(r)),
         Some(W::LeaseComplete(r)) => Answer::LeaseComplete(lease::completed_from_pb(r)?),
         Some(W::LeaseAsk(r)) => Answer::LeaseAsk(lease::answered_from_pb(r)?),
+        Some(W::Subscribe(s)) => Answer::Subscribe(s.watching as usize),
+        Some(W::Unsubscribe(_)) => Answer::Unsubscribe(()),
+        Some(W::ReadSubscription(r)) => Answer::ReadSubscription(SubscriptionRead {
+            state: r.subscription.map(|s| SubscriptionState {
+                subscription: subscription_from_pb(s),
+                deliveries: stats_from_pb(r.deliveries.unwrap_or_default()),
+            }),
+            held: r.held,
+        }),
         Some(W::ReadEvents(p)) => Answer::ReadEvents(EventPage {
             events: p
                 .events
@@ -377,6 +443,66 @@ pub fn answer_from_pb(r: v1::ApplyResponse) -> Result<Answer, HostError> {
             more: p.more,
         }),
     })
+}
+
+fn subscription_to_pb(s: &taskmesh_task::Subscription) -> v1::ClientSubscription {
+    v1::ClientSubscription {
+        id: s.id.clone(),
+        principal: s.principal.clone(),
+        url: s.url.clone(),
+        secret: s.secret.clone(),
+        previous_secret: s.previous_secret.clone(),
+        previous_until_ms: s.previous_until_ms,
+        task_id: s.task_id.clone(),
+        terminal_only: s.terminal_only,
+        expires_at_ms: s.expires_at_ms,
+        refreshed_at_ms: s.refreshed_at_ms,
+    }
+}
+
+fn subscription_from_pb(s: v1::ClientSubscription) -> taskmesh_task::Subscription {
+    taskmesh_task::Subscription {
+        id: s.id,
+        principal: s.principal,
+        url: s.url,
+        secret: s.secret,
+        previous_secret: s.previous_secret,
+        previous_until_ms: s.previous_until_ms,
+        task_id: s.task_id,
+        terminal_only: s.terminal_only,
+        expires_at_ms: s.expires_at_ms,
+        refreshed_at_ms: s.refreshed_at_ms,
+    }
+}
+
+fn stats_to_pb(s: &DeliveryStats) -> v1::DeliveryStatus {
+    v1::DeliveryStatus {
+        attempts: s.attempts,
+        acked: s.acked,
+        refused: s.refused,
+        abandoned: s.abandoned,
+        suspended_since_ms: s.suspended_since_ms,
+        last_delivery_at_ms: s.last_delivery_at_ms,
+        last_error: s.last_error.map(str::to_string),
+        failing_since_ms: s.failing_since_ms,
+    }
+}
+
+fn stats_from_pb(s: v1::DeliveryStatus) -> DeliveryStats {
+    DeliveryStats {
+        attempts: s.attempts,
+        acked: s.acked,
+        refused: s.refused,
+        abandoned: s.abandoned,
+        suspended_since_ms: s.suspended_since_ms,
+        last_delivery_at_ms: s.last_delivery_at_ms,
+        // Only the categories are shown; anything else a peer sent is not one.
+        last_error: s
+            .last_error
+            .as_deref()
+            .and_then(taskmesh_host::outbox::error_category),
+        failing_since_ms: s.failing_since_ms,
+    }
 }
 
 /// Every item of a list a peer sent, read by `read`; the first malformed one fails the whole.
@@ -515,6 +641,30 @@ mod tests {
                 shard: 7,
                 records: vec![record("t2")],
             }),
+            Op::Subscribe(Subscribe {
+                shard: 7,
+                subscription: taskmesh_task::Subscription {
+                    id: "sub_1".into(),
+                    principal: "alice".into(),
+                    url: "https://hooks.example.com/a".into(),
+                    secret: "whsec_x".into(),
+                    previous_secret: Some("whsec_y".into()),
+                    previous_until_ms: 5,
+                    task_id: Some("t1".into()),
+                    terminal_only: true,
+                    expires_at_ms: 9,
+                    refreshed_at_ms: 2,
+                },
+            }),
+            Op::Unsubscribe(Unsubscribe {
+                shard: 7,
+                ids: vec!["sub_1".into(), "sub_2".into()],
+            }),
+            Op::ReadSubscription(ReadSubscription {
+                shard: 7,
+                id: "sub_1".into(),
+                principal: "alice".into(),
+            }),
             Op::ReadEvents(ReadEvents {
                 shard: 7,
                 owner: "alice".into(),
@@ -566,6 +716,39 @@ mod tests {
                 last: true,
             }),
             Answer::Import(4),
+            Answer::Subscribe(3),
+            Answer::Unsubscribe(()),
+            Answer::ReadSubscription(SubscriptionRead {
+                state: None,
+                held: 2,
+            }),
+            Answer::ReadSubscription(SubscriptionRead {
+                held: 1,
+                state: Some(SubscriptionState {
+                    subscription: taskmesh_task::Subscription {
+                        id: "sub_1".into(),
+                        principal: "alice".into(),
+                        url: "https://hooks.example.com/a".into(),
+                        secret: "whsec_x".into(),
+                        previous_secret: Some("whsec_y".into()),
+                        previous_until_ms: 5,
+                        task_id: Some("t1".into()),
+                        terminal_only: true,
+                        expires_at_ms: 9,
+                        refreshed_at_ms: 2,
+                    },
+                    deliveries: DeliveryStats {
+                        attempts: 4,
+                        acked: 2,
+                        refused: 1,
+                        abandoned: 1,
+                        suspended_since_ms: Some(3),
+                        last_delivery_at_ms: Some(4),
+                        last_error: Some("http_5xx"),
+                        failing_since_ms: Some(5),
+                    },
+                }),
+            }),
             Answer::ReadEvents(EventPage {
                 events: vec![ReadEvent {
                     index: 9,

@@ -27,6 +27,9 @@ pub struct TaskSnapshot {
     /// The shard's newest status changes (absent from snapshots older than the change log).
     #[serde(default)]
     pub changes: ChangeLog,
+    /// Clients' webhook subscriptions (absent from snapshots older than them).
+    #[serde(default)]
+    pub subscriptions: Vec<taskmesh_task::Subscription>,
 }
 
 impl GroupState for ShardState {
@@ -82,6 +85,16 @@ impl GroupState for ShardState {
                     record: std::sync::Arc::new(record.clone()),
                 });
             }
+            // A subscription made ended tasks owe their end: their delivery starts from the
+            // change (an outbox change: its index is not the record's).
+            Applied::Subscribed { owing, .. } => {
+                for record in owing {
+                    events.push(ShardEvent::Changed {
+                        index,
+                        record: std::sync::Arc::new(record.clone()),
+                    });
+                }
+            }
             Applied::Imported { records } => {
                 for record in records {
                     events.push(ShardEvent::Changed {
@@ -106,6 +119,7 @@ impl GroupState for ShardState {
             membership,
             records: self.records().cloned().collect(),
             changes: self.changes().clone(),
+            subscriptions: self.subscriptions().cloned().collect(),
         }
     }
 
@@ -114,7 +128,7 @@ impl GroupState for ShardState {
     }
 
     fn restore(snapshot: TaskSnapshot) -> Self {
-        ShardState::from_parts(snapshot.records, snapshot.changes)
+        ShardState::from_parts(snapshot.records, snapshot.changes, snapshot.subscriptions)
     }
 }
 
@@ -139,10 +153,10 @@ mod tests {
         assert!(back.last_applied.is_none());
     }
 
-    /// A snapshot keeps the shard's change log, so that a replica restored from it reads the
+    /// A snapshot keeps the shard's change log and client subscriptions, so that a replica restored from it reads the
     /// same events after a cursor as the one that took it.
     #[test]
-    fn a_snapshot_keeps_the_change_log() {
+    fn a_snapshot_keeps_the_change_log_and_the_subscriptions() {
         let mut s = ShardState::new();
         let record = TaskRecord::sample("t1");
         s.apply(&Command::Create { record }, 1);
@@ -155,9 +169,30 @@ mod tests {
             2,
         );
         assert_eq!(s.changes().head(), 2);
+        s.apply(
+            &Command::Subscribe {
+                subscription: taskmesh_task::Subscription {
+                    id: "sub_1".into(),
+                    principal: "p".into(),
+                    url: "https://hooks.example.com/".into(),
+                    secret: "whsec_x".into(),
+                    previous_secret: None,
+                    previous_until_ms: 0,
+                    task_id: None,
+                    terminal_only: true,
+                    expires_at_ms: 9,
+                    refreshed_at_ms: 1,
+                },
+            },
+            3,
+        );
         let snapshot = s.capture(None, StoredMembership::default());
         let json = serde_json::to_vec(&snapshot).unwrap();
         let back = ShardState::restore(serde_json::from_slice(&json).unwrap());
         assert_eq!(back.changes(), s.changes());
+        assert_eq!(
+            back.subscriptions().collect::<Vec<_>>(),
+            s.subscriptions().collect::<Vec<_>>()
+        );
     }
 }
