@@ -78,7 +78,7 @@ async fn clients_subscribe_webhooks_that_are_verified_refreshed_and_removed() {
     let s = Server::start(
         TASKMESH,
         &format!(
-            "{AUTH}\n[events]\nallow_addresses = [\"127.0.0.0/8\"]\nhttp_hosts = [\"127.0.0.1\"]\nretry_base_ms = 200\nmax_subscriptions_per_principal = 3\n"
+            "[auth]\nstatus_principals = [\"alice\"]\n{AUTH}\n[events]\nallow_addresses = [\"127.0.0.0/8\"]\nhttp_hosts = [\"127.0.0.1\"]\nretry_base_ms = 200\nmax_subscriptions_per_principal = 3\n"
         ),
     );
     let alice = Modern::new(&s.url, Some("alice-token-1"), true);
@@ -242,6 +242,37 @@ async fn clients_subscribe_webhooks_that_are_verified_refreshed_and_removed() {
             .all(|l| l.get("event").is_none()),
         "nothing but the handshake reached the endpoint that failed it"
     );
+
+    // `taskmesh webhooks` lists the subscriptions, with what this node delivered, never a
+    // secret.
+    let listed = std::process::Command::new(TASKMESH)
+        .args([
+            "webhooks",
+            "--json",
+            "--url",
+            &s.url,
+            "--token",
+            "alice-token-1",
+        ])
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{listed:?}");
+    assert!(!String::from_utf8_lossy(&listed.stdout).contains("whsec_"));
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let main = listed["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["subscription"] == json!(sub))
+        .cloned()
+        .expect("the subscription is listed");
+    assert_eq!(
+        (&main["kind"], &main["principals"], &main["url"]),
+        (&json!("client"), &json!(["alice"]), &json!(url)),
+        "{main}"
+    );
+    assert!(main["deliveries"]["acked"].as_u64().unwrap() >= 5, "{main}");
+    assert!(main["expiresAtMs"].as_u64().is_some(), "{main}");
 
     // Unsubscribed: a task created after it is not delivered; the per-task one still is.
     alice

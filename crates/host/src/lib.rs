@@ -138,13 +138,17 @@ impl Host {
         self.inner.render.set(render);
     }
 
-    /// The operator's webhooks with this node's deliveries to each (empty without webhooks).
+    /// The operator's webhooks, then the clients' subscriptions (as this node's replicas hold
+    /// them: every shard holds them all), with this node's deliveries to each.
     pub fn webhooks(&self) -> Vec<outbox::WebhookStatus> {
-        self.inner
-            .delivery
-            .as_ref()
-            .map(|d| d.status())
-            .unwrap_or_default()
+        let Some(d) = self.inner.delivery.as_ref() else {
+            return Vec::new();
+        };
+        let mut all = d.status();
+        if let Some((replica, _)) = self.nudges().into_iter().next() {
+            all.extend(replica.read_local(|s| d.client_status(s.subscriptions())));
+        }
+        all
     }
 
     /// Take a live-task slot for a task of `owner`: within `max_live_tasks` and

@@ -82,7 +82,9 @@ pub struct DeliveryStats {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookStatus {
-    /// Its name.
+    /// `operator` (`[[webhooks]]`) or `client` (`events/subscribe`).
+    pub kind: &'static str,
+    /// Its name: an operator webhook's, or a client subscription's id.
     pub name: String,
     /// Its subscription id (`X-MCP-Subscription-Id`).
     pub subscription: String,
@@ -92,6 +94,12 @@ pub struct WebhookStatus {
     pub terminal_only: bool,
     /// The principals it covers; empty: every principal.
     pub principals: Vec<String>,
+    /// The one task a client subscription covers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// When a client subscription lapses unless refreshed, ms since the Unix epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
     /// Deliveries to it this node has in flight now (attempting, waiting to retry, or
     /// acknowledged and not yet settled).
     pub in_flight: usize,
@@ -178,6 +186,30 @@ impl Delivery {
         w
     }
 
+    /// Every client subscription of `subs`, with this node's deliveries to it, by id.
+    pub(crate) fn client_status<'a>(
+        &self,
+        subs: impl Iterator<Item = &'a taskmesh_task::Subscription>,
+    ) -> Vec<WebhookStatus> {
+        let in_flight = self.in_flight.lock();
+        subs.map(|sub| WebhookStatus {
+            kind: "client",
+            name: sub.id.clone(),
+            subscription: sub.id.clone(),
+            url: sub.url.clone(),
+            terminal_only: sub.terminal_only,
+            principals: vec![sub.principal.clone()],
+            task_id: sub.task_id.clone(),
+            expires_at_ms: Some(sub.expires_at_ms),
+            in_flight: in_flight
+                .iter()
+                .filter(|p| p.subscription == sub.id)
+                .count(),
+            deliveries: self.stats_of(&sub.id),
+        })
+        .collect()
+    }
+
     /// Every webhook, by name, with this node's deliveries to it.
     pub(crate) fn status(&self) -> Vec<WebhookStatus> {
         let in_flight = self.in_flight.lock();
@@ -186,6 +218,9 @@ impl Delivery {
             .hooks
             .iter()
             .map(|(id, h)| WebhookStatus {
+                kind: "operator",
+                task_id: None,
+                expires_at_ms: None,
                 name: h.settings.name.clone(),
                 subscription: id.clone(),
                 url: h.settings.url.clone(),

@@ -108,6 +108,7 @@ pub fn workers_table(workers: &[Value], on_terminal: bool) -> String {
 pub fn webhooks_table(hooks: &[Value], on_terminal: bool) -> String {
     let mut t = table(on_terminal);
     t.set_header([
+        "KIND",
         "NAME",
         "URL",
         "ENDS ONLY",
@@ -121,6 +122,7 @@ pub fn webhooks_table(hooks: &[Value], on_terminal: bool) -> String {
     for h in hooks {
         let d = &h["deliveries"];
         t.add_row([
+            cell(&h["kind"]),
             cell(&h["name"]),
             cell(&h["url"]),
             cell(&h["terminalOnly"]),

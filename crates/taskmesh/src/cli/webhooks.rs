@@ -1,7 +1,8 @@
-//! `taskmesh webhooks`: the operator's webhooks (`[[webhooks]]`) and what the deliveries of
-//! the node at `--url` to each came to, read from its `GET /status` (the caller's principal
-//! must be in `auth.status_principals`). Every node has the same webhooks; each delivers the
-//! events of the shards it leads, so each node's figures are its own.
+//! `taskmesh webhooks`: the operator's webhooks (`[[webhooks]]`) and the clients'
+//! subscriptions (`events/subscribe`), and what the deliveries of the node at `--url` to each
+//! came to, read from its `GET /status` (the caller's principal must be in
+//! `auth.status_principals`). Every node has the same webhooks and subscriptions; each
+//! delivers the events of the shards it leads, so each node's figures are its own.
 
 use super::settings::ConnFlags;
 use super::{output, Failure, EXIT_OK};
