@@ -181,3 +181,95 @@ async fn polls_and_streams_resumed_through_other_nodes_see_every_event_once() {
         assert_eq!(by_task(events), expected, "{what}");
     }
 }
+
+/// A client's webhook subscription on three nodes: made through node 1, it covers tasks
+/// created through every node while node 2 and then node 3 are killed (kill -9) and restarted
+/// (their shard leaderships move and come back); every task's end reaches the receiver, each
+/// message verified by the Standard Webhooks library; the subscription survives the restarts
+/// (a refresh through node 2 finds it, same id, no new verification) and is removed through
+/// node 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_subscription_survives_node_kills_and_covers_every_node_s_tasks() {
+    use taskmesh_testkit::python::{received, webhook_receiver, webhooks_venv};
+
+    let dir = tempfile::tempdir().unwrap();
+    let python = webhooks_venv(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let secret = format!(
+        "whsec_{}",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, [0x44u8; 32])
+    );
+    let out = dir.path().join("events.jsonl");
+    let receiver = webhook_receiver(&python, &secret, &out, None);
+    let extra = "[events]\nallow_addresses = [\"127.0.0.0/8\"]\nhttp_hosts = [\"127.0.0.1\"]\nretry_base_ms = 200\nretry_max_ms = 1000\nmax_attempts = 1000\n";
+    let grpc = taskmesh_testkit::free_ports(3);
+    let config = |id| crate::node_config_with(id, &grpc, extra);
+    let mut nodes = [
+        taskmesh_testkit::Server::start_node(crate::TASKMESH, &config(1), true),
+        taskmesh_testkit::Server::start_node(crate::TASKMESH, &config(2), false),
+        taskmesh_testkit::Server::start_node(crate::TASKMESH, &config(3), false),
+    ];
+    taskmesh_testkit::wait_cluster_ready(
+        &[&nodes[0], &nodes[1], &nodes[2]],
+        TOKEN,
+        crate::shards(),
+    )
+    .await;
+    let url = format!("http://127.0.0.1:{}/hooks", receiver.port);
+    let params = json!({"name": EVENT, "arguments": {"terminalOnly": true},
+                        "delivery": {"mode": "webhook", "url": url, "secret": secret}});
+    let m1 = Modern::new(&nodes[0].url, Some(TOKEN), true);
+    let r = m1.ok("events/subscribe", params.clone()).await;
+    let sub = r["id"].as_str().expect("an id").to_string();
+
+    let mut made = Vec::new();
+    for i in 0..120usize {
+        match i {
+            40 => nodes[1].kill9_and_restart(),
+            80 => nodes[2].kill9_and_restart(),
+            _ => {}
+        }
+        // Through a node that is up (node 1 is never killed), and every node once it is back.
+        let through = if (40..50).contains(&i) || (80..90).contains(&i) {
+            &nodes[0]
+        } else {
+            &nodes[i % 3]
+        };
+        let m = Modern::new(&through.url, Some(TOKEN), true);
+        made.push(m.start("slow_compute", json!({"seconds": 0.1})).await);
+    }
+    for id in &made {
+        assert_eq!(m1.until_terminal(id).await["status"], "completed");
+    }
+    // Every end reaches the receiver (bounded: 60 s), each verified.
+    let mut ended = BTreeSet::new();
+    for _ in 0..600 {
+        ended = received(&out)
+            .iter()
+            .inspect(|l| assert!(l.get("refused").is_none(), "did not verify: {l}"))
+            .filter(|l| l["subscription"] == json!(sub) && l.get("event").is_some())
+            .map(|l| l["event"]["data"]["taskId"].as_str().unwrap().to_string())
+            .collect();
+        if made.iter().all(|t| ended.contains(t)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let missing: Vec<&String> = made.iter().filter(|t| !ended.contains(*t)).collect();
+    assert!(missing.is_empty(), "ends never delivered: {missing:?}");
+
+    // The subscription is still there after the restarts: a refresh through node 2 keeps its
+    // id and is not verified again; removed through node 3, it is gone.
+    let m2 = Modern::new(&nodes[1].url, Some(TOKEN), true);
+    let r = m2.ok("events/subscribe", params.clone()).await;
+    assert_eq!(r["id"], json!(sub), "{r}");
+    let verifications = received(&out)
+        .iter()
+        .filter(|l| l.get("verification").is_some())
+        .count();
+    assert_eq!(verifications, 1);
+    let m3 = Modern::new(&nodes[2].url, Some(TOKEN), true);
+    let gone =
+        json!({"name": EVENT, "arguments": {"terminalOnly": true}, "delivery": {"url": url}});
+    m3.ok("events/unsubscribe", gone.clone()).await;
+    assert_eq!(m1.send("events/unsubscribe", gone).await.code(), -32023);
+}
