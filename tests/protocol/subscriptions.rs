@@ -4,7 +4,8 @@
 //! is verified first; it covers the principal's live tasks and those created after it, and no
 //! other principal's; a refresh keeps the id, replaces the secret (the old one still signs
 //! meanwhile) and grants the life again; an unsubscribe stops it; egress to addresses that are
-//! not allowed is refused without anything sent; and the draft's errors.
+//! not allowed is refused without anything sent; and the draft's errors. The receiver's
+//! destination is held to 5 attempts a second: events wait their turn, none is lost.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -78,7 +79,7 @@ async fn clients_subscribe_webhooks_that_are_verified_refreshed_and_removed() {
     let s = Server::start(
         TASKMESH,
         &format!(
-            "[auth]\nstatus_principals = [\"alice\"]\n{AUTH}\n[events]\nallow_addresses = [\"127.0.0.0/8\"]\nhttp_hosts = [\"127.0.0.1\"]\nretry_base_ms = 200\nmax_subscriptions_per_principal = 3\n"
+            "[auth]\nstatus_principals = [\"alice\"]\n{AUTH}\n[events]\nallow_addresses = [\"127.0.0.0/8\"]\nhttp_hosts = [\"127.0.0.1\"]\nretry_base_ms = 200\nmax_subscriptions_per_principal = 3\nper_destination_per_second = 5\n"
         ),
     );
     let alice = Modern::new(&s.url, Some("alice-token-1"), true);

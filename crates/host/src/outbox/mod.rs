@@ -127,6 +127,9 @@ pub(crate) struct Delivery {
     permits: Arc<Semaphore>,
     /// Attempts in flight per destination (`events.per_destination`).
     destinations: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Attempts per second per destination (`events.per_destination_per_second`); `None`: no
+    /// limit.
+    rates: Option<governor::DefaultKeyedRateLimiter<String>>,
     /// Per subscription id, what this node's deliveries came to.
     stats: Mutex<HashMap<String, DeliveryStats>>,
     /// Which webhooks this node has suspended.
@@ -166,6 +169,8 @@ impl Delivery {
             in_flight: Mutex::new(HashSet::new()),
             permits: Arc::new(Semaphore::new(settings.max_in_flight)),
             destinations: Mutex::new(HashMap::new()),
+            rates: std::num::NonZeroU32::new(settings.per_destination_per_second)
+                .map(|n| governor::RateLimiter::keyed(governor::Quota::per_second(n))),
             stats: Mutex::new(HashMap::new()),
             breakers: Breakers::new(settings),
         }))
@@ -292,23 +297,21 @@ impl Delivery {
         }
     }
 
-    fn destination(&self, url: &str) -> Arc<Semaphore> {
-        let key = url
-            .parse::<url::Url>()
-            .map(|u| {
-                format!(
-                    "{}://{}:{}",
-                    u.scheme(),
-                    u.host_str().unwrap_or(""),
-                    u.port_or_known_default().unwrap_or(0)
-                )
-            })
-            .unwrap_or_else(|_| url.to_owned());
-        self.destinations
+    /// Wait for a turn to attempt to `url`'s destination: a place among the attempts in flight
+    /// there, and within its rate.
+    async fn turn(&self, url: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let key = destination_key(url);
+        let slot = self
+            .destinations
             .lock()
-            .entry(key)
+            .entry(key.clone())
             .or_insert_with(|| Arc::new(Semaphore::new(self.settings.per_destination)))
-            .clone()
+            .clone();
+        let permit = slot.acquire_owned().await.ok()?;
+        if let Some(rates) = &self.rates {
+            rates.until_key_ready(&key).await;
+        }
+        Some(permit)
     }
 
     /// The body of an event: its id, type, time and the task as it was.
@@ -323,6 +326,20 @@ impl Delivery {
         let body = self.render.occurrence(record, &change);
         serde_json::to_vec(&body).unwrap_or_default()
     }
+}
+
+/// The destination of `url`: its scheme, host and port.
+fn destination_key(url: &str) -> String {
+    url.parse::<url::Url>()
+        .map(|u| {
+            format!(
+                "{}://{}:{}",
+                u.scheme(),
+                u.host_str().unwrap_or(""),
+                u.port_or_known_default().unwrap_or(0)
+            )
+        })
+        .unwrap_or_else(|_| url.to_owned())
 }
 
 /// The pairs `record` owes.
@@ -565,7 +582,7 @@ async fn attempts(
         let body = delivery.body(&record, &event);
         attempt += 1;
         let got = {
-            let _slot = delivery.destination(&hook.url).acquire_owned().await.ok()?;
+            let _slot = delivery.turn(&hook.url).await?;
             let secrets: Vec<&Secret> = hook.secrets.iter().collect();
             delivery
                 .sender

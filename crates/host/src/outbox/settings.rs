@@ -30,6 +30,9 @@ pub struct EventSettings {
     /// Attempts in flight at once to one destination (scheme, host and port). Default 16; at
     /// least 1.
     pub per_destination: usize,
+    /// Attempts per second to one destination (scheme, host and port), bursts of as many;
+    /// past it attempts wait their turn (delayed, never dropped). Default 100; 0: no limit.
+    pub per_destination_per_second: u32,
     /// Failed attempts in a row to one webhook, spread over at least `suspend_after_ms`, after
     /// which a node suspends it: no more attempts but one probe every `probe_interval_ms`,
     /// until a probe is acknowledged. Default 100; 0 never suspends.
@@ -98,6 +101,7 @@ impl Default for EventSettings {
             max_attempts: 8,
             max_in_flight: 256,
             per_destination: 16,
+            per_destination_per_second: 100,
             settle_linger_ms: 50,
             suspend_after_failures: 100,
             suspend_after_ms: 300_000,
