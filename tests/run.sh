@@ -10,11 +10,12 @@
 #                 npm packages (and the Node 22 they need) under target/
 #   iproute2      the partition test puts each node in a network namespace (`ip netns`)
 #   prometheus    the metrics tests check /metrics with promtool and run a real Prometheus
-#   util-linux    the deployment test runs the binary as PID 1 of a new PID namespace (unshare)
+#   util-linux    the deployment test runs the binary as PID 1 of a new PID namespace (unshare);
+#                 the webhook DNS test runs it in a mount namespace with its own /etc/hosts
 #   tmux          the command-line tests run `taskmesh call` under a real terminal (progress bar,
 #                 prompts, Ctrl-C) in a tmux session of their own
 #
-# The partition and PID-namespace tests also need root.
+# The partition, PID-namespace and webhook DNS tests also need root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

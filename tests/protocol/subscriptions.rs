@@ -389,3 +389,116 @@ async fn webhook_mode_needs_a_principal_and_a_routable_endpoint() {
     );
     assert!(received(&out).is_empty(), "nothing reached the receiver");
 }
+
+/// A name's address is checked at every delivery, not once: a webhook whose host name resolved
+/// to an allowed address when it was subscribed, and resolves to one that is not allowed when
+/// an event is delivered, is refused then (`connection_refused`), nothing reaching the
+/// listener at the new address; once the name resolves to the allowed address again, the
+/// event is delivered. The server runs in a mount namespace of its own whose `/etc/hosts` the
+/// test rewrites (needs root and `unshare`, as the partition test does).
+#[tokio::test]
+async fn a_name_that_resolves_elsewhere_when_delivering_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = webhooks_venv(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let (out, elsewhere_out) = (
+        dir.path().join("events.jsonl"),
+        dir.path().join("elsewhere.jsonl"),
+    );
+    let receiver = webhook_receiver(&python, &secret(1), &out, None);
+    let _elsewhere = taskmesh_testkit::python::webhook_receiver_at(
+        &python,
+        &secret(1),
+        &elsewhere_out,
+        None,
+        "127.0.0.2",
+        receiver.port,
+    );
+    let hosts = dir.path().join("hosts");
+    let resolve_to = |ip: &str| {
+        // In place: the server's bind mount follows the file, not a new one.
+        std::fs::write(&hosts, format!("127.0.0.1 localhost\n{ip} hooks.test\n")).unwrap();
+    };
+    resolve_to("127.0.0.1");
+    let wrapper = dir.path().join("taskmesh-with-hosts");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec unshare --mount -- sh -c 'mount --bind \"$1\" /etc/hosts && shift && exec \"$@\"' sh {} {} \"$@\"\n",
+            hosts.display(),
+            TASKMESH
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let s = Server::start(
+        &wrapper,
+        &format!(
+            "[auth]\nstatus_principals = [\"alice\"]\n{AUTH}\n[events]\nallow_addresses = [\"127.0.0.1/32\"]\nhttp_hosts = [\"hooks.test\"]\nretry_base_ms = 100\nretry_max_ms = 200\nmax_attempts = 10000\n"
+        ),
+    );
+    let alice = Modern::new(&s.url, Some("alice-token-1"), true);
+    let url = format!("http://hooks.test:{}/hooks", receiver.port);
+    let r = alice
+        .ok(
+            "events/subscribe",
+            subscribe_params(&url, &secret(1), json!({"terminalOnly": true})),
+        )
+        .await;
+    let sub = r["id"].as_str().unwrap().to_string();
+    let first = alice.start("slow_compute", json!({"seconds": 0})).await;
+    until_ended(&out, &sub, &[&first]).await;
+
+    // The name now resolves to an address that is not allowed.
+    resolve_to("127.0.0.2");
+    let attempts = || async {
+        let listed = std::process::Command::new(TASKMESH)
+            .args([
+                "webhooks",
+                "--json",
+                "--url",
+                &s.url,
+                "--token",
+                "alice-token-1",
+            ])
+            .output()
+            .unwrap();
+        let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+        listed["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["subscription"] == json!(sub))
+            .map(|h| h["deliveries"].clone())
+            .unwrap()
+    };
+    let second = alice.start("slow_compute", json!({"seconds": 0})).await;
+    alice.until_terminal(&second).await;
+    let mut refused = false;
+    for _ in 0..300 {
+        let d = attempts().await;
+        if d["lastError"] == "connection_refused" && d["attempts"].as_u64().unwrap() >= 3 {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        refused,
+        "the delivery was not refused: {}",
+        attempts().await
+    );
+    assert!(
+        received(&elsewhere_out).is_empty(),
+        "something reached the address the name resolves to now"
+    );
+    assert!(!ends(&out, &sub).iter().any(|(t, _)| *t == second));
+
+    // Back to the allowed address: the event is delivered.
+    resolve_to("127.0.0.1");
+    until_ended(&out, &sub, &[&second]).await;
+    assert!(received(&elsewhere_out).is_empty());
+}

@@ -160,7 +160,7 @@ pub fn webhooks_venv(tmp: &Path) -> PathBuf {
 /// this is dropped.
 pub struct WebhookReceiver {
     child: std::process::Child,
-    /// Its port on 127.0.0.1.
+    /// Its port (on 127.0.0.1 unless started with [`webhook_receiver_at`]).
     pub port: u16,
 }
 
@@ -180,6 +180,18 @@ pub fn webhook_receiver(
     out: &Path,
     fail_while: Option<&Path>,
 ) -> WebhookReceiver {
+    webhook_receiver_at(python, secret, out, fail_while, "127.0.0.1", 0)
+}
+
+/// [`webhook_receiver`] listening on `host` (a loopback address) and `port` (0: a free one).
+pub fn webhook_receiver_at(
+    python: &Path,
+    secret: &str,
+    out: &Path,
+    fail_while: Option<&Path>,
+    host: &str,
+    port: u16,
+) -> WebhookReceiver {
     use std::io::BufRead as _;
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/webhook-receiver/receiver.py");
@@ -187,6 +199,10 @@ pub fn webhook_receiver(
     cmd.arg(script)
         .arg("--out")
         .arg(out)
+        .arg("--host")
+        .arg(host)
+        .arg("--port")
+        .arg(port.to_string())
         .env("WEBHOOK_SECRET", secret)
         .stdout(std::process::Stdio::piped());
     if let Some(f) = fail_while {
