@@ -144,6 +144,8 @@ async fn clients_subscribe_webhooks_that_are_verified_refreshed_and_removed() {
         )
         .await;
     assert_eq!(r["id"], json!(sub), "{r}");
+    assert!(r["deliveryStatus"]["lastDeliveryAt"].is_string(), "{r}");
+    assert_eq!(r["deliveryStatus"]["lastError"], Value::Null, "{r}");
     let refresh_before = r["refreshBefore"].as_str().unwrap().to_string();
     assert_eq!(
         verifications(&out).len(),

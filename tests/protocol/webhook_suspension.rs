@@ -125,6 +125,17 @@ terminal_only = true
         metrics.contains("taskmesh_webhook_suspended{webhook=\"down\"} 1"),
         "{metrics}"
     );
+    // The events stay owed meanwhile: the shards that hold them count them as queued.
+    eventually("the queued deliveries", async || {
+        let metrics = taskmesh_testkit::metrics::metrics_of(&s.url, Some("alice-token-1")).await;
+        let queued: f64 = metrics
+            .lines()
+            .filter(|l| l.starts_with("taskmesh_webhook_queued{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        (queued >= 1.0).then_some(())
+    })
+    .await;
     // While suspended, the receiver sees one request at a time: the probes. Watch a few.
     eventually("quiet", async || {
         (r.now_in.load(Ordering::SeqCst) == 0).then_some(())

@@ -261,7 +261,21 @@ fn sweep_expired(host: &Host, sweeping: &Arc<parking_lot::Mutex<HashSet<u32>>>) 
     let now = now_ms();
     let batch = host.inner.cfg.expiry_batch;
     for (shard, _) in host.nudges() {
-        if !shard.is_leader() {
+        let leads = shard.is_leader();
+        // What the shard owes its webhooks, as its leader delivers it (0 elsewhere).
+        let queued = if leads {
+            shard.read_local(|s| {
+                s.unsettled()
+                    .filter_map(|r| r.outbox.as_ref())
+                    .flat_map(|o| o.events.iter().map(|e| e.pending.len()))
+                    .sum::<usize>()
+            })
+        } else {
+            0
+        };
+        taskmesh_metrics::metrics::gauge!(taskmesh_metrics::names::WEBHOOK_QUEUED, "shard" => shard.shard_id().to_string())
+            .set(queued as f64);
+        if !leads {
             continue;
         }
         let (ids, lapsed) = shard.read_local(|s| {

@@ -184,7 +184,25 @@ pub(super) async fn subscribe(
             ),
     };
     let now = taskmesh_mcp::time::now_ms();
-    let existing = read(gw, principal, &who.id).await?;
+    // Every shard's leader: the home shard's copy decides, and the status is every leader's.
+    let reads = (0..gw.router.shard_count()).map(|shard| {
+        gw.router.run(ReadSubscription {
+            shard,
+            id: who.id.clone(),
+            principal: principal.to_string(),
+        })
+    });
+    let all = futures::future::try_join_all(reads)
+        .await
+        .map_err(|e| crate::wire::host_error(&e))?;
+    let deliveries = merged(
+        all.iter()
+            .filter_map(|r| r.state.as_ref().map(|s| &s.deliveries)),
+    );
+    let existing = all
+        .into_iter()
+        .nth(gw.router.shard_of(&who.id) as usize)
+        .unwrap_or_default();
     let live = existing
         .state
         .as_ref()
@@ -257,10 +275,10 @@ pub(super) async fn subscribe(
         .await
         .map_err(|e| crate::wire::host_error(&e))?;
     gw.router.host().reactivate(&subscription.id);
-    let deliveries = existing.state.map(|s| s.deliveries).unwrap_or_default();
     let iso =
         |ms: Option<u64>| ms.map_or(Value::Null, |m| json!(taskmesh_mcp::time::rfc3339_ms(m)));
     let mut status = Map::new();
+    // A refresh reactivates: what was suspended is active again.
     status.insert("active".into(), json!(true));
     status.insert("lastDeliveryAt".into(), iso(deliveries.last_delivery_at_ms));
     status.insert("lastError".into(), json!(deliveries.last_error));
@@ -277,6 +295,24 @@ pub(super) async fn subscribe(
         ("truncated".to_string(), json!(false)),
         ("deliveryStatus".to_string(), Value::Object(status)),
     ])))
+}
+
+/// The deliveries of every shard's leader to one subscription, as one status: the latest
+/// acknowledgment; while some fail, the error of the one failing longest and since when.
+fn merged<'a>(
+    each: impl Iterator<Item = &'a taskmesh_host::outbox::DeliveryStats>,
+) -> taskmesh_host::outbox::DeliveryStats {
+    let mut m = taskmesh_host::outbox::DeliveryStats::default();
+    for d in each {
+        m.last_delivery_at_ms = m.last_delivery_at_ms.max(d.last_delivery_at_ms);
+        if let Some(since) = d.failing_since_ms {
+            if m.failing_since_ms.is_none_or(|s| since < s) {
+                m.failing_since_ms = Some(since);
+                m.last_error = d.last_error;
+            }
+        }
+    }
+    m
 }
 
 /// `events/unsubscribe`: remove the caller's subscription of that identity from every shard.

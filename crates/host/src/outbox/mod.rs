@@ -269,11 +269,14 @@ impl Delivery {
             Attempt::Failed(_) => Seen::Failing,
         };
         self.breakers.record(subscription, seen, probe);
-        if let Some(h) = self.hooks.get(subscription) {
-            let suspended = self.breakers.suspended(subscription);
-            gauge!(names::WEBHOOK_SUSPENDED, "webhook" => h.settings.name.clone())
-                .set(if suspended { 1.0 } else { 0.0 });
-        }
+        // Labelled as the webhook's other metrics: an operator webhook's name, a client
+        // subscription's id.
+        let label = self
+            .hooks
+            .get(subscription)
+            .map_or_else(|| subscription.to_owned(), |h| h.settings.name.clone());
+        let suspended = self.breakers.suspended(subscription);
+        gauge!(names::WEBHOOK_SUSPENDED, "webhook" => label).set(if suspended { 1.0 } else { 0.0 });
         let now = now_ms();
         let mut stats = self.stats.lock();
         let s = stats.entry(subscription.to_owned()).or_default();
