@@ -31,7 +31,8 @@ pub struct EventSettings {
     /// least 1.
     pub per_destination: usize,
     /// Attempts per second to one destination (scheme, host and port), bursts of as many;
-    /// past it attempts wait their turn (delayed, never dropped). Default 100; 0: no limit.
+    /// past it attempts wait their turn (delayed, never dropped). Default 0: no limit (the
+    /// concurrency bound, `per_destination`, still holds).
     pub per_destination_per_second: u32,
     /// Failed attempts in a row to one webhook, spread over at least `suspend_after_ms`, after
     /// which a node suspends it: no more attempts but one probe every `probe_interval_ms`,
@@ -101,7 +102,7 @@ impl Default for EventSettings {
             max_attempts: 8,
             max_in_flight: 256,
             per_destination: 16,
-            per_destination_per_second: 100,
+            per_destination_per_second: 0,
             settle_linger_ms: 50,
             suspend_after_failures: 100,
             suspend_after_ms: 300_000,
