@@ -262,14 +262,10 @@ fn sweep_expired(host: &Host, sweeping: &Arc<parking_lot::Mutex<HashSet<u32>>>) 
     let batch = host.inner.cfg.expiry_batch;
     for (shard, _) in host.nudges() {
         let leads = shard.is_leader();
-        // What the shard owes its webhooks, as its leader delivers it (0 elsewhere).
+        // The tasks that owe their webhooks an event, where the leader delivers them (0
+        // elsewhere).
         let queued = if leads {
-            shard.read_local(|s| {
-                s.unsettled()
-                    .filter_map(|r| r.outbox.as_ref())
-                    .flat_map(|o| o.events.iter().map(|e| e.pending.len()))
-                    .sum::<usize>()
-            })
+            shard.read_local(|s| s.unsettled_count())
         } else {
             0
         };

@@ -119,8 +119,8 @@ pub const WEBHOOK_ATTEMPTS: &str = "taskmesh_webhook_attempts_total";
 pub const WEBHOOK_LAG: &str = "taskmesh_webhook_delivery_lag_seconds";
 /// Whether this node has suspended a webhook (1) or not (0), by `webhook`.
 pub const WEBHOOK_SUSPENDED: &str = "taskmesh_webhook_suspended";
-/// Deliveries owed by the shards this node leads and not settled yet ((event, webhook)
-/// pairs), by `shard`.
+/// Tasks of the shards this node leads that owe a webhook an event not settled yet, by
+/// `shard`.
 pub const WEBHOOK_QUEUED: &str = "taskmesh_webhook_queued";
 
 /// Which of the recorder's kinds a metric is.
@@ -185,7 +185,7 @@ const METRICS: &[(&str, Kind, Option<Unit>, &str)] = &[
     (WEBHOOK_ATTEMPTS, Counter, None, "Webhook delivery attempts made by this node, by webhook"),
     (WEBHOOK_LAG, Histogram, Some(Unit::Seconds), "From a task's status change to the webhook receiver's 2xx, by webhook"),
     (WEBHOOK_SUSPENDED, Gauge, None, "Whether this node has suspended deliveries to a webhook after sustained failure (1) or not (0), by webhook"),
-    (WEBHOOK_QUEUED, Gauge, None, "Webhook deliveries owed by a shard this node leads and not settled yet, by shard (0 where it does not lead)"),
+    (WEBHOOK_QUEUED, Gauge, None, "Tasks of a shard this node leads that owe a webhook an event not settled yet, by shard (0 where it does not lead)"),
     (CLIENT_TASKS, Counter, None, "Elicitation and sampling requests run as the client's tasks by executions on this node, by event (created, completed, failed, cancelled, lost)"),
 ];
 

@@ -180,20 +180,26 @@ pub(crate) fn settle(r: &mut TaskRecord, settled: &[(u64, String)], unwatch: &[S
     let Some(outbox) = r.outbox.as_mut() else {
         return false;
     };
-    let before = outbox.clone();
+    // Counted, not compared with a copy: settling runs for every delivery.
+    let mut changed = false;
     for (index, subscription) in settled {
         if let Some(e) = outbox.events.iter_mut().find(|e| e.index == *index) {
+            let owed = e.pending.len();
             e.pending.retain(|s| s != subscription);
+            changed |= e.pending.len() != owed;
         }
     }
     if !unwatch.is_empty() {
+        let watching = outbox.watchers.len();
         outbox.watchers.retain(|w| !unwatch.contains(&w.id));
+        changed |= outbox.watchers.len() != watching;
         for e in &mut outbox.events {
+            let owed = e.pending.len();
             e.pending.retain(|s| !unwatch.contains(s));
+            changed |= e.pending.len() != owed;
         }
     }
     outbox.events.retain(|e| !e.pending.is_empty());
-    let changed = *outbox != before;
     if outbox.watchers.is_empty() && outbox.events.is_empty() {
         r.outbox = None;
     }

@@ -135,6 +135,11 @@ impl ShardState {
         self.live.len()
     }
 
+    /// How many records owe an event to some subscription.
+    pub fn unsettled_count(&self) -> usize {
+        self.unsettled.len()
+    }
+
     /// Records whose outbox holds events not yet settled, in task id order.
     pub fn unsettled(&self) -> impl Iterator<Item = &TaskRecord> {
         self.unsettled.iter().filter_map(|id| self.tasks.get(id))

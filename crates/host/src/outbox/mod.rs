@@ -45,7 +45,8 @@ pub use event::{event_id, Render, TASK_EVENT};
 /// One operator webhook, ready to sign with.
 struct Hook {
     settings: WebhookSettings,
-    secret: Secret,
+    /// Where its events go, ready for every attempt.
+    target: Arc<Target>,
 }
 
 /// What one node's deliveries to a webhook came to since the node started (`GET /status`,
@@ -148,11 +149,12 @@ impl Delivery {
             .iter()
             .map(|w| {
                 let secret = Secret::parse(&w.secret).map_err(|e| e.to_string())?;
+                let target = Arc::new(Target::new(w.name.clone(), w.url.clone(), vec![secret]));
                 Ok((
                     w.subscription_id(),
                     Hook {
                         settings: w.clone(),
-                        secret,
+                        target,
                     },
                 ))
             })
@@ -262,21 +264,22 @@ impl Delivery {
 
     /// Count an attempt to `subscription` (`probe`: of a suspended webhook) and what it came to
     /// (`None`: failed, to be retried).
-    fn count(&self, subscription: &str, got: &Attempt, settled: Option<&'static str>, probe: bool) {
+    fn count(
+        &self,
+        target: &Target,
+        subscription: &str,
+        got: &Attempt,
+        settled: Option<&'static str>,
+        probe: bool,
+    ) {
         let seen = match got {
             Attempt::Acked(_) => Seen::Answered,
             Attempt::Refused(_) => Seen::Refusing,
             Attempt::Failed(_) => Seen::Failing,
         };
         self.breakers.record(subscription, seen, probe);
-        // Labelled as the webhook's other metrics: an operator webhook's name, a client
-        // subscription's id.
-        let label = self
-            .hooks
-            .get(subscription)
-            .map_or_else(|| subscription.to_owned(), |h| h.settings.name.clone());
         let suspended = self.breakers.suspended(subscription);
-        gauge!(names::WEBHOOK_SUSPENDED, "webhook" => label).set(if suspended { 1.0 } else { 0.0 });
+        target.suspended.set(if suspended { 1.0 } else { 0.0 });
         let now = now_ms();
         let mut stats = self.stats.lock();
         let s = stats.entry(subscription.to_owned()).or_default();
@@ -293,17 +296,26 @@ impl Delivery {
             }
         }
         match settled {
-            Some("acked") => s.acked += 1,
-            Some("refused") => s.refused += 1,
-            Some("abandoned") => s.abandoned += 1,
+            Some("acked") => {
+                s.acked += 1;
+                target.acked.increment(1);
+            }
+            Some("refused") => {
+                s.refused += 1;
+                target.refused.increment(1);
+            }
+            Some("abandoned") => {
+                s.abandoned += 1;
+                target.abandoned.increment(1);
+            }
             _ => {}
         }
     }
 
     /// Wait for a turn to attempt to `url`'s destination: a place among the attempts in flight
     /// there, and within its rate.
-    async fn turn(&self, url: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let key = destination_key(url);
+    async fn turn(&self, key: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let key = key.to_owned();
         let slot = self
             .destinations
             .lock()
@@ -369,26 +381,49 @@ pub fn error_category(name: &str) -> Option<&'static str> {
     taskmesh_webhook::Failure::category_named(name)
 }
 
-/// Where a subscription's events go, and how they are signed.
+/// Where a subscription's events go, how they are signed, and its metrics.
 struct Target {
     /// The `webhook` label of its metrics: an operator webhook's name, a client
     /// subscription's id.
     name: String,
     url: String,
+    /// Its scheme, host and port: the attempts in flight and the rate are per destination.
+    destination: String,
     /// The current secret first, then one a refresh replaced, while it is honoured.
     secrets: Vec<Secret>,
+    /// Its metrics, registered once (an attempt does not look them up).
+    attempts: taskmesh_metrics::metrics::Counter,
+    lag: taskmesh_metrics::metrics::Histogram,
+    acked: taskmesh_metrics::metrics::Counter,
+    refused: taskmesh_metrics::metrics::Counter,
+    abandoned: taskmesh_metrics::metrics::Counter,
+    suspended: taskmesh_metrics::metrics::Gauge,
+}
+
+impl Target {
+    fn new(name: String, url: String, secrets: Vec<Secret>) -> Self {
+        let settled = |outcome: &'static str| counter!(names::WEBHOOK_DELIVERIES, "webhook" => name.clone(), "outcome" => outcome);
+        Self {
+            destination: destination_key(&url),
+            attempts: counter!(names::WEBHOOK_ATTEMPTS, "webhook" => name.clone()),
+            lag: histogram!(names::WEBHOOK_LAG, "webhook" => name.clone()),
+            acked: settled("acked"),
+            refused: settled("refused"),
+            abandoned: settled("abandoned"),
+            suspended: gauge!(names::WEBHOOK_SUSPENDED, "webhook" => name.clone()),
+            name,
+            url,
+            secrets,
+        }
+    }
 }
 
 impl Delivery {
     /// The target of `subscription`: an operator webhook, or a client subscription the shard
     /// holds that has not lapsed; `None` when it is neither (gone).
-    fn target(&self, shard: &ShardReplica, subscription: &str) -> Option<Target> {
+    fn target(&self, shard: &ShardReplica, subscription: &str) -> Option<Arc<Target>> {
         if let Some(h) = self.hooks.get(subscription) {
-            return Some(Target {
-                name: h.settings.name.clone(),
-                url: h.settings.url.clone(),
-                secrets: vec![h.secret.clone()],
-            });
+            return Some(h.target.clone());
         }
         let now = now_ms();
         let sub = shard.read_local(|s| s.subscription(subscription).cloned())?;
@@ -401,11 +436,7 @@ impl Delivery {
                 secrets.extend(Secret::parse(previous).ok());
             }
         }
-        Some(Target {
-            name: sub.id,
-            url: sub.url,
-            secrets,
-        })
+        Some(Arc::new(Target::new(sub.id, sub.url, secrets)))
     }
 }
 
@@ -570,28 +601,28 @@ async fn attempts(
         if !shard.is_leader() || (attempt > 0 && delivery.breakers.suspended(&pair.subscription)) {
             return None;
         }
-        let (record, event) =
+        // Rendered from the record where it is: no copy of the record per attempt.
+        let (body, event_id, at_ms) =
             shard.read_local(|s| {
                 let r = s.get(&pair.task_id)?;
                 let e =
                     r.outbox.as_ref()?.events.iter().find(|e| {
                         e.index == pair.index && e.pending.contains(&pair.subscription)
                     })?;
-                Some((r.clone(), e.clone()))
+                Some((delivery.body(r, e), e.event_id(&r.task_id), e.at_ms))
             })?;
         let Some(hook) = delivery.target(shard, &pair.subscription) else {
             return Some(Settled::Unwatch);
         };
-        let body = delivery.body(&record, &event);
         attempt += 1;
         let got = {
-            let _slot = delivery.turn(&hook.url).await?;
+            let _slot = delivery.turn(&hook.destination).await?;
             let secrets: Vec<&Secret> = hook.secrets.iter().collect();
             delivery
                 .sender
                 .send(Message {
                     url: &hook.url,
-                    id: &event.event_id(&record.task_id),
+                    id: &event_id,
                     subscription: &pair.subscription,
                     body: &body,
                     secrets: &secrets,
@@ -599,21 +630,19 @@ async fn attempts(
                 .await
         };
         let webhook = hook.name.as_str();
-        counter!(names::WEBHOOK_ATTEMPTS, "webhook" => webhook.to_owned()).increment(1);
+        hook.attempts.increment(1);
         let outcome = match &got {
             Attempt::Acked(_) => {
-                let lag = now_ms().saturating_sub(event.at_ms) as f64 / 1000.0;
-                histogram!(names::WEBHOOK_LAG, "webhook" => webhook.to_owned()).record(lag);
+                let lag = now_ms().saturating_sub(at_ms) as f64 / 1000.0;
+                hook.lag.record(lag);
                 "acked"
             }
             Attempt::Refused(_) => "refused",
             Attempt::Failed(f) => {
-                let from = delivery
-                    .breakers
-                    .window_start(&pair.subscription, event.at_ms);
+                let from = delivery.breakers.window_start(&pair.subscription, at_ms);
                 let spent = now_ms().saturating_sub(from) >= delivery.settings.retry_window_ms;
                 if probe || (attempt < delivery.settings.max_attempts && !spent) {
-                    delivery.count(&pair.subscription, &got, None, probe);
+                    delivery.count(&hook, &pair.subscription, &got, None, probe);
                     if probe {
                         // A failed probe: the event stays owed until the webhook resumes.
                         return None;
@@ -629,9 +658,7 @@ async fn attempts(
                 "abandoned"
             }
         };
-        delivery.count(&pair.subscription, &got, Some(outcome), probe);
-        counter!(names::WEBHOOK_DELIVERIES, "webhook" => webhook.to_owned(), "outcome" => outcome)
-            .increment(1);
+        delivery.count(&hook, &pair.subscription, &got, Some(outcome), probe);
         return Some(Settled::Pair);
     }
 }
