@@ -142,7 +142,7 @@ pub async fn serve(
         ..cfg.tasks.host_config(cfg.node_id)
     };
     let host = Host::new(host_cfg, tools, cfg.shards);
-    host.set_event_render(Arc::new(taskmesh_gateway::modern::tasks::event_data));
+    host.set_event_render(Arc::new(taskmesh_gateway::modern::tasks::event_data_json));
     // This node's SSE streams, served to the other nodes for reconnections that reach them.
     let gw_cfg = cfg.gateway_config(session_secret(&cfg, &data_dir)?);
     let hub = taskmesh_gateway::resume::Hub::new(cfg.node_id, gw_cfg.stream_settings());

@@ -172,10 +172,110 @@ pub(crate) fn terminal(r: &TaskRecord) -> Map<String, Value> {
     }
 }
 
-/// The `data` of a task event (`taskmesh.task.updated`, docs/events.md): the task as
-/// `tasks/get` shows it on this generation at the event's status change, with its outcome
-/// inline when the change ended the task.
-pub fn event_data(r: &TaskRecord, e: &Change) -> Value {
+/// The `data` of a task event (`taskmesh.task.updated`, docs/events.md) as JSON text: the
+/// task as `tasks/get` shows it on this generation at the event's status change, with its
+/// outcome inline when the change ended the task. Written straight from the record (every
+/// webhook delivery renders one): the stored result's top-level fields are spliced in as they
+/// are, with `resultType` added, and nothing else is parsed.
+pub fn event_data_json(r: &TaskRecord, e: &Change) -> Box<serde_json::value::RawValue> {
+    let ended = e.status.is_terminal() && r.status == e.status;
+    let mut view = TaskView::from(r);
+    if !ended {
+        view.status = e.status;
+        view.status_message.clone_from(&e.status_message);
+        view.last_updated_at_ms = e.at_ms;
+    }
+    let data = EventData {
+        view: &view,
+        outcome: if ended { r.outcome.as_ref() } else { None },
+    };
+    serde_json::value::to_raw_value(&data).unwrap_or_else(|_| {
+        serde_json::value::to_raw_value(&json!({ "taskId": r.task_id }))
+            .unwrap_or_else(|_| unreachable!("an object of a string serialises"))
+    })
+}
+
+/// A task event's `data`: the task's fields, and its outcome once it ended.
+struct EventData<'a> {
+    view: &'a TaskView,
+    outcome: Option<&'a Outcome>,
+}
+
+impl serde::Serialize for EventData<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        // A tool error is `completed` here (see the module doc).
+        let status = match self.outcome {
+            Some(Outcome::Result { .. }) => TaskStatus::Completed,
+            Some(Outcome::Error { .. }) => TaskStatus::Failed,
+            None => self.view.status,
+        };
+        let mut t = s.serialize_struct("DetailedTask", TaskObject::FIELDS + 1)?;
+        TaskObject::extension(self.view, status).write_fields(&mut t)?;
+        match self.outcome {
+            Some(Outcome::Result { json }) => t.serialize_field("result", &StoredResult(json))?,
+            Some(Outcome::Error {
+                code,
+                message,
+                data_json,
+            }) => t.serialize_field(
+                "error",
+                &StoredError {
+                    code: *code,
+                    message,
+                    data: data_json
+                        .as_deref()
+                        .and_then(|d| serde_json::from_str::<&serde_json::value::RawValue>(d).ok()),
+                },
+            )?,
+            None => {}
+        }
+        t.end()
+    }
+}
+
+/// A stored result as this generation shows it: its fields as stored, and `resultType`.
+struct StoredResult<'a>(&'a str);
+
+impl serde::Serialize for StoredResult<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        type Fields<'a> = std::collections::BTreeMap<String, &'a serde_json::value::RawValue>;
+        match serde_json::from_str::<Fields<'_>>(self.0) {
+            Ok(fields) => {
+                let typed = fields.contains_key("resultType");
+                let mut m = s.serialize_map(Some(fields.len() + usize::from(!typed)))?;
+                for (k, v) in &fields {
+                    m.serialize_entry(k, v)?;
+                }
+                if !typed {
+                    m.serialize_entry("resultType", "complete")?;
+                }
+                m.end()
+            }
+            // Not an object: as it is, or, unreadable, said so.
+            Err(e) => match serde_json::from_str::<&serde_json::value::RawValue>(self.0) {
+                Ok(raw) => raw.serialize(s),
+                Err(_) => json!({"content": [{"type": "text", "text": format!("stored result unreadable: {e}")}], "isError": true, "resultType": "complete"})
+                    .serialize(s),
+            },
+        }
+    }
+}
+
+/// A stored JSON-RPC error.
+#[derive(serde::Serialize)]
+struct StoredError<'a> {
+    code: i64,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a serde_json::value::RawValue>,
+}
+
+/// [`event_data_json`] through JSON values: the same data, the way `tasks/get` builds it (the
+/// tests hold the two equal).
+#[cfg(test)]
+fn event_data(r: &TaskRecord, e: &Change) -> Value {
     if e.status.is_terminal() && r.status == e.status {
         return Value::Object(terminal(r));
     }
@@ -196,6 +296,84 @@ mod tests {
             outcome,
             ttl_ms: None,
             ..TaskRecord::sample("t-1")
+        }
+    }
+
+    /// The event data written straight from the record is the data `tasks/get` builds.
+    #[test]
+    fn event_data_written_directly_is_the_one_built_from_values() {
+        let change = |status, at_ms| Change {
+            index: 9,
+            task_id: "t-1".into(),
+            status,
+            status_message: Some("asking".into()),
+            at_ms,
+        };
+        let cases = [
+            (record(TaskStatus::Working, None), change(TaskStatus::InputRequired, 7)),
+            (
+                record(
+                    TaskStatus::Completed,
+                    Some(Outcome::Result {
+                        json: r#"{"content":[{"type":"text","text":"é\"x"}],"structuredContent":{"b":[1,2]},"isError":false}"#.into(),
+                    }),
+                ),
+                change(TaskStatus::Completed, 8),
+            ),
+            (
+                record(
+                    TaskStatus::Failed,
+                    Some(Outcome::Result {
+                        json: r#"{"content":[],"isError":true,"resultType":"complete"}"#.into(),
+                    }),
+                ),
+                change(TaskStatus::Failed, 8),
+            ),
+            (
+                record(
+                    TaskStatus::Failed,
+                    Some(Outcome::Error {
+                        code: -32603,
+                        message: "boom".into(),
+                        data_json: Some(r#"{"why":1}"#.into()),
+                    }),
+                ),
+                change(TaskStatus::Failed, 8),
+            ),
+            (
+                record(
+                    TaskStatus::Failed,
+                    Some(Outcome::Error {
+                        code: -1,
+                        message: "no data".into(),
+                        data_json: None,
+                    }),
+                ),
+                change(TaskStatus::Failed, 8),
+            ),
+            // An earlier change of a task that ended since: no outcome.
+            (
+                record(
+                    TaskStatus::Completed,
+                    Some(Outcome::Result {
+                        json: "{}".into(),
+                    }),
+                ),
+                change(TaskStatus::InputRequired, 3),
+            ),
+            (
+                record(
+                    TaskStatus::Completed,
+                    Some(Outcome::Result {
+                        json: "not json".into(),
+                    }),
+                ),
+                change(TaskStatus::Completed, 8),
+            ),
+        ];
+        for (r, c) in cases {
+            let direct: Value = serde_json::from_str(event_data_json(&r, &c).get()).unwrap();
+            assert_eq!(direct, event_data(&r, &c), "{r:?} {c:?}");
         }
     }
 

@@ -338,8 +338,7 @@ impl Delivery {
             status_message: event.status_message.clone(),
             at_ms: event.at_ms,
         };
-        let body = self.render.occurrence(record, &change);
-        serde_json::to_vec(&body).unwrap_or_default()
+        self.render.occurrence(record, &change).into_bytes()
     }
 }
 

@@ -73,7 +73,7 @@ impl Host {
                     .iter()
                     .filter_map(|c| {
                         let r = visible(c)?;
-                        let json = serde_json::to_string(&render.occurrence(r, c)).ok()?;
+                        let json = render.occurrence(r, c);
                         Some(ReadEvent {
                             index: c.index,
                             at_ms: c.at_ms,
