@@ -74,20 +74,7 @@ fn by_task(events: &[(String, String, String)]) -> BTreeMap<String, Vec<String>>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polls_and_streams_resumed_through_other_nodes_see_every_event_once() {
     let nodes = start_cluster();
-    taskmesh_testkit::wait_cluster_ready(
-        &[&nodes[0], &nodes[1], &nodes[2]],
-        TOKEN,
-        crate::shards(),
-    )
-    .await;
-    let through: Vec<Modern> = nodes
-        .iter()
-        .map(|n| {
-            let mut m = Modern::new(&n.url, Some(TOKEN), true);
-            m.elicitation = true;
-            m
-        })
-        .collect();
+    let through = crate::ready_modern_clients(&nodes).await;
     let r = through[0]
         .ok("events/poll", json!({"name": EVENT, "cursor": null}))
         .await;

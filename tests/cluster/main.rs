@@ -53,6 +53,20 @@ fn start_cluster() -> Vec<Server> {
     vec![n1, n2, n3]
 }
 
+/// Wait until the three `nodes` are ready; a 2026-07-28 client of each (the suite's token, the
+/// tasks extension and elicitation declared).
+async fn ready_modern_clients(nodes: &[Server]) -> Vec<taskmesh_testkit::modern::Modern> {
+    taskmesh_testkit::wait_cluster_ready(&[&nodes[0], &nodes[1], &nodes[2]], TOKEN, shards()).await;
+    nodes
+        .iter()
+        .map(|n| {
+            let mut m = taskmesh_testkit::modern::Modern::new(&n.url, Some(TOKEN), true);
+            m.elicitation = true;
+            m
+        })
+        .collect()
+}
+
 /// The JSON an operator's command printed; panics with its stderr when it failed.
 fn json_of(out: &std::process::Output) -> serde_json::Value {
     assert!(

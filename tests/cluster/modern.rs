@@ -5,27 +5,13 @@
 //! tasks it watches, wherever their shards' leaders run.
 
 use serde_json::json;
-use taskmesh_testkit::modern::Modern;
 
-use super::{start_cluster, TOKEN};
+use super::start_cluster;
 
 #[tokio::test]
 async fn stateless_requests_and_task_input_work_through_any_node() {
     let nodes = start_cluster();
-    taskmesh_testkit::wait_cluster_ready(
-        &[&nodes[0], &nodes[1], &nodes[2]],
-        TOKEN,
-        crate::shards(),
-    )
-    .await;
-    let through: Vec<Modern> = nodes
-        .iter()
-        .map(|n| {
-            let mut m = Modern::new(&n.url, Some(TOKEN), true);
-            m.elicitation = true;
-            m
-        })
-        .collect();
+    let through = crate::ready_modern_clients(&nodes).await;
 
     // Tasks on every shard's leader, each read through every node.
     let mut ids = Vec::new();

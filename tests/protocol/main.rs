@@ -36,6 +36,25 @@ const AUTH: &str = r#"
 "bob-token-22" = "bob"
 "#;
 
+/// What `taskmesh webhooks --json` prints for the server at `url` (as alice, who may read
+/// `/status`), checking that it succeeded and shows no secret.
+fn webhooks_listed(url: &str) -> serde_json::Value {
+    let out = std::process::Command::new(TASKMESH)
+        .args([
+            "webhooks",
+            "--json",
+            "--url",
+            url,
+            "--token",
+            "alice-token-1",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("whsec_"));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn init_body(version: &str) -> String {
     json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
         "protocolVersion": version, "capabilities": {}, "clientInfo": {"name":"t","version":"1"}}})

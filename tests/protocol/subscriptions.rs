@@ -248,20 +248,7 @@ async fn clients_subscribe_webhooks_that_are_verified_refreshed_and_removed() {
 
     // `taskmesh webhooks` lists the subscriptions, with what this node delivered, never a
     // secret.
-    let listed = std::process::Command::new(TASKMESH)
-        .args([
-            "webhooks",
-            "--json",
-            "--url",
-            &s.url,
-            "--token",
-            "alice-token-1",
-        ])
-        .output()
-        .unwrap();
-    assert!(listed.status.success(), "{listed:?}");
-    assert!(!String::from_utf8_lossy(&listed.stdout).contains("whsec_"));
-    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let listed = crate::webhooks_listed(&s.url);
     let main = listed["webhooks"]
         .as_array()
         .unwrap()
@@ -457,19 +444,7 @@ async fn a_name_that_resolves_elsewhere_when_delivering_is_refused() {
     // The name now resolves to an address that is not allowed.
     resolve_to("127.0.0.2");
     let attempts = || async {
-        let listed = std::process::Command::new(TASKMESH)
-            .args([
-                "webhooks",
-                "--json",
-                "--url",
-                &s.url,
-                "--token",
-                "alice-token-1",
-            ])
-            .output()
-            .unwrap();
-        let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
-        listed["webhooks"]
+        crate::webhooks_listed(&s.url)["webhooks"]
             .as_array()
             .unwrap()
             .iter()

@@ -21,8 +21,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::http::{header, HeaderName, StatusCode};
+use axum::body::Bytes;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use parking_lot::Mutex;
@@ -33,7 +33,7 @@ use taskmesh_host::HostError;
 use taskmesh_mcp::jsonrpc::{self, ErrorObject, RequestId};
 use tokio::sync::Notify;
 
-use super::listen::META_SUBSCRIPTION_ID;
+use super::listen::{give_place, sse_response, take_place, META_SUBSCRIPTION_ID};
 use super::{complete, with_server_info};
 use crate::Gateway;
 
@@ -432,11 +432,9 @@ impl EventStreams {
 
     fn open(self: &Arc<Self>, principal: &str, limit: usize) -> Option<StreamSlot> {
         let mut r = self.registry.lock();
-        let held = r.by_principal.entry(principal.to_string()).or_default();
-        if *held >= limit {
+        if !take_place(&mut r.by_principal, principal, limit) {
             return None;
         }
-        *held += 1;
         r.next += 1;
         let id = r.next;
         let reader = Arc::new(Reader {
@@ -465,12 +463,7 @@ impl Drop for StreamSlot {
     fn drop(&mut self) {
         let mut r = self.streams.registry.lock();
         r.readers.remove(&self.id);
-        if let Some(held) = r.by_principal.get_mut(&self.principal) {
-            *held -= 1;
-            if *held == 0 {
-                r.by_principal.remove(&self.principal);
-            }
-        }
+        give_place(&mut r.by_principal, &self.principal);
     }
 }
 
@@ -610,16 +603,7 @@ pub(super) fn stream(gw: &Arc<Gateway>, principal: &str, id: RequestId, s: Strea
         f.extend_from_slice(b"\n\n");
         let _ = tx.send(Ok(Bytes::from(f))).await;
     });
-    (
-        StatusCode::OK,
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        [(HeaderName::from_static("x-accel-buffering"), "no")],
-        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
-    )
-        .into_response()
+    sse_response(rx)
 }
 
 #[cfg(test)]

@@ -80,6 +80,40 @@ struct Registry {
     by_principal: HashMap<String, usize>,
 }
 
+/// Take one of `principal`'s places among `held` streams, unless it holds `limit` already.
+pub(super) fn take_place(held: &mut HashMap<String, usize>, principal: &str, limit: usize) -> bool {
+    let n = held.entry(principal.to_string()).or_default();
+    if *n >= limit {
+        return false;
+    }
+    *n += 1;
+    true
+}
+
+/// Give back one of `principal`'s places among `held` streams.
+pub(super) fn give_place(held: &mut HashMap<String, usize>, principal: &str) {
+    if let Some(n) = held.get_mut(principal) {
+        *n -= 1;
+        if *n == 0 {
+            held.remove(principal);
+        }
+    }
+}
+
+/// The HTTP answer of a long-lived request: the SSE stream of what `rx` gives.
+pub(super) fn sse_response(rx: tokio::sync::mpsc::Receiver<Result<Bytes, Infallible>>) -> Response {
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        [(HeaderName::from_static("x-accel-buffering"), "no")],
+        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
+    )
+        .into_response()
+}
+
 /// The listen streams open on this node, by the tasks they watch.
 #[derive(Default)]
 pub(crate) struct Listeners {
@@ -133,11 +167,9 @@ impl Listeners {
             wake: Notify::new(),
         });
         let mut r = self.registry.lock();
-        let held = r.by_principal.entry(principal.to_string()).or_default();
-        if *held >= limit {
+        if !take_place(&mut r.by_principal, principal, limit) {
             return None;
         }
-        *held += 1;
         r.next += 1;
         let id = r.next;
         for t in tasks {
@@ -197,12 +229,7 @@ impl Drop for Registration {
             self.listeners.forget_task(&mut r, self.id, &t);
         }
         r.tools.remove(&self.id);
-        if let Some(held) = r.by_principal.get_mut(&self.principal) {
-            *held -= 1;
-            if *held == 0 {
-                r.by_principal.remove(&self.principal);
-            }
-        }
+        give_place(&mut r.by_principal, &self.principal);
     }
 }
 
@@ -421,14 +448,5 @@ pub(super) fn stream(
         let last = jsonrpc::response(&id, &with_server_info(complete(end)));
         let _ = tx.send(Ok(frame(&last))).await;
     });
-    (
-        StatusCode::OK,
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        [(HeaderName::from_static("x-accel-buffering"), "no")],
-        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
-    )
-        .into_response()
+    sse_response(rx)
 }

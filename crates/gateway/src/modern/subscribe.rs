@@ -145,6 +145,18 @@ async fn read(
         .map_err(|e| crate::wire::host_error(&e))
 }
 
+/// `op(shard)` on the leader of every shard at once; their answers in shard order, or the
+/// first error as a client sees it.
+async fn on_every_shard<O: taskmesh_host::Operation>(
+    gw: &Gateway,
+    op: impl Fn(u32) -> O,
+) -> Result<Vec<O::Output>, ErrorObject> {
+    let runs = (0..gw.router.shard_count()).map(|shard| gw.router.run(op(shard)));
+    futures::future::try_join_all(runs)
+        .await
+        .map_err(|e| crate::wire::host_error(&e))
+}
+
 /// `events/subscribe`: add or refresh the caller's webhook subscription (see the module doc).
 pub(super) async fn subscribe(
     gw: &Arc<Gateway>,
@@ -185,16 +197,12 @@ pub(super) async fn subscribe(
     };
     let now = taskmesh_mcp::time::now_ms();
     // Every shard's leader: the home shard's copy decides, and the status is every leader's.
-    let reads = (0..gw.router.shard_count()).map(|shard| {
-        gw.router.run(ReadSubscription {
-            shard,
-            id: who.id.clone(),
-            principal: principal.to_string(),
-        })
-    });
-    let all = futures::future::try_join_all(reads)
-        .await
-        .map_err(|e| crate::wire::host_error(&e))?;
+    let all = on_every_shard(gw, |shard| ReadSubscription {
+        shard,
+        id: who.id.clone(),
+        principal: principal.to_string(),
+    })
+    .await?;
     let deliveries = merged(
         all.iter()
             .filter_map(|r| r.state.as_ref().map(|s| &s.deliveries)),
@@ -265,15 +273,11 @@ pub(super) async fn subscribe(
         expires_at_ms: now.saturating_add(ttl_ms),
         refreshed_at_ms: now,
     };
-    let writes = (0..gw.router.shard_count()).map(|shard| {
-        gw.router.run(Subscribe {
-            shard,
-            subscription: subscription.clone(),
-        })
-    });
-    futures::future::try_join_all(writes)
-        .await
-        .map_err(|e| crate::wire::host_error(&e))?;
+    on_every_shard(gw, |shard| Subscribe {
+        shard,
+        subscription: subscription.clone(),
+    })
+    .await?;
     gw.router.host().reactivate(&subscription.id);
     let iso =
         |ms: Option<u64>| ms.map_or(Value::Null, |m| json!(taskmesh_mcp::time::rfc3339_ms(m)));
@@ -332,15 +336,11 @@ pub(super) async fn unsubscribe(
             data: Some(json!({"kind": "subscription"})),
         });
     }
-    let removals = (0..gw.router.shard_count()).map(|shard| {
-        gw.router.run(Unsubscribe {
-            shard,
-            ids: vec![who.id.clone()],
-        })
-    });
-    futures::future::try_join_all(removals)
-        .await
-        .map_err(|e| crate::wire::host_error(&e))?;
+    on_every_shard(gw, |shard| Unsubscribe {
+        shard,
+        ids: vec![who.id.clone()],
+    })
+    .await?;
     Ok(complete(Map::new()))
 }
 

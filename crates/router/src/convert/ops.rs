@@ -643,18 +643,7 @@ mod tests {
             }),
             Op::Subscribe(Subscribe {
                 shard: 7,
-                subscription: taskmesh_task::Subscription {
-                    id: "sub_1".into(),
-                    principal: "alice".into(),
-                    url: "https://hooks.example.com/a".into(),
-                    secret: "whsec_x".into(),
-                    previous_secret: Some("whsec_y".into()),
-                    previous_until_ms: 5,
-                    task_id: Some("t1".into()),
-                    terminal_only: true,
-                    expires_at_ms: 9,
-                    refreshed_at_ms: 2,
-                },
+                subscription: subscription(),
             }),
             Op::Unsubscribe(Unsubscribe {
                 shard: 7,
@@ -688,6 +677,21 @@ mod tests {
             let (shard, back) = op_from_pb(op_to_pb(7, &op)).unwrap();
             assert_eq!(shard, 7);
             assert_eq!(format!("{back:?}"), format!("{op:?}"));
+        }
+    }
+
+    fn subscription() -> taskmesh_task::Subscription {
+        taskmesh_task::Subscription {
+            id: "sub_1".into(),
+            principal: "alice".into(),
+            url: "https://hooks.example.com/a".into(),
+            secret: "whsec_x".into(),
+            previous_secret: Some("whsec_y".into()),
+            previous_until_ms: 5,
+            task_id: Some("t1".into()),
+            terminal_only: true,
+            expires_at_ms: 9,
+            refreshed_at_ms: 2,
         }
     }
 
@@ -725,18 +729,7 @@ mod tests {
             Answer::ReadSubscription(SubscriptionRead {
                 held: 1,
                 state: Some(SubscriptionState {
-                    subscription: taskmesh_task::Subscription {
-                        id: "sub_1".into(),
-                        principal: "alice".into(),
-                        url: "https://hooks.example.com/a".into(),
-                        secret: "whsec_x".into(),
-                        previous_secret: Some("whsec_y".into()),
-                        previous_until_ms: 5,
-                        task_id: Some("t1".into()),
-                        terminal_only: true,
-                        expires_at_ms: 9,
-                        refreshed_at_ms: 2,
-                    },
+                    subscription: subscription(),
                     deliveries: DeliveryStats {
                         attempts: 4,
                         acked: 2,
