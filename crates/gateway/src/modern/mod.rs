@@ -37,6 +37,7 @@
 
 mod call;
 mod check;
+mod cursor;
 pub(crate) mod events;
 mod handoff;
 pub(crate) mod listen;

@@ -15,23 +15,25 @@
 pub mod event;
 pub mod reads;
 pub mod settings;
+mod status;
 pub mod subscriptions;
 mod suspend;
+mod target;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use taskmesh_metrics::metrics::{counter, gauge, histogram};
-use taskmesh_metrics::names;
 use taskmesh_shard::{ShardEvent, ShardReplica};
 use taskmesh_task::{Command, OutboxEvent, Settlement, TaskRecord, Watcher};
 use taskmesh_webhook::{Attempt, Message, Secret, Sender};
 use tokio::sync::{mpsc, Semaphore};
 
 pub use settings::{validate_webhooks, EventSettings, WebhookSettings};
+pub use status::{DeliveryStats, WebhookStatus};
 use suspend::{Admit, Breakers, Seen};
+use target::Target;
 
 use crate::now_ms;
 
@@ -47,65 +49,6 @@ struct Hook {
     settings: WebhookSettings,
     /// Where its events go, ready for every attempt.
     target: Arc<Target>,
-}
-
-/// What one node's deliveries to a webhook came to since the node started (`GET /status`,
-/// `taskmesh webhooks`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DeliveryStats {
-    /// Attempts made.
-    pub attempts: u64,
-    /// Events acknowledged (2xx).
-    pub acked: u64,
-    /// Events refused for good (410, 413).
-    pub refused: u64,
-    /// Events given up after their attempts or window ran out.
-    pub abandoned: u64,
-    /// Since when this node has suspended deliveries to it after sustained failure, in ms
-    /// since the Unix epoch; absent while it is not suspended.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub suspended_since_ms: Option<u64>,
-    /// When the last acknowledged attempt was answered, in ms since the Unix epoch.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_delivery_at_ms: Option<u64>,
-    /// The category of the last failed attempt (`connection_refused`, `timeout`, `tls_error`,
-    /// `http_4xx`, `http_5xx`); never anything the receiver said.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<&'static str>,
-    /// Since when every attempt failed (cleared by an acknowledgment), in ms since the Unix
-    /// epoch.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failing_since_ms: Option<u64>,
-}
-
-/// A webhook as a node sees it: its configuration (never its secret) and its deliveries there.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WebhookStatus {
-    /// `operator` (`[[webhooks]]`) or `client` (`events/subscribe`).
-    pub kind: &'static str,
-    /// Its name: an operator webhook's, or a client subscription's id.
-    pub name: String,
-    /// Its subscription id (`X-MCP-Subscription-Id`).
-    pub subscription: String,
-    /// Where it is sent.
-    pub url: String,
-    /// Whether it gets only the ends of tasks.
-    pub terminal_only: bool,
-    /// The principals it covers; empty: every principal.
-    pub principals: Vec<String>,
-    /// The one task a client subscription covers.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub task_id: Option<String>,
-    /// When a client subscription lapses unless refreshed, ms since the Unix epoch.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub expires_at_ms: Option<u64>,
-    /// Deliveries to it this node has in flight now (attempting, waiting to retry, or
-    /// acknowledged and not yet settled).
-    pub in_flight: usize,
-    /// What this node's deliveries to it came to.
-    pub deliveries: DeliveryStats,
 }
 
 /// A pair owed: an event of a task, and a subscription it is owed to.
@@ -343,7 +286,7 @@ impl Delivery {
 }
 
 /// The destination of `url`: its scheme, host and port.
-fn destination_key(url: &str) -> String {
+pub(super) fn destination_key(url: &str) -> String {
     url.parse::<url::Url>()
         .map(|u| {
             format!(
@@ -378,65 +321,6 @@ fn pairs(record: &TaskRecord) -> Vec<Pair> {
 /// `http_4xx`, `http_5xx`, `challenge_failed`), if it is one.
 pub fn error_category(name: &str) -> Option<&'static str> {
     taskmesh_webhook::Failure::category_named(name)
-}
-
-/// Where a subscription's events go, how they are signed, and its metrics.
-struct Target {
-    /// The `webhook` label of its metrics: an operator webhook's name, a client
-    /// subscription's id.
-    name: String,
-    url: String,
-    /// Its scheme, host and port: the attempts in flight and the rate are per destination.
-    destination: String,
-    /// The current secret first, then one a refresh replaced, while it is honoured.
-    secrets: Vec<Secret>,
-    /// Its metrics, registered once (an attempt does not look them up).
-    attempts: taskmesh_metrics::metrics::Counter,
-    lag: taskmesh_metrics::metrics::Histogram,
-    acked: taskmesh_metrics::metrics::Counter,
-    refused: taskmesh_metrics::metrics::Counter,
-    abandoned: taskmesh_metrics::metrics::Counter,
-    suspended: taskmesh_metrics::metrics::Gauge,
-}
-
-impl Target {
-    fn new(name: String, url: String, secrets: Vec<Secret>) -> Self {
-        let settled = |outcome: &'static str| counter!(names::WEBHOOK_DELIVERIES, "webhook" => name.clone(), "outcome" => outcome);
-        Self {
-            destination: destination_key(&url),
-            attempts: counter!(names::WEBHOOK_ATTEMPTS, "webhook" => name.clone()),
-            lag: histogram!(names::WEBHOOK_LAG, "webhook" => name.clone()),
-            acked: settled("acked"),
-            refused: settled("refused"),
-            abandoned: settled("abandoned"),
-            suspended: gauge!(names::WEBHOOK_SUSPENDED, "webhook" => name.clone()),
-            name,
-            url,
-            secrets,
-        }
-    }
-}
-
-impl Delivery {
-    /// The target of `subscription`: an operator webhook, or a client subscription the shard
-    /// holds that has not lapsed; `None` when it is neither (gone).
-    fn target(&self, shard: &ShardReplica, subscription: &str) -> Option<Arc<Target>> {
-        if let Some(h) = self.hooks.get(subscription) {
-            return Some(h.target.clone());
-        }
-        let now = now_ms();
-        let sub = shard.read_local(|s| s.subscription(subscription).cloned())?;
-        if sub.lapsed(now) {
-            return None;
-        }
-        let mut secrets = vec![Secret::parse(&sub.secret).ok()?];
-        if let Some(previous) = &sub.previous_secret {
-            if sub.previous_until_ms > now {
-                secrets.extend(Secret::parse(previous).ok());
-            }
-        }
-        Some(Arc::new(Target::new(sub.id, sub.url, secrets)))
-    }
 }
 
 /// What a pair came to.
