@@ -96,10 +96,7 @@ pub(crate) fn spawn_shard_loops(
         }));
     }
     if let Some(delivery) = host.inner.delivery.clone() {
-        handles.push(tokio::spawn(crate::outbox::shard_loop(
-            delivery,
-            shard.clone(),
-        )));
+        handles.push(delivery.spawn_loop(shard.clone()));
     }
     handles.push(tokio::spawn(reconcile_loop(host, shard, nudge)));
     handles

@@ -13,6 +13,7 @@
 //! after, in tasks of its own, bounded per node and per destination.
 
 pub mod event;
+mod lane;
 pub mod reads;
 pub mod settings;
 mod status;
@@ -78,6 +79,8 @@ pub(crate) struct Delivery {
     stats: Mutex<HashMap<String, DeliveryStats>>,
     /// Which webhooks this node has suspended.
     breakers: Arc<Breakers>,
+    /// The threads deliveries run on.
+    lane: lane::Lane,
 }
 
 impl Delivery {
@@ -118,7 +121,14 @@ impl Delivery {
                 .map(|n| governor::RateLimiter::keyed(governor::Quota::per_second(n))),
             stats: Mutex::new(HashMap::new()),
             breakers: Breakers::new(settings),
+            lane: lane::Lane::new(settings.delivery_threads, settings.delivery_nice)
+                .map_err(|e| format!("the delivery threads could not start: {e}"))?,
         }))
+    }
+
+    /// Run the delivery loop of `shard` on the delivery threads.
+    pub(crate) fn spawn_loop(self: &Arc<Self>, shard: ShardReplica) -> tokio::task::JoinHandle<()> {
+        self.lane.spawn(shard_loop(self.clone(), shard))
     }
 
     /// The watchers a new task of `owner` starts with: every webhook that covers its principal.

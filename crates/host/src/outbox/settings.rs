@@ -42,6 +42,13 @@ pub struct EventSettings {
     pub suspend_after_ms: u64,
     /// The wait between two probes of a suspended webhook, in ms. Default 30000; at least 100.
     pub probe_interval_ms: u64,
+    /// Threads that render, sign, post and settle deliveries, apart from those that serve
+    /// requests. Default 1; 1 to 64.
+    pub delivery_threads: usize,
+    /// How much lower the delivery threads' scheduling priority is than the request path's
+    /// (Linux nice value added; 0 = the same), so that a create or a poll never waits behind a
+    /// delivery for a core. Default 10; 0 to 19.
+    pub delivery_nice: i32,
     /// How long a shard's leader gathers settled deliveries before it records them in one log
     /// entry, in ms: longer means fewer entries under load, and more events delivered again
     /// when the leader dies meanwhile. Default 50; at most 1000.
@@ -104,6 +111,8 @@ impl Default for EventSettings {
             per_destination: 16,
             per_destination_per_second: 0,
             settle_linger_ms: 50,
+            delivery_threads: 1,
+            delivery_nice: 10,
             suspend_after_failures: 100,
             suspend_after_ms: 300_000,
             probe_interval_ms: 30_000,
@@ -148,6 +157,12 @@ impl EventSettings {
         }
         if self.probe_interval_ms < 100 {
             return Err("events.probe_interval_ms must be at least 100".into());
+        }
+        if !(1..=64).contains(&self.delivery_threads) {
+            return Err("events.delivery_threads must be 1 to 64".into());
+        }
+        if !(0..=19).contains(&self.delivery_nice) {
+            return Err("events.delivery_nice must be 0 to 19".into());
         }
         if self.settle_linger_ms > 1_000 {
             return Err("events.settle_linger_ms must be at most 1000".into());
@@ -394,6 +409,34 @@ mod tests {
                     ..d()
                 },
                 "max_streams_per_principal",
+            ),
+            (
+                EventSettings {
+                    delivery_threads: 0,
+                    ..d()
+                },
+                "delivery_threads",
+            ),
+            (
+                EventSettings {
+                    delivery_threads: 65,
+                    ..d()
+                },
+                "delivery_threads",
+            ),
+            (
+                EventSettings {
+                    delivery_nice: -1,
+                    ..d()
+                },
+                "delivery_nice",
+            ),
+            (
+                EventSettings {
+                    delivery_nice: 20,
+                    ..d()
+                },
+                "delivery_nice",
             ),
         ] {
             let e = bad.validate().unwrap_err();
