@@ -14,7 +14,9 @@
 # environment as usual (TASKMESH_WORKER_THREADS=1, say). Reports (JSON) go to OUT (default
 # target/bench-results/MODE); SKIP_PEER=1 leaves out the FastMCP peer. After the taskmesh run
 # it prints the CPU time each taskmesh process spent during it (/proc/PID/stat), per request
-# answered.
+# answered. In single mode, with nginx and wrk installed, it then runs
+# benches/nginx_ceiling.sh (taskmesh against nginx answering the same bytes, both polled by
+# wrk; NGINX=0 leaves it out).
 set -euo pipefail
 mode=${1:-single}
 shift || true
@@ -125,3 +127,8 @@ print(f"\ntaskmesh / ceiling = {tm['per_s'] / ceiling['per_s']:.1%}")
 if len(r) > 2 and r[2]["per_s"] > 0:
     print(f"taskmesh / FastMCP = {tm['per_s'] / r[2]['per_s']:.1f}x")
 PY
+if [ "$mode" = single ] && [ "${NGINX:-1}" != 0 ] && command -v nginx >/dev/null && command -v wrk >/dev/null; then
+    echo
+    echo "== nginx ceiling (wrk)"
+    "$root/benches/nginx_ceiling.sh" 1 32 10
+fi
