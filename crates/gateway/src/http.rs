@@ -110,6 +110,18 @@ async fn handle_post(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    post_mcp(gw, peer, version, headers, body).await
+}
+
+/// A `POST /mcp` from `peer`: what [`router`] answers it with. The listener calls it
+/// directly, ahead of the router's layers, for the requests that are most of the traffic.
+pub async fn post_mcp(
+    gw: Arc<Gateway>,
+    peer: Option<std::net::IpAddr>,
+    version: axum::http::Version,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     // The caller is checked on the headers, before a byte of the body is read.
     let identity = match front(&gw, peer, &headers).await {
         Ok(i) => i,

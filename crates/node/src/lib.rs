@@ -160,7 +160,10 @@ pub async fn serve(
         db.open_tree("sessions/log_levels")?,
         hub,
     );
-    let app = taskmesh_gateway::http_router(gateway.clone());
+    let app = listener::App {
+        router: taskmesh_gateway::http_router(gateway.clone()),
+        gateway: Some(gateway.clone()),
+    };
 
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
