@@ -13,6 +13,9 @@
 #   stop_serve           stop the server start_serve started last
 #   start_cluster3 BIN   a 3-node cluster (cluster/start.sh) under `work`, given time to elect;
 #                        sets `url_of N` (node N's MCP URL)
+#   open_session URL     a 2025-11-25 session on the MCP endpoint URL: sets `sid` and `h`
+#                        (curl's arguments for a request in it)
+#   long_task URL        a `slow_compute` task of an hour created in that session; prints its id
 #   report_delivery single|cluster
 #                        the stream delivery delays the server (or the 3 nodes) measured,
 #                        from GET /status (benches/delivery.py)
@@ -92,4 +95,17 @@ report_delivery() {
     single) python3 "$root/benches/delivery.py" "$url" ;;
     cluster) python3 "$root/benches/delivery.py" "$(url_of 1)" "$(url_of 2)" "$(url_of 3)" ;;
     esac
+}
+
+open_session() {
+    h=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
+    sid=$(curl -si "${h[@]}" "$1" -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' |
+        tr -d '\r' | awk 'tolower($1)=="mcp-session-id:"{print $2}')
+    h+=(-H "Mcp-Session-Id: $sid" -H 'MCP-Protocol-Version: 2025-11-25')
+    curl -s "${h[@]}" "$1" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' >/dev/null
+}
+
+long_task() {
+    curl -s "${h[@]}" "$1" -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_compute","arguments":{"seconds":3600},"task":{"ttl":3600000}}}' |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["task"]["taskId"])'
 }

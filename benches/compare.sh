@@ -35,14 +35,9 @@ mkdir -p "$out"
 bin=$root/target/release
 # Size in bytes of a tasks/get answer from the MCP endpoint $1.
 answer_bytes() {
-    local u=$1 h=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
-    local s t
-    s=$(curl -si "${h[@]}" "$u" -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"compare","version":"1"}}}' |
-        tr -d '\r' | awk 'tolower($1)=="mcp-session-id:"{print $2}')
-    h+=(-H "Mcp-Session-Id: $s" -H 'MCP-Protocol-Version: 2025-11-25')
-    curl -s "${h[@]}" "$u" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' >/dev/null
-    t=$(curl -s "${h[@]}" "$u" -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_compute","arguments":{"seconds":3600},"task":{"ttl":3600000}}}' |
-        python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["task"]["taskId"])')
+    local u=$1 t
+    open_session "$u"
+    t=$(long_task "$u")
     curl -s "${h[@]}" "$u" -d '{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"'"$t"'"}}' | wc -c
 }
 

@@ -29,13 +29,8 @@ done
 start_serve "$root/target/release/taskmesh"
 
 # The session, the task, and the recorded answer.
-h=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
-sid=$(curl -si "${h[@]}" "$url" -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"nginx-ceiling","version":"1"}}}' |
-    tr -d '\r' | awk 'tolower($1)=="mcp-session-id:"{print $2}')
-h+=(-H "Mcp-Session-Id: $sid" -H 'MCP-Protocol-Version: 2025-11-25')
-curl -s "${h[@]}" "$url" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' >/dev/null
-task=$(curl -s "${h[@]}" "$url" -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_compute","arguments":{"seconds":3600},"task":{"ttl":3600000}}}' |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["task"]["taskId"])')
+open_session "$url"
+task=$(long_task "$url")
 request='{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"'"$task"'"}}'
 curl -s -D "$work/head.txt" -o "$work/answer.json" "${h[@]}" "$url" -d "$request"
 ctype=$(tr -d '\r' <"$work/head.txt" | awk 'tolower($1)=="content-type:"{print $2}')
