@@ -379,6 +379,95 @@ async fn webhook_mode_needs_a_principal_and_a_routable_endpoint() {
     assert!(received(&out).is_empty(), "nothing reached the receiver");
 }
 
+/// A node remembers that a principal's endpoint passed verification: another subscription of
+/// that principal to that URL is not verified again, another principal's is. And it sends one
+/// host at most `events.verifications_per_host_per_minute` verifications: one more fails
+/// (-32025) with nothing sent and nothing registered.
+#[tokio::test]
+async fn verifications_are_remembered_per_principal_and_limited_per_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = webhooks_venv(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let out = dir.path().join("events.jsonl");
+    let receiver = webhook_receiver(&python, &secret(1), &out, None);
+    let s = Server::start(
+        TASKMESH,
+        &format!(
+            "{AUTH}\n[events]\nallow_addresses = [\"127.0.0.0/8\"]\nhttp_hosts = [\"127.0.0.1\"]\nverifications_per_host_per_minute = 3\n"
+        ),
+    );
+    let alice = Modern::new(&s.url, Some("alice-token-1"), true);
+    let bob = Modern::new(&s.url, Some("bob-token-22"), true);
+    let url = |path: &str| format!("http://127.0.0.1:{}/{path}", receiver.port);
+    let verified = || {
+        received(&out)
+            .iter()
+            .filter(|l| l.get("verification").is_some())
+            .count()
+    };
+    alice
+        .ok(
+            "events/subscribe",
+            subscribe_params(&url("a"), &secret(1), json!({})),
+        )
+        .await;
+    assert_eq!(verified(), 1);
+    // The same principal and URL, other arguments: a new subscription, not verified again.
+    alice
+        .ok(
+            "events/subscribe",
+            subscribe_params(&url("a"), &secret(1), json!({"terminalOnly": true})),
+        )
+        .await;
+    assert_eq!(verified(), 1, "alice's endpoint was verified twice");
+    // Another principal, and another URL: each verified.
+    bob.ok(
+        "events/subscribe",
+        subscribe_params(&url("a"), &secret(1), json!({})),
+    )
+    .await;
+    alice
+        .ok(
+            "events/subscribe",
+            subscribe_params(&url("b"), &secret(1), json!({})),
+        )
+        .await;
+    assert_eq!(verified(), 3);
+    // A fourth verification to that host within the minute: refused, nothing sent or held.
+    let a = alice
+        .send(
+            "events/subscribe",
+            subscribe_params(&url("c"), &secret(1), json!({})),
+        )
+        .await;
+    assert_eq!(a.code(), -32025, "{}", a.body);
+    assert_eq!(
+        a.body["error"]["data"]["limit"], "verifications",
+        "{}",
+        a.body
+    );
+    assert_eq!(a.body["error"]["data"]["max"], 3, "{}", a.body);
+    assert_eq!(verified(), 3, "a verification past the limit was sent");
+    let a = alice
+        .send(
+            "events/unsubscribe",
+            json!({"name": EVENT, "arguments": {}, "delivery": {"url": url("c")}}),
+        )
+        .await;
+    assert_eq!(
+        a.code(),
+        -32023,
+        "the refused subscription was registered: {}",
+        a.body
+    );
+    // A refresh needs no verification: still served at the limit.
+    alice
+        .ok(
+            "events/subscribe",
+            subscribe_params(&url("b"), &secret(2), json!({})),
+        )
+        .await;
+}
+
 /// A name's address is checked at every delivery, not once: a webhook whose host name resolved
 /// to an allowed address when it was subscribed, and resolves to one that is not allowed when
 /// an event is delivered, is refused then (`connection_refused`), nothing reaching the

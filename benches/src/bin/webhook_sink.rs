@@ -2,7 +2,9 @@
 //! for each task event, records the delivery lag: the time it arrived less the event's
 //! `timestamp` (the status change, on the same machine's clock). Prints its port when it
 //! listens, and on SIGTERM or after `--duration-s` the events received (distinct and in all)
-//! and the lag's percentiles, then exits.
+//! and the lag's percentiles, then exits. It runs on one thread and reads of each event only
+//! its id and time, so that on a machine it shares with the server it takes as little of the
+//! cores as a receiver can.
 //!
 //!     webhook_sink --port 0 --duration-s 30
 //!
@@ -30,6 +32,15 @@ struct Args {
     /// Stop after this long (or at SIGTERM).
     #[arg(long, default_value_t = 600.0)]
     duration_s: f64,
+}
+
+/// What the sink reads of an event; the rest of the body is skipped.
+#[derive(serde::Deserialize)]
+struct Event<'a> {
+    #[serde(rename = "eventId", borrow)]
+    event_id: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    timestamp: std::borrow::Cow<'a, str>,
 }
 
 #[derive(Default)]
@@ -76,12 +87,11 @@ async fn handle(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    if let Ok(event) = serde_json::from_slice::<serde_json::Value>(&body) {
+    if let Ok(event) = serde_json::from_slice::<Event<'_>>(&body) {
         let mut s = seen.lock().await;
         s.deliveries += 1;
-        let id = event["eventId"].as_str().unwrap_or("").to_owned();
-        if s.ids.insert(id) {
-            if let Some(at) = event["timestamp"].as_str().and_then(parse_ms) {
+        if s.ids.insert(event.event_id.into_owned()) {
+            if let Some(at) = parse_ms(&event.timestamp) {
                 if let Some(h) = s.lag_us.as_mut() {
                     let _ = h.record(arrived.saturating_sub(at) * 1_000);
                 }
@@ -93,7 +103,7 @@ async fn handle(
     Ok(r)
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;

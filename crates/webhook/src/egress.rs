@@ -1,12 +1,11 @@
 //! Where a webhook may be sent: https URLs whose host resolves, at the moment of sending, to
 //! globally routable addresses only, unless an operator allowed an address block or plain
-//! http to a host. The check is made by the resolver that the HTTP client connects with, so
+//! http to a host. The check is made by the client's connector as it opens each connection, so
 //! the address checked is the address connected to (a name that resolved to a public address
 //! when the subscription was made and to a private one now is refused now), and the request
 //! keeps the URL's host name for its `Host` header and TLS server name.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
 
 /// A block of addresses, `ADDRESS/PREFIX` or a single address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +153,48 @@ pub enum EgressError {
     Unresolved,
 }
 
+/// A URL that passed [`EgressPolicy::check_url`], taken apart once for every attempt to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The URL as given.
+    text: String,
+    /// `https`, or plain http to a listed host.
+    pub(crate) https: bool,
+    /// The host as the URL writes it (an IPv6 address in brackets).
+    pub(crate) host: String,
+    /// The host's address when the URL gives one.
+    pub(crate) ip: Option<IpAddr>,
+    pub(crate) port: u16,
+    /// The path and query: the request's target.
+    pub(crate) path: String,
+    /// The `Host` header: the host, and the port when the URL gives one.
+    pub(crate) authority: String,
+    /// Scheme, host and port: what connections are kept and limited by.
+    origin: String,
+}
+
+impl Endpoint {
+    /// The URL as given.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Its host as the URL writes it.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Its scheme, host and port (`https://hooks.example.com:443`): a destination.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The name the TLS handshake asks for: the host without an IPv6 address's brackets.
+    pub(crate) fn server_name(&self) -> &str {
+        self.host.trim_start_matches('[').trim_end_matches(']')
+    }
+}
+
 impl EgressPolicy {
     /// Whether sending to `ip` is allowed.
     pub fn permits(&self, ip: IpAddr) -> bool {
@@ -162,28 +203,54 @@ impl EgressPolicy {
 
     /// The URL if it may be sent to as far as its text tells: https (or http to a listed
     /// host), no credentials, and a host that is an allowed address or a name (names are
-    /// checked when they are resolved, at each delivery).
-    pub fn check_url(&self, text: &str) -> Result<reqwest::Url, EgressError> {
-        let url = reqwest::Url::parse(text).map_err(|_| EgressError::Malformed)?;
+    /// checked when they are resolved, at each new connection). Parsed once, it is sent to
+    /// as many times as needed.
+    pub fn check_url(&self, text: &str) -> Result<Endpoint, EgressError> {
+        let url = url::Url::parse(text).map_err(|_| EgressError::Malformed)?;
         let host = url.host_str().ok_or(EgressError::Malformed)?.to_owned();
-        match url.scheme() {
-            "https" => {}
+        let https = match url.scheme() {
+            "https" => true,
             "http"
                 if self
                     .http_hosts
                     .iter()
-                    .any(|h| h.eq_ignore_ascii_case(&host)) => {}
+                    .any(|h| h.eq_ignore_ascii_case(&host)) =>
+            {
+                false
+            }
             "http" => return Err(EgressError::NotHttps),
             _ => return Err(EgressError::Malformed),
-        }
+        };
         if !url.username().is_empty() || url.password().is_some() {
             return Err(EgressError::Credentials);
         }
-        match url.host() {
-            Some(url::Host::Ipv4(ip)) if !self.permits(IpAddr::V4(ip)) => Err(EgressError::Refused),
-            Some(url::Host::Ipv6(ip)) if !self.permits(IpAddr::V6(ip)) => Err(EgressError::Refused),
-            _ => Ok(url),
+        let ip = match url.host() {
+            Some(url::Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
+            Some(url::Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),
+            _ => None,
+        };
+        if ip.is_some_and(|ip| !self.permits(ip)) {
+            return Err(EgressError::Refused);
         }
+        let port = url.port_or_known_default().ok_or(EgressError::Malformed)?;
+        let authority = match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.clone(),
+        };
+        let path = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_owned(),
+        };
+        Ok(Endpoint {
+            origin: format!("{}://{host}:{port}", url.scheme()),
+            https,
+            ip,
+            port,
+            path,
+            authority,
+            host,
+            text: text.to_owned(),
+        })
     }
 
     /// The addresses of `name` that may be connected to, resolved now; an error when it does
@@ -201,21 +268,6 @@ impl EgressPolicy {
             return Err(EgressError::Refused);
         }
         Ok(allowed)
-    }
-}
-
-/// The HTTP client's resolver: every name it connects to is resolved and checked by the policy.
-#[derive(Debug, Clone)]
-pub(crate) struct CheckedResolver(pub(crate) Arc<EgressPolicy>);
-
-impl reqwest::dns::Resolve for CheckedResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let policy = self.0.clone();
-        Box::pin(async move {
-            let addrs = policy.resolve(name.as_str()).await?;
-            let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
-            Ok(addrs)
-        })
     }
 }
 

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::egress::{CheckedResolver, EgressError, EgressPolicy};
+use bytes::Bytes;
+
+use crate::client::{system_tls, tls_with, Client, Keep};
+use crate::egress::{EgressError, EgressPolicy, Endpoint};
 use crate::sign::{signature_header, Secret};
 
 /// What one attempt came to.
@@ -67,8 +70,8 @@ impl Failure {
 /// A message to deliver.
 #[derive(Debug, Clone, Copy)]
 pub struct Message<'a> {
-    /// The receiver's URL.
-    pub url: &'a str,
+    /// The receiver: a URL the egress policy passed ([`EgressPolicy::check_url`]).
+    pub to: &'a Endpoint,
     /// The message id (`webhook-id`): the same on every attempt.
     pub id: &'a str,
     /// The subscription's id (`X-MCP-Subscription-Id`).
@@ -79,69 +82,108 @@ pub struct Message<'a> {
     pub secrets: &'a [&'a Secret],
 }
 
-/// Sends messages: one HTTP client whose every connection goes through the egress check, that
-/// follows no redirect and uses no proxy (a proxy would resolve names past the check).
-#[derive(Debug, Clone)]
+/// Sends messages over HTTP/1.1: every connection opened to an address the egress policy
+/// checked as it resolved the host, no proxy (a proxy would resolve names past the check), no
+/// redirect followed, connections kept alive per destination.
+#[derive(Clone)]
 pub struct Sender {
-    client: reqwest::Client,
-    policy: Arc<EgressPolicy>,
+    client: Arc<Client>,
+    timeout: Duration,
 }
 
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("policy", self.client.policy())
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// How long a connection to a receiver is kept idle for the next attempt.
+const KEEP_IDLE: Duration = Duration::from_secs(60);
+
 impl Sender {
-    /// A sender with this policy, giving up on an attempt after `timeout`.
-    pub fn new(policy: EgressPolicy, timeout: Duration) -> Result<Self, String> {
-        let policy = Arc::new(policy);
-        let client = reqwest::Client::builder()
-            .dns_resolver(Arc::new(CheckedResolver(policy.clone())))
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .user_agent(concat!("taskmesh/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| format!("cannot build the webhook client: {e}"))?;
-        Ok(Self { client, policy })
+    /// A sender with this policy, trusting the system's roots for https, giving up on an
+    /// attempt after `timeout`, and keeping at most `idle_per_destination` idle connections to
+    /// a destination.
+    pub fn new(
+        policy: EgressPolicy,
+        timeout: Duration,
+        idle_per_destination: usize,
+    ) -> Result<Self, String> {
+        Self::with_tls(policy, timeout, idle_per_destination, system_tls()?)
+    }
+
+    /// A sender that trusts `roots` for https instead of the system's.
+    pub fn with_roots(
+        policy: EgressPolicy,
+        timeout: Duration,
+        idle_per_destination: usize,
+        roots: rustls::RootCertStore,
+    ) -> Result<Self, String> {
+        Self::with_tls(policy, timeout, idle_per_destination, tls_with(roots)?)
+    }
+
+    fn with_tls(
+        policy: EgressPolicy,
+        timeout: Duration,
+        idle_per_destination: usize,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> Result<Self, String> {
+        let keep = Keep {
+            idle_for: KEEP_IDLE,
+            per_destination: idle_per_destination.max(1),
+        };
+        Ok(Self {
+            client: Arc::new(Client::new(Arc::new(policy), tls, keep)),
+            timeout,
+        })
     }
 
     /// The policy this sender checks against.
     pub fn policy(&self) -> &EgressPolicy {
-        &self.policy
+        self.client.policy()
     }
 
     /// One attempt, signed now: a fresh `webhook-timestamp` and signature every time.
     pub async fn send(&self, m: Message<'_>) -> Attempt {
-        let url = match self.policy.check_url(m.url) {
-            Ok(u) => u,
-            Err(e) => return Attempt::Failed(Failure::Egress(e)),
-        };
-        let timestamp = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let timestamp = unix_now();
         let signature = signature_header(m.secrets, m.id, timestamp, m.body);
-        let sent = self
-            .client
-            .post(url)
-            .header("content-type", "application/json")
-            .header("webhook-id", m.id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
-            .header("x-mcp-subscription-id", m.subscription)
-            .body(m.body.to_vec())
-            .send()
-            .await;
-        match sent {
-            Ok(r) => {
-                let code = r.status().as_u16();
-                match code {
-                    200..=299 => Attempt::Acked(code),
-                    410 | 413 => Attempt::Refused(code),
-                    500..=599 => Attempt::Failed(Failure::Http5xx(code)),
-                    _ => Attempt::Failed(Failure::Http4xx(code)),
-                }
-            }
-            Err(e) => Attempt::Failed(classify(&e)),
+        let timestamp = timestamp.to_string();
+        let headers = [
+            ("content-type", "application/json"),
+            ("webhook-id", m.id),
+            ("webhook-timestamp", timestamp.as_str()),
+            ("webhook-signature", signature.as_str()),
+            ("x-mcp-subscription-id", m.subscription),
+        ];
+        let body = Bytes::copy_from_slice(m.body);
+        let sent = tokio::time::timeout(self.timeout, self.client.post(m.to, &headers, body, 0));
+        match sent.await {
+            Err(_) => Attempt::Failed(Failure::Timeout),
+            Ok(Err(f)) => Attempt::Failed(f),
+            Ok(Ok(answer)) => match answer.status {
+                code @ 200..=299 => Attempt::Acked(code),
+                code @ (410 | 413) => Attempt::Refused(code),
+                code @ 500..=599 => Attempt::Failed(Failure::Http5xx(code)),
+                code => Attempt::Failed(Failure::Http4xx(code)),
+            },
         }
     }
+}
+
+/// A verification handshake to send.
+#[derive(Debug, Clone, Copy)]
+pub struct Challenge<'a> {
+    /// Its `webhook-id` (`msg_verification_...`).
+    pub message_id: &'a str,
+    /// The subscription's id (`X-MCP-Subscription-Id`).
+    pub subscription: &'a str,
+    /// The secret it is signed with.
+    pub secret: &'a Secret,
+    /// The nonce the endpoint must echo.
+    pub challenge: &'a str,
 }
 
 /// The most of a verification answer read.
@@ -153,52 +195,53 @@ impl Sender {
     /// `{"challenge":...}`, the same nonce. `Err` is the category of what went wrong: the
     /// connection's (`connection_refused`, `timeout`, `tls_error`, refused addresses included),
     /// or `challenge_failed` for any answer that is not the echo.
-    pub async fn verify(
-        &self,
-        url: &str,
-        message_id: &str,
-        subscription: &str,
-        secret: &Secret,
-        challenge: &str,
-    ) -> Result<(), &'static str> {
+    pub async fn verify(&self, to: &Endpoint, c: &Challenge<'_>) -> Result<(), &'static str> {
+        let Challenge {
+            message_id,
+            subscription,
+            secret,
+            challenge,
+        } = *c;
         let body = serde_json::json!({"type": "verification", "challenge": challenge}).to_string();
-        let url = self
-            .policy
-            .check_url(url)
-            .map_err(|e| Failure::Egress(e).category())?;
-        let timestamp = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let timestamp = unix_now();
         let signature = signature_header(&[secret], message_id, timestamp, body.as_bytes());
-        let mut r = self
+        let timestamp = timestamp.to_string();
+        let headers = [
+            ("content-type", "application/json"),
+            ("webhook-id", message_id),
+            ("webhook-timestamp", timestamp.as_str()),
+            ("webhook-signature", signature.as_str()),
+            ("x-mcp-subscription-id", subscription),
+        ];
+        let sent = self
             .client
-            .post(url)
-            .header("content-type", "application/json")
-            .header("webhook-id", message_id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
-            .header("x-mcp-subscription-id", subscription)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| classify(&e).category())?;
-        if !r.status().is_success() {
+            .post(to, &headers, Bytes::from(body), MAX_VERIFICATION_ANSWER);
+        let answer = match tokio::time::timeout(self.timeout, sent).await {
+            Err(_) => return Err(Failure::Timeout.category()),
+            Ok(Err(f)) => return Err(f.category()),
+            Ok(Ok(a)) => a,
+        };
+        if !(200..=299).contains(&answer.status) {
             return Err("challenge_failed");
         }
-        let mut answer = Vec::new();
-        while let Some(chunk) = r.chunk().await.map_err(|e| classify(&e).category())? {
-            answer.extend_from_slice(&chunk);
-            if answer.len() > MAX_VERIFICATION_ANSWER {
-                return Err("challenge_failed");
-            }
-        }
-        let echoed = echoed_challenge(&answer).unwrap_or_default();
+        let echoed = answer
+            .body
+            .as_deref()
+            .and_then(echoed_challenge)
+            .unwrap_or_default();
         if constant_time_eq(echoed.as_bytes(), challenge.as_bytes()) {
             Ok(())
         } else {
             Err("challenge_failed")
         }
     }
+}
+
+/// Now in Unix seconds.
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The `challenge` string of a JSON object answer.
@@ -215,35 +258,4 @@ fn echoed_challenge(answer: &[u8]) -> Option<String> {
 /// Equality that takes the same time whatever the bytes are (for equal lengths).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// What a transport error was, from its chain of causes.
-fn classify(e: &reqwest::Error) -> Failure {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(c) = cause {
-        if let Some(egress) = c.downcast_ref::<EgressError>() {
-            return Failure::Egress(egress.clone());
-        }
-        if c.downcast_ref::<rustls::Error>().is_some() {
-            return Failure::Tls;
-        }
-        // An I/O error hides the error it wraps from `source()`: look inside.
-        if let Some(inner) = c
-            .downcast_ref::<std::io::Error>()
-            .and_then(std::io::Error::get_ref)
-        {
-            if let Some(egress) = inner.downcast_ref::<EgressError>() {
-                return Failure::Egress(egress.clone());
-            }
-            if inner.downcast_ref::<rustls::Error>().is_some() {
-                return Failure::Tls;
-            }
-        }
-        cause = c.source();
-    }
-    if e.is_timeout() {
-        Failure::Timeout
-    } else {
-        Failure::Connection
-    }
 }

@@ -61,11 +61,16 @@ fn secret(byte: u8) -> Secret {
     Secret::parse(&format!("whsec_{key}")).unwrap()
 }
 
-/// One attempt of an empty event to `url`, signed with `s`.
+/// One attempt of an empty event to `url`, signed with `s`: refused as a URL by the policy
+/// as the delivery loop does, or sent.
 async fn send(sender: &Sender, url: &str, s: &Secret) -> Attempt {
+    let to = match sender.policy().check_url(url) {
+        Ok(to) => to,
+        Err(e) => return Attempt::Failed(Failure::Egress(e)),
+    };
     sender
         .send(Message {
-            url,
+            to: &to,
             id: "m",
             subscription: "sub",
             body: b"{}",
@@ -77,12 +82,12 @@ async fn send(sender: &Sender, url: &str, s: &Secret) -> Attempt {
 #[tokio::test]
 async fn a_delivery_is_signed_over_its_raw_body_with_every_header() {
     let (base, seen) = receiver().await;
-    let sender = Sender::new(loopback_policy(), Duration::from_secs(5)).unwrap();
+    let sender = Sender::new(loopback_policy(), Duration::from_secs(5), 4).unwrap();
     let (current, previous) = (secret(1), secret(2));
     let body = br#"{"eventId":"t-7","name":"taskmesh.task.updated"}"#;
-    let url = format!("{base}/ok");
+    let to = sender.policy().check_url(&format!("{base}/ok")).unwrap();
     let m = Message {
-        url: &url,
+        to: &to,
         id: "t-7",
         subscription: "sub_1",
         body,
@@ -118,7 +123,7 @@ async fn a_delivery_is_signed_over_its_raw_body_with_every_header() {
 #[tokio::test]
 async fn answers_map_to_outcomes_and_redirects_are_not_followed() {
     let (base, seen) = receiver().await;
-    let sender = Sender::new(loopback_policy(), Duration::from_secs(5)).unwrap();
+    let sender = Sender::new(loopback_policy(), Duration::from_secs(5), 4).unwrap();
     let s = secret(3);
     let attempt = |path: &str| {
         let url = format!("{base}{path}");
@@ -165,6 +170,7 @@ async fn addresses_that_are_not_global_are_never_reached_unless_allowed() {
             http_hosts: vec!["127.0.0.1".into(), "localhost".into(), "[::1]".into()],
         },
         Duration::from_secs(5),
+        4,
     )
     .unwrap();
     let s = secret(4);
@@ -183,13 +189,13 @@ async fn addresses_that_are_not_global_are_never_reached_unless_allowed() {
         );
     }
     // Plain http to a host not listed is refused before anything else.
-    let https_only = Sender::new(EgressPolicy::default(), Duration::from_secs(5)).unwrap();
+    let https_only = Sender::new(EgressPolicy::default(), Duration::from_secs(5), 4).unwrap();
     let got = send(&https_only, &format!("{base}/ok"), &s).await;
     assert_eq!(got, Attempt::Failed(Failure::Egress(EgressError::NotHttps)));
     assert!(seen.lock().is_empty(), "a refused address was reached");
     // Allowed by name once the block is allowed: the same name now reaches the receiver.
     let url = format!("http://localhost:{port}/ok");
-    let open = Sender::new(loopback_policy(), Duration::from_secs(5)).unwrap();
+    let open = Sender::new(loopback_policy(), Duration::from_secs(5), 4).unwrap();
     let got = send(&open, &url, &s).await;
     // localhost may resolve to ::1 first, which this policy does not allow: the client then
     // connects to the allowed 127.0.0.1.

@@ -10,12 +10,14 @@
 //! subscribe of an identity that is live is a refresh: the secret is replaced (the old one
 //! still signs for `events.secret_grace_ms`), the life granted again, the subscription
 //! reactivated. A new one is verified first, unless its URL is listed in
-//! `events.verified_urls`: a signed `{"type":"verification","challenge":...}` that the endpoint
-//! must echo.
+//! `events.verified_urls` or the node verified it for the same principal lately
+//! (`events.verification_cache_ms`): a signed `{"type":"verification","challenge":...}` that
+//! the endpoint must echo, at most `events.verifications_per_host_per_minute` to a host.
 //!
 //! Webhook mode needs an authenticated principal (`-32024` Forbidden otherwise). Errors are the
 //! draft's, provisional: `-32602` for a bad URL, secret or argument, `-32023` for an unknown
-//! event or subscription, `-32025` past `events.max_subscriptions_per_principal`, `-32026` for
+//! event or subscription, `-32025` past `events.max_subscriptions_per_principal` or the
+//! verifications a host may be sent, `-32026` for
 //! a delivery mode other than `webhook`, `-32027` when verification fails (`data.reason`: the
 //! category). A subscription is never replayed: its `cursor` is `null`.
 
@@ -24,7 +26,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use taskmesh_host::ops::{ReadSubscription, Subscribe, SubscriptionRead, Unsubscribe};
-use taskmesh_host::outbox::TASK_EVENT;
+use taskmesh_host::outbox::{VerifyError, TASK_EVENT};
 use taskmesh_mcp::jsonrpc::ErrorObject;
 use taskmesh_task::Subscription;
 
@@ -237,19 +239,40 @@ pub(super) async fn subscribe(
             let challenge =
                 taskmesh_router::mint_task_id().map_err(|e| crate::wire::host_error(&e))?;
             let message_id = format!("msg_verification_{challenge}");
-            if let Err(reason) = gw
+            let verified = gw
                 .router
                 .host()
-                .verify_endpoint(&who.url, &message_id, &who.id, &secret, &challenge)
-                .await
-            {
-                return Err(ErrorObject {
-                    code: CALLBACK_ENDPOINT_ERROR,
-                    message: format!(
-                        "Callback endpoint error: the webhook did not pass verification ({reason})"
-                    ),
-                    data: Some(json!({"reason": reason})),
-                });
+                .verify_endpoint(
+                    principal,
+                    &who.url,
+                    &taskmesh_webhook::Challenge {
+                        message_id: &message_id,
+                        subscription: &who.id,
+                        secret: &secret,
+                        challenge: &challenge,
+                    },
+                )
+                .await;
+            match verified {
+                Ok(()) => {}
+                Err(VerifyError::Failed(reason)) => {
+                    return Err(ErrorObject {
+                        code: CALLBACK_ENDPOINT_ERROR,
+                        message: format!(
+                            "Callback endpoint error: the webhook did not pass verification ({reason})"
+                        ),
+                        data: Some(json!({"reason": reason})),
+                    });
+                }
+                Err(VerifyError::RateLimited { per_minute }) => {
+                    return Err(ErrorObject {
+                        code: RESOURCE_EXHAUSTED,
+                        message: format!(
+                            "Resource exhausted: at most {per_minute} endpoint verifications a minute to one host; try again later"
+                        ),
+                        data: Some(json!({"limit": "verifications", "max": per_minute})),
+                    });
+                }
             }
         }
     }

@@ -20,6 +20,7 @@ mod status;
 pub mod subscriptions;
 mod suspend;
 mod target;
+mod verify;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -28,13 +29,14 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use taskmesh_shard::{ShardEvent, ShardReplica};
 use taskmesh_task::{Command, OutboxEvent, Settlement, TaskRecord, Watcher};
-use taskmesh_webhook::{Attempt, Message, Secret, Sender};
+use taskmesh_webhook::{Attempt, Failure, Message, Secret, Sender};
 use tokio::sync::{mpsc, Semaphore};
 
 pub use settings::{validate_webhooks, EventSettings, WebhookSettings};
 pub use status::{DeliveryStats, WebhookStatus};
 use suspend::{Admit, Breakers, Seen};
 use target::Target;
+pub use verify::VerifyError;
 
 use crate::now_ms;
 
@@ -81,6 +83,10 @@ pub(crate) struct Delivery {
     breakers: Arc<Breakers>,
     /// The threads deliveries run on.
     lane: lane::Lane,
+    /// Client subscriptions' targets, made once per URL and secrets.
+    client_targets: target::KeptTargets,
+    /// Endpoint verification: what passed lately, and the rate per host.
+    verifier: verify::Verifier,
 }
 
 impl Delivery {
@@ -91,24 +97,30 @@ impl Delivery {
         render: Renderer,
     ) -> Result<Option<Self>, String> {
         validate_webhooks(webhooks, settings)?;
+        let sender = Sender::new(
+            settings.policy()?,
+            Duration::from_millis(settings.delivery_timeout_ms),
+            settings.per_destination,
+        )?;
         let hooks = webhooks
             .iter()
             .map(|w| {
-                let secret = Secret::parse(&w.secret).map_err(|e| e.to_string())?;
-                let target = Arc::new(Target::new(w.name.clone(), w.url.clone(), vec![secret]));
+                let target = Target::new(
+                    w.name.clone(),
+                    w.url.clone(),
+                    vec![w.secret.clone()],
+                    sender.policy(),
+                )
+                .ok_or_else(|| format!("webhooks.{}.secret is not a whsec_ secret", w.name))?;
                 Ok((
                     w.subscription_id(),
                     Hook {
                         settings: w.clone(),
-                        target,
+                        target: Arc::new(target),
                     },
                 ))
             })
             .collect::<Result<HashMap<_, _>, String>>()?;
-        let sender = Sender::new(
-            settings.policy()?,
-            Duration::from_millis(settings.delivery_timeout_ms),
-        )?;
         Ok(Some(Self {
             settings: settings.clone(),
             hooks,
@@ -123,6 +135,8 @@ impl Delivery {
             breakers: Breakers::new(settings),
             lane: lane::Lane::new(settings.delivery_threads, settings.delivery_nice)
                 .map_err(|e| format!("the delivery threads could not start: {e}"))?,
+            client_targets: target::KeptTargets::default(),
+            verifier: verify::Verifier::new(settings),
         }))
     }
 
@@ -293,20 +307,6 @@ impl Delivery {
         };
         self.render.occurrence(record, &change).into_bytes()
     }
-}
-
-/// The destination of `url`: its scheme, host and port.
-pub(super) fn destination_key(url: &str) -> String {
-    url.parse::<url::Url>()
-        .map(|u| {
-            format!(
-                "{}://{}:{}",
-                u.scheme(),
-                u.host_str().unwrap_or(""),
-                u.port_or_known_default().unwrap_or(0)
-            )
-        })
-        .unwrap_or_else(|_| url.to_owned())
 }
 
 /// The pairs `record` owes.
@@ -508,19 +508,22 @@ async fn attempts(
             return Some(Settled::Unwatch);
         };
         attempt += 1;
-        let got = {
-            let _slot = delivery.turn(&hook.destination).await?;
-            let secrets: Vec<&Secret> = hook.secrets.iter().collect();
-            delivery
-                .sender
-                .send(Message {
-                    url: &hook.url,
-                    id: &event_id,
-                    subscription: &pair.subscription,
-                    body: &body,
-                    secrets: &secrets,
-                })
-                .await
+        let got = match &hook.endpoint {
+            Err(refused) => Attempt::Failed(Failure::Egress(refused.clone())),
+            Ok(to) => {
+                let _slot = delivery.turn(&hook.destination).await?;
+                let secrets: Vec<&Secret> = hook.secrets.iter().collect();
+                delivery
+                    .sender
+                    .send(Message {
+                        to,
+                        id: &event_id,
+                        subscription: &pair.subscription,
+                        body: &body,
+                        secrets: &secrets,
+                    })
+                    .await
+            }
         };
         let webhook = hook.name.as_str();
         hook.attempts.increment(1);

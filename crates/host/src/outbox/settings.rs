@@ -97,6 +97,14 @@ pub struct EventSettings {
     /// (verified otherwise, or the operator's). Default none: every new subscription's
     /// endpoint must echo the challenge.
     pub verified_urls: Vec<String>,
+    /// How long a node remembers that a principal's endpoint (its URL) passed verification,
+    /// in ms: another subscription of that principal to that URL meanwhile is not verified
+    /// again. Default 3600000 (1 h); at most 86400000; 0 remembers nothing.
+    pub verification_cache_ms: u64,
+    /// Verification POSTs a node sends to one host a minute; a new subscription that would
+    /// need one more fails (-32025, `data.limit: "verifications"`) with nothing sent.
+    /// Default 20; 1 to 10000.
+    pub verifications_per_host_per_minute: u32,
 }
 
 impl Default for EventSettings {
@@ -130,6 +138,8 @@ impl Default for EventSettings {
             max_subscriptions_per_principal: 16,
             secret_grace_ms: 300_000,
             verified_urls: Vec::new(),
+            verification_cache_ms: 3_600_000,
+            verifications_per_host_per_minute: 20,
         }
     }
 }
@@ -183,6 +193,12 @@ impl EventSettings {
         }
         if !(100..=30_000).contains(&self.stream_heartbeat_ms) {
             return Err("events.stream_heartbeat_ms must be between 100 and 30000".into());
+        }
+        if self.verification_cache_ms > 86_400_000 {
+            return Err("events.verification_cache_ms must be at most 86400000".into());
+        }
+        if !(1..=10_000).contains(&self.verifications_per_host_per_minute) {
+            return Err("events.verifications_per_host_per_minute must be 1 to 10000".into());
         }
         if self.max_streams_per_principal == 0 {
             return Err("events.max_streams_per_principal must be at least 1".into());

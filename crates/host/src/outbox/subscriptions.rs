@@ -4,7 +4,7 @@
 
 use taskmesh_task::{Applied, Command, Subscription};
 
-use super::DeliveryStats;
+use super::{DeliveryStats, VerifyError};
 use crate::ops::{ReadSubscription, Subscribe, Unsubscribe};
 use crate::{Host, HostError};
 
@@ -86,21 +86,24 @@ impl Host {
         })
     }
 
-    /// Check that `url` answers endpoint verification (see
-    /// [`taskmesh_webhook::Sender::verify`]); `Err` is the failure's category.
+    /// Check that `url` answers endpoint verification for `principal` (see
+    /// [`taskmesh_webhook::Sender::verify`]), unless it passed for that principal lately on
+    /// this node, within the rate of verifications to its host.
     pub async fn verify_endpoint(
         &self,
+        principal: &str,
         url: &str,
-        message_id: &str,
-        subscription: &str,
-        secret: &taskmesh_webhook::Secret,
-        challenge: &str,
-    ) -> Result<(), &'static str> {
+        challenge: &taskmesh_webhook::Challenge<'_>,
+    ) -> Result<(), VerifyError> {
         let Some(d) = &self.inner.delivery else {
-            return Err("connection_refused");
+            return Err(VerifyError::Failed("connection_refused"));
         };
-        d.sender
-            .verify(url, message_id, subscription, secret, challenge)
+        let to =
+            d.sender.policy().check_url(url).map_err(|e| {
+                VerifyError::Failed(taskmesh_webhook::Failure::Egress(e).category())
+            })?;
+        d.verifier
+            .verify(&d.sender, principal, &to, challenge)
             .await
     }
 

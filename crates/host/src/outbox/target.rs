@@ -1,26 +1,38 @@
 //! Where a webhook's events go: an operator webhook's target, made once, or a client
-//! subscription's, read from the shard's state for each attempt.
+//! subscription's, made when it is first delivered to and again only when its URL or secrets
+//! change (a refresh), so that an attempt neither parses a URL nor registers a metric.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use taskmesh_metrics::metrics::{counter, gauge, histogram};
 use taskmesh_metrics::names;
 use taskmesh_shard::ShardReplica;
-use taskmesh_webhook::Secret;
+use taskmesh_webhook::{EgressError, EgressPolicy, Endpoint, Secret};
 
-use super::{destination_key, Delivery};
+use super::Delivery;
 use crate::now_ms;
+
+/// Most client subscriptions' targets a node keeps made; past it they are made again as
+/// needed.
+const MAX_KEPT_TARGETS: usize = 4096;
 
 /// Where a subscription's events go, how they are signed, and its metrics.
 pub(super) struct Target {
     /// The `webhook` label of its metrics: an operator webhook's name, a client
     /// subscription's id.
     pub(super) name: String,
-    pub(super) url: String,
+    /// The URL as configured or subscribed.
+    url: String,
+    /// The URL as the egress policy passed it, or why it does not (every attempt then fails
+    /// as refused, sending nothing).
+    pub(super) endpoint: Result<Endpoint, EgressError>,
     /// Its scheme, host and port: the attempts in flight and the rate are per destination.
     pub(super) destination: String,
     /// The current secret first, then one a refresh replaced, while it is honoured.
     pub(super) secrets: Vec<Secret>,
+    /// The texts of `secrets`, to tell whether a refresh changed them.
+    secret_texts: Vec<String>,
     /// Its metrics, registered once (an attempt does not look them up).
     pub(super) attempts: taskmesh_metrics::metrics::Counter,
     pub(super) lag: taskmesh_metrics::metrics::Histogram,
@@ -31,10 +43,27 @@ pub(super) struct Target {
 }
 
 impl Target {
-    pub(super) fn new(name: String, url: String, secrets: Vec<Secret>) -> Self {
+    /// The target of `url`, signing with the secrets of `secret_texts` (each already valid:
+    /// checked when configured or subscribed); `None` if one is not.
+    pub(super) fn new(
+        name: String,
+        url: String,
+        secret_texts: Vec<String>,
+        policy: &EgressPolicy,
+    ) -> Option<Self> {
+        let secrets = secret_texts
+            .iter()
+            .map(|s| Secret::parse(s).ok())
+            .collect::<Option<Vec<_>>>()?;
+        let endpoint = policy.check_url(&url);
+        let destination = match &endpoint {
+            Ok(e) => e.origin().to_owned(),
+            Err(_) => url.clone(),
+        };
         let settled = |outcome: &'static str| counter!(names::WEBHOOK_DELIVERIES, "webhook" => name.clone(), "outcome" => outcome);
-        Self {
-            destination: destination_key(&url),
+        Some(Self {
+            destination,
+            endpoint,
             attempts: counter!(names::WEBHOOK_ATTEMPTS, "webhook" => name.clone()),
             lag: histogram!(names::WEBHOOK_LAG, "webhook" => name.clone()),
             acked: settled("acked"),
@@ -44,8 +73,19 @@ impl Target {
             name,
             url,
             secrets,
-        }
+            secret_texts,
+        })
     }
+}
+
+/// What the shard holds of a client subscription, against the target made of it before.
+enum Found {
+    /// No such subscription, or it lapsed.
+    Gone,
+    /// As when its target was made.
+    Same(Arc<Target>),
+    /// New here, or refreshed since: (url, secret texts).
+    Changed(String, Vec<String>),
 }
 
 impl Delivery {
@@ -56,16 +96,56 @@ impl Delivery {
             return Some(h.target.clone());
         }
         let now = now_ms();
-        let sub = shard.read_local(|s| s.subscription(subscription).cloned())?;
-        if sub.lapsed(now) {
-            return None;
-        }
-        let mut secrets = vec![Secret::parse(&sub.secret).ok()?];
-        if let Some(previous) = &sub.previous_secret {
-            if sub.previous_until_ms > now {
-                secrets.extend(Secret::parse(previous).ok());
+        let kept = self.client_targets.lock().get(subscription).cloned();
+        let found = shard.read_local(|s| {
+            let Some(sub) = s.subscription(subscription) else {
+                return Found::Gone;
+            };
+            if sub.lapsed(now) {
+                return Found::Gone;
+            }
+            let previous = sub
+                .previous_secret
+                .as_ref()
+                .filter(|_| sub.previous_until_ms > now);
+            let same = kept.as_ref().filter(|t| {
+                t.url == sub.url
+                    && t.secret_texts.first() == Some(&sub.secret)
+                    && t.secret_texts.get(1) == previous
+            });
+            match same {
+                Some(t) => Found::Same(t.clone()),
+                None => Found::Changed(
+                    sub.url.clone(),
+                    std::iter::once(sub.secret.clone())
+                        .chain(previous.cloned())
+                        .collect(),
+                ),
+            }
+        });
+        match found {
+            Found::Same(t) => Some(t),
+            Found::Gone => {
+                self.client_targets.lock().remove(subscription);
+                None
+            }
+            Found::Changed(url, secrets) => {
+                let made = Arc::new(Target::new(
+                    subscription.to_owned(),
+                    url,
+                    secrets,
+                    self.sender.policy(),
+                )?);
+                let mut kept = self.client_targets.lock();
+                if kept.len() >= MAX_KEPT_TARGETS {
+                    kept.clear();
+                }
+                kept.insert(subscription.to_owned(), made.clone());
+                Some(made)
             }
         }
-        Some(Arc::new(Target::new(sub.id, sub.url, secrets)))
     }
 }
+
+/// Client subscriptions' targets by id.
+pub(super) type KeptTargets = parking_lot::Mutex<HashMap<String, Arc<Target>>>;
