@@ -34,6 +34,9 @@ use crate::{metrics, relay, slots, status, wire, Gateway};
 pub use crate::modern::VERSION_HEADER;
 pub use crate::session::SESSION_HEADER;
 
+/// The path the MCP endpoint is served on.
+pub const MCP_PATH: &str = "/mcp";
+
 /// The axum router serving `/mcp`, the status endpoints and the worker API (its JSON mirror
 /// under `/worker/v1/` and its gRPC service).
 pub fn router(gw: Arc<Gateway>) -> axum::Router {
@@ -51,7 +54,7 @@ pub fn router(gw: Arc<Gateway>) -> axum::Router {
         .route("/healthz", axum::routing::get(status::handle_healthz))
         .route("/readyz", axum::routing::get(status::handle_readyz))
         .route(
-            "/mcp",
+            MCP_PATH,
             post(handle_post).get(handle_get).delete(handle_delete),
         )
         .layer(DefaultBodyLimit::max(limit))

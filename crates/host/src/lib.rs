@@ -102,10 +102,8 @@ impl Host {
         // client could not be built) leaves webhooks undelivered, and says so.
         let render = outbox::event::Renderer::default();
         let delivery = outbox::Delivery::new(&cfg.events, &cfg.webhooks, render.clone())
-            .unwrap_or_else(|e| {
-                tracing::error!(error = %e, "webhooks are not delivered");
-                None
-            })
+            .map_err(|e| tracing::error!(error = %e, "webhooks are not delivered"))
+            .ok()
             .map(Arc::new);
         let cfg_workers = cfg.workers.clone();
         let slots = slots::Slots::new(

@@ -162,7 +162,7 @@ pub async fn serve(
     );
     let app = listener::App {
         router: taskmesh_gateway::http_router(gateway.clone()),
-        gateway: Some(gateway.clone()),
+        gateway: gateway.clone(),
     };
 
     let listener = tokio::net::TcpListener::bind(cfg.listen)

@@ -63,7 +63,8 @@ pub type Tls = Option<std::sync::Arc<taskmesh_tls::ServerTls>>;
 const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// What the listener serves: `POST /mcp` straight to the gateway's handler, everything else
-/// (and `POST /mcp` too, when `gateway` is `None`) through the router.
+/// through the router. So the router's layers never see `POST /mcp`: a layer that must apply
+/// to it goes in the gateway's handler.
 #[derive(Clone)]
 pub struct App {
     /// Every route, `/mcp` included.
@@ -71,7 +72,7 @@ pub struct App {
     /// The gateway whose `POST /mcp` handler takes those requests ahead of the router: the same
     /// handler the router would reach, without the per-request work of its layers (the path
     /// match, the boxed service's clone, the extractors), which is a fifth of a poll's CPU.
-    pub gateway: Option<Arc<taskmesh_gateway::Gateway>>,
+    pub gateway: Arc<taskmesh_gateway::Gateway>,
 }
 
 impl App {
@@ -81,24 +82,22 @@ impl App {
         peer: std::net::SocketAddr,
         req: hyper::Request<hyper::body::Incoming>,
     ) -> Result<axum::response::Response, std::convert::Infallible> {
-        match self.gateway {
-            Some(gw) if req.method() == hyper::Method::POST && req.uri().path() == "/mcp" => {
-                let (parts, body) = req.into_parts();
-                Ok(taskmesh_gateway::http::post_mcp(
-                    gw,
-                    Some(peer.ip()),
-                    parts.version,
-                    parts.headers,
-                    axum::body::Body::new(body),
-                )
-                .await)
-            }
-            _ => {
-                let mut req = req.map(axum::body::Body::new);
-                req.extensions_mut().insert(ConnectInfo(peer));
-                self.router.oneshot(req).await
-            }
+        if req.method() == hyper::Method::POST
+            && req.uri().path() == taskmesh_gateway::http::MCP_PATH
+        {
+            let (parts, body) = req.into_parts();
+            return Ok(taskmesh_gateway::http::post_mcp(
+                self.gateway,
+                Some(peer.ip()),
+                parts.version,
+                parts.headers,
+                axum::body::Body::new(body),
+            )
+            .await);
         }
+        let mut req = req.map(axum::body::Body::new);
+        req.extensions_mut().insert(ConnectInfo(peer));
+        self.router.oneshot(req).await
     }
 }
 

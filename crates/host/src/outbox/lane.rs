@@ -9,7 +9,6 @@
 
 use std::future::Future;
 
-use parking_lot::Mutex;
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
 
@@ -17,7 +16,7 @@ use tokio::task::JoinHandle;
 pub(crate) struct Lane {
     handle: Handle,
     /// Owned here; shut down without waiting when the lane is dropped.
-    runtime: Mutex<Option<Runtime>>,
+    runtime: Option<Runtime>,
 }
 
 impl Lane {
@@ -32,7 +31,7 @@ impl Lane {
             .build()?;
         Ok(Self {
             handle: runtime.handle().clone(),
-            runtime: Mutex::new(Some(runtime)),
+            runtime: Some(runtime),
         })
     }
 
@@ -48,7 +47,7 @@ impl Lane {
 
 impl Drop for Lane {
     fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.lock().take() {
+        if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
     }

@@ -95,7 +95,7 @@ impl Delivery {
         settings: &EventSettings,
         webhooks: &[WebhookSettings],
         render: Renderer,
-    ) -> Result<Option<Self>, String> {
+    ) -> Result<Self, String> {
         validate_webhooks(webhooks, settings)?;
         let sender = Sender::new(
             settings.policy()?,
@@ -121,7 +121,7 @@ impl Delivery {
                 ))
             })
             .collect::<Result<HashMap<_, _>, String>>()?;
-        Ok(Some(Self {
+        Ok(Self {
             settings: settings.clone(),
             hooks,
             sender,
@@ -137,7 +137,7 @@ impl Delivery {
                 .map_err(|e| format!("the delivery threads could not start: {e}"))?,
             client_targets: target::KeptTargets::default(),
             verifier: verify::Verifier::new(settings),
-        }))
+        })
     }
 
     /// Run the delivery loop of `shard` on the delivery threads.
