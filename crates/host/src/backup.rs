@@ -52,7 +52,12 @@ impl Host {
             .await
             .map_err(|e| HostError::from_shard(shard_id, e))?
         {
-            Applied::Imported { records } => Ok(records.len() as u64),
+            Applied::Imported { records } => {
+                for r in records.iter().filter(|r| !r.status.is_terminal()) {
+                    self.suspect(shard_id, &r.task_id);
+                }
+                Ok(records.len() as u64)
+            }
             other => Err(HostError::Internal(format!(
                 "unexpected import result {other:?}"
             ))),

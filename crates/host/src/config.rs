@@ -33,9 +33,14 @@ pub struct TaskSettings {
     /// Lifetime of a `tasks/list` cursor, in ms; an older one is refused with `-32602` (read
     /// by the gateway). Default 3600000 (1 h).
     pub cursor_ttl_ms: u64,
-    /// How often a shard leader checks that every live task has its execution, in ms.
-    /// Default 1000, at least 1.
+    /// How often a shard leader checks the tasks whose execution on it ended or never began
+    /// (an execution that stopped, a create that did not spawn one), in ms. Default 1000, at
+    /// least 1.
     pub reconcile_interval_ms: u64,
+    /// How often a shard leader checks every live task, in ms: the same check over the whole
+    /// shard, whose cost grows with its live tasks (it also runs on every leadership change).
+    /// Default 60000, at least `reconcile_interval_ms`.
+    pub reconcile_full_interval_ms: u64,
     /// First pause before a refused task write is tried again, in ms (doubles per refusal).
     /// Default 50, at least 1 and at most `write_retry_max_ms`.
     pub write_retry_min_ms: u64,
@@ -104,6 +109,7 @@ impl Default for TaskSettings {
             list_page_size: 50,
             cursor_ttl_ms: 3_600_000,
             reconcile_interval_ms: 1_000,
+            reconcile_full_interval_ms: 60_000,
             write_retry_min_ms: 50,
             write_retry_max_ms: 1_000,
             max_result_bytes: 4 * 1024 * 1024,
@@ -131,6 +137,12 @@ impl TaskSettings {
         }
         if self.reconcile_interval_ms == 0 {
             return Err("tasks.reconcile_interval_ms must be at least 1".into());
+        }
+        if self.reconcile_full_interval_ms < self.reconcile_interval_ms {
+            return Err(
+                "tasks.reconcile_full_interval_ms must be at least tasks.reconcile_interval_ms"
+                    .into(),
+            );
         }
         if self.write_retry_min_ms == 0 || self.write_retry_max_ms < self.write_retry_min_ms {
             return Err(format!(
@@ -265,10 +277,14 @@ mod tests {
     #[test]
     fn a_bad_value_is_refused_naming_its_key() {
         type Edit = fn(&mut TaskSettings);
-        let cases: [(Edit, &str); 14] = [
+        let cases: [(Edit, &str); 15] = [
             (|s| s.max_live_tasks = 0, "max_live_tasks"),
             (|s| s.poll_interval_ms = 0, "poll_interval_ms"),
             (|s| s.reconcile_interval_ms = 0, "reconcile_interval_ms"),
+            (
+                |s| s.reconcile_full_interval_ms = 999,
+                "reconcile_full_interval_ms",
+            ),
             (|s| s.write_retry_min_ms = 0, "write_retry_min_ms"),
             (|s| s.write_retry_max_ms = 10, "write_retry_min_ms"),
             (|s| s.max_result_bytes = 1023, "max_result_bytes"),

@@ -57,7 +57,7 @@ impl Host {
         // alone. Whatever ends this future (an error, or the caller dropping it), the guard
         // gives the slot back unless an actor took it, and a committed task without an actor
         // is then the reconciler's to run.
-        let starting = Starting::new(self, &new.task_id, &new.owner);
+        let starting = Starting::new(self, shard_id, &new.task_id, &new.owner);
         let now = now_ms();
         let term = shard.current_term();
         // The operator's webhooks that cover the owner watch the task from its start.
@@ -131,16 +131,18 @@ impl Host {
 /// until an actor takes it.
 struct Starting<'a> {
     host: &'a Host,
+    shard: u32,
     task_id: String,
     owner: String,
     holds_slot: bool,
 }
 
 impl<'a> Starting<'a> {
-    fn new(host: &'a Host, task_id: &str, owner: &str) -> Self {
+    fn new(host: &'a Host, shard: u32, task_id: &str, owner: &str) -> Self {
         host.inner.starting.lock().insert(task_id.to_string());
         Self {
             host,
+            shard,
             task_id: task_id.to_string(),
             owner: owner.to_string(),
             holds_slot: true,
@@ -156,6 +158,8 @@ impl<'a> Starting<'a> {
 impl Drop for Starting<'_> {
     fn drop(&mut self) {
         self.host.inner.starting.lock().remove(&self.task_id);
+        // Committed or not, running or not: the reconciler looks.
+        self.host.suspect(self.shard, &self.task_id);
         if self.holds_slot {
             self.host.give_slot(&self.owner);
         }

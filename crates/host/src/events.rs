@@ -1,12 +1,15 @@
 //! The loops of a host. Per shard, two tasks that sleep until something happens:
 //!
 //! - the reconciler: on the shard's leader, every live task has exactly one execution here.
-//!   It compares the state machine's live tasks with the actors that run, on every leadership
-//!   change and whenever the host's housekeeping nudges it: a live task without an actor (a
-//!   new leadership, an actor that stopped without recording an outcome, a create that never
-//!   spawned one) is taken over by its tool's resume policy, whatever its term; an actor whose
-//!   task is terminal, gone, or owned by a newer execution is stopped; on a node that does not
-//!   lead the shard, every actor of it is stopped;
+//!   It compares the state machine's live tasks with the actors that run: all of them on
+//!   every leadership change and every `tasks.reconcile_full_interval_ms`, and whenever the
+//!   host's housekeeping nudges it, those whose actor stopped or whose create ended since the
+//!   last pass (the suspects, so that a pass costs what changed, not what lives). A live task
+//!   without an actor (a new leadership, an actor that stopped without recording an outcome, a
+//!   create that never spawned one, an imported record) is taken over by its tool's resume
+//!   policy, whatever its term; an actor whose task is terminal, gone, or owned by a newer
+//!   execution is stopped; on a node that does not lead the shard, every actor of it is
+//!   stopped;
 //! - events: every applied change is announced by the leader ([`HostEvent::Status`]), wakes
 //!   `tasks/result` waiters of terminal tasks, and stops the actors of terminal and expired
 //!   tasks.
@@ -15,8 +18,8 @@
 //! costs no timer of its own:
 //!
 //! - every `tasks.reconcile_interval_ms` it nudges the reconciler of each shard that has
-//!   something to check (it leads it and it has live tasks or actors here, or it does not lead
-//!   it and actors of it still run here);
+//!   something to check (it leads it and it has live tasks, suspects or actors here, or it
+//!   does not lead it and actors of it still run here);
 //! - every `tasks.expiry_sweep_interval_ms` it deletes, through the log of each shard it leads,
 //!   the tasks whose TTL ran out (a lookup in the shard's expiry index, so a shard with nothing
 //!   due costs next to nothing).
@@ -147,6 +150,9 @@ async fn reconcile_loop(host: Host, shard: ShardReplica, nudge: Arc<Notify>) {
     let cfg = &host.inner.cfg;
     let retry_min = Duration::from_millis(cfg.tasks.write_retry_min_ms.max(1));
     let retry_max = Duration::from_millis(cfg.tasks.write_retry_max_ms.max(1));
+    let full_every = Duration::from_millis(cfg.tasks.reconcile_full_interval_ms.max(1));
+    // When a pass last checked every live task of the shard (in the term of `caught_up`).
+    let mut last_full: Option<tokio::time::Instant> = None;
     let mut leadership = shard.leadership();
     let mut retry: Option<Duration> = None;
     let mut next = tokio::time::Instant::now();
@@ -188,7 +194,14 @@ async fn reconcile_loop(host: Host, shard: ShardReplica, nudge: Arc<Notify>) {
         if !now.is_leader {
             stop_shard_actors(&host, shard.shard_id());
             retry = None;
-        } else if reconcile(&host, &shard, now.term, &mut caught_up).await {
+            continue;
+        }
+        let full =
+            caught_up != Some(now.term) || last_full.is_none_or(|at| at.elapsed() >= full_every);
+        if reconcile(&host, &shard, now.term, &mut caught_up, full).await {
+            if full {
+                last_full = Some(tokio::time::Instant::now());
+            }
             retry = None;
         } else {
             let pause = retry.map_or(retry_min, |p| (p * 2).min(retry_max));
@@ -239,10 +252,20 @@ fn nudge_reconcilers(host: &Host) {
     for r in host.inner.actors.lock().values() {
         *actors.entry(r.shard).or_default() += 1;
     }
+    let suspected: HashSet<u32> = host
+        .inner
+        .suspects
+        .lock()
+        .iter()
+        .filter(|(_, ids)| !ids.is_empty())
+        .map(|(shard, _)| *shard)
+        .collect();
     for (shard, nudge) in host.nudges() {
         let running = actors.get(&shard.shard_id()).copied().unwrap_or(0) > 0;
         let check = if shard.is_leader() {
-            running || shard.read_local(|s| s.live_count()) > 0
+            running
+                || suspected.contains(&shard.shard_id())
+                || shard.read_local(|s| s.live_count()) > 0
         } else {
             running
         };
@@ -316,7 +339,10 @@ fn sweep_expired(host: &Host, sweeping: &Arc<parking_lot::Mutex<HashSet<u32>>>) 
 }
 
 /// One reconciler pass as the shard's leader in `term`. Returns false when it could not finish
-/// (the shard could not be read or written as its leader): the next pass comes sooner.
+/// (the shard could not be read or written as its leader): the next pass comes sooner. A
+/// `full` pass (the first of a term, then every `tasks.reconcile_full_interval_ms`) checks
+/// every live task and every execution of the shard here; the others only the suspects, the
+/// tasks whose execution here ended or never began since the last pass.
 ///
 /// The first pass of a term reads through the linearizable read, which waits until everything
 /// committed before this leadership (the previous leader's last creates among it) is applied
@@ -328,7 +354,20 @@ async fn reconcile(
     shard: &ShardReplica,
     term: u64,
     caught_up: &mut Option<u64>,
+    full: bool,
 ) -> bool {
+    // The tasks whose execution here ended or never began since the last pass: a full pass
+    // looks at them with the others, a light one at them alone.
+    let suspects: Vec<String> = host
+        .inner
+        .suspects
+        .lock()
+        .remove(&shard.shard_id())
+        .map(|s| s.into_iter().collect())
+        .unwrap_or_default();
+    if !full {
+        return reconcile_suspects(host, shard, term, suspects).await;
+    }
     let live_of = |s: &taskmesh_task::ShardState| -> Vec<(String, u64)> {
         s.live().map(|r| (r.task_id.clone(), r.exec_term)).collect()
     };
@@ -342,51 +381,18 @@ async fn reconcile(
             }
             Err(e) => {
                 tracing::debug!(shard = shard.shard_id(), error = %e, "reconcile skipped: not readable as leader");
+                give_back(host, shard.shard_id(), suspects);
                 return false;
             }
         }
     };
-    // Counted, and logged once for the shard: a restart may resume many thousands of tasks.
-    let (mut resumed, mut failed) = (0usize, 0usize);
-    let mut refused = false;
+    let mut count = Counts::default();
     for (task_id, exec_term) in live {
-        if host.inner.starting.lock().contains(&task_id) {
-            continue; // its create spawns the actor
-        }
-        let running = host
-            .inner
-            .actors
-            .lock()
-            .get(&task_id)
-            .map(|r| (r.term, r.actor.clone()));
-        match running {
-            Some((actor_term, _)) if actor_term >= exec_term => continue,
-            // An execution of an older term than the record's: a newer one took it over.
-            Some((_, stale)) => stale.stop(Some("a newer execution owns the task".into())),
-            None => {}
-        }
-        match take_over(host, shard, &task_id, term).await {
-            TakenOver::Resumed => resumed += 1,
-            TakenOver::Failed => failed += 1,
-            TakenOver::Nothing => {}
-            TakenOver::Refused => {
-                refused = true;
-                break;
-            }
+        if !run_if_missing(host, shard, &task_id, exec_term, term, &mut count).await {
+            return false;
         }
     }
-    if resumed + failed > 0 {
-        tracing::info!(
-            shard = shard.shard_id(),
-            term,
-            resumed,
-            failed,
-            "task executions taken over (resumed, or failed by their resume policy)"
-        );
-    }
-    if refused {
-        return false;
-    }
+    count.log(shard.shard_id(), term);
     // Actors whose task is no longer live here.
     let ours: Vec<(String, ActorRef<TaskMsg>)> = host
         .inner
@@ -400,8 +406,7 @@ async fn reconcile(
     for (task_id, actor) in ours {
         let live = shard.read_local(|s| s.get(&task_id).is_some_and(|r| !r.status.is_terminal()));
         if !live {
-            tracing::debug!(task_id = %task_id, shard = shard.shard_id(), "stopping the execution of a task that is no longer live");
-            actor.stop(Some("the task is no longer live".into()));
+            stop_not_live(shard, &task_id, &actor);
             stopped += 1;
         }
     }
@@ -411,6 +416,133 @@ async fn reconcile(
             stopped,
             "executions of tasks no longer live stopped"
         );
+    }
+    true
+}
+
+/// A light pass: only `suspects`, each run by its resume policy if it is live without an
+/// execution here, its execution stopped if it is not live. Their cost is that of the tasks
+/// that ended or began since the last pass, not of the shard's live tasks.
+async fn reconcile_suspects(
+    host: &Host,
+    shard: &ShardReplica,
+    term: u64,
+    suspects: Vec<String>,
+) -> bool {
+    if suspects.is_empty() {
+        return true;
+    }
+    let found: Vec<(String, Option<u64>)> = shard.read_local(|s| {
+        suspects
+            .into_iter()
+            .map(|id| {
+                let live = s
+                    .get(&id)
+                    .filter(|r| !r.status.is_terminal())
+                    .map(|r| r.exec_term);
+                (id, live)
+            })
+            .collect()
+    });
+    let mut count = Counts::default();
+    let mut left = found.into_iter();
+    while let Some((task_id, live)) = left.next() {
+        match live {
+            Some(exec_term) => {
+                if !run_if_missing(host, shard, &task_id, exec_term, term, &mut count).await {
+                    let rest = std::iter::once(task_id).chain(left.map(|(id, _)| id));
+                    give_back(host, shard.shard_id(), rest.collect());
+                    return false;
+                }
+            }
+            None => {
+                let ours = host
+                    .inner
+                    .actors
+                    .lock()
+                    .get(&task_id)
+                    .filter(|r| r.shard == shard.shard_id())
+                    .map(|r| r.actor.clone());
+                if let Some(actor) = ours {
+                    stop_not_live(shard, &task_id, &actor);
+                }
+            }
+        }
+    }
+    count.log(shard.shard_id(), term);
+    true
+}
+
+/// Put `suspects` back for the next pass (this one could not finish).
+fn give_back(host: &Host, shard: u32, suspects: Vec<String>) {
+    if !suspects.is_empty() {
+        host.inner
+            .suspects
+            .lock()
+            .entry(shard)
+            .or_default()
+            .extend(suspects);
+    }
+}
+
+fn stop_not_live(shard: &ShardReplica, task_id: &str, actor: &ActorRef<TaskMsg>) {
+    tracing::debug!(task_id = %task_id, shard = shard.shard_id(), "stopping the execution of a task that is no longer live");
+    actor.stop(Some("the task is no longer live".into()));
+}
+
+/// Take-overs of one pass, logged once for the shard: a restart may resume many thousands of
+/// tasks.
+#[derive(Default)]
+struct Counts {
+    resumed: usize,
+    failed: usize,
+}
+
+impl Counts {
+    fn log(&self, shard: u32, term: u64) {
+        if self.resumed + self.failed > 0 {
+            tracing::info!(
+                shard,
+                term,
+                resumed = self.resumed,
+                failed = self.failed,
+                "task executions taken over (resumed, or failed by their resume policy)"
+            );
+        }
+    }
+}
+
+/// Run the live task `task_id` (of execution term `exec_term`) by its resume policy unless an
+/// execution of that term or a newer one runs here or its create is spawning one; an older
+/// execution is stopped first. `false` when the shard refused the write (the pass stops).
+async fn run_if_missing(
+    host: &Host,
+    shard: &ShardReplica,
+    task_id: &str,
+    exec_term: u64,
+    term: u64,
+    count: &mut Counts,
+) -> bool {
+    if host.inner.starting.lock().contains(task_id) {
+        return true; // its create spawns the actor
+    }
+    let running = host
+        .inner
+        .actors
+        .lock()
+        .get(task_id)
+        .map(|r| (r.term, r.actor.clone()));
+    match running {
+        Some((actor_term, _)) if actor_term >= exec_term => return true,
+        // An execution of an older term than the record's: a newer one took it over.
+        Some((_, stale)) => stale.stop(Some("a newer execution owns the task".into())),
+        None => {}
+    }
+    match take_over(host, shard, task_id, term).await {
+        TakenOver::Resumed => count.resumed += 1,
+        TakenOver::Failed => count.failed += 1,
+        TakenOver::Nothing => {}
+        TakenOver::Refused => return false,
     }
     true
 }

@@ -67,6 +67,9 @@ pub(crate) struct Inner {
     /// Tasks this node is creating: proposed, and their actor not yet running. The reconciler
     /// leaves them to the create.
     pub(crate) starting: Mutex<HashSet<String>>,
+    /// Per shard, tasks whose execution here ended or never began since its reconciler last
+    /// looked: the tasks its next pass checks (see `events.rs`).
+    pub(crate) suspects: Mutex<HashMap<u32, HashSet<String>>>,
     /// The live-task slots, in all and by owner (`tasks.max_live_tasks`,
     /// `tasks.max_live_tasks_per_principal`).
     pub(crate) slots: Mutex<slots::Slots>,
@@ -92,6 +95,17 @@ pub struct Host {
 }
 
 impl Host {
+    /// Have the reconciler of `shard` check `task_id` at its next pass: its execution here
+    /// ended, or may not have begun.
+    pub(crate) fn suspect(&self, shard: u32, task_id: &str) {
+        self.inner
+            .suspects
+            .lock()
+            .entry(shard)
+            .or_default()
+            .insert(task_id.to_owned());
+    }
+
     /// A host for a cluster of `shard_count` shards, hosting no replica yet (see
     /// [`Host::add_shard`]). Call [`Host::start`] to begin serving.
     pub fn new(cfg: HostConfig, tools: Arc<ToolRegistry>, shard_count: u32) -> Self {
@@ -119,6 +133,7 @@ impl Host {
                 started: std::sync::atomic::AtomicBool::new(false),
                 actors: Mutex::new(HashMap::new()),
                 starting: Mutex::new(HashSet::new()),
+                suspects: Mutex::new(HashMap::new()),
                 slots: Mutex::new(slots),
                 waiters: Mutex::new(HashMap::new()),
                 events,

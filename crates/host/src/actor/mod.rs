@@ -448,6 +448,8 @@ impl Actor for TaskActor {
             actors.remove(&st.task_id);
         }
         drop(actors);
+        // Ended with its task, or not: the reconciler looks.
+        st.host.suspect(st.shard, &st.task_id);
         st.host.inner.workers.forget_asks(&st.task_id);
         st.host.give_slot(&st.owner);
         Ok(())

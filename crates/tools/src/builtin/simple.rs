@@ -85,7 +85,13 @@ async fn run_slow_compute(seconds: f64, label: String, ctx: ToolContext) -> Tool
         if elapsed >= total {
             break;
         }
-        let next = (total - elapsed).min(Duration::from_secs(1));
+        // A step a second when there is progress to tell; otherwise one wait to the end, so
+        // that a task of an hour nobody watches does not wake every second.
+        let next = if ctx.has_progress_token {
+            (total - elapsed).min(Duration::from_secs(1))
+        } else {
+            total - elapsed
+        };
         if !sleep_or_cancel(&ctx, next).await {
             return Err(cancelled());
         }
