@@ -10,10 +10,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
 use parking_lot::Mutex;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use taskmesh_webhook::{Attempt, EgressPolicy, Failure, Message, Secret, Sender};
+use taskmesh_webhook::{Attempt, EgressPolicy, Failure, Sender};
+
+mod common;
+use common::{secret, send};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 
@@ -117,25 +119,6 @@ fn loopback() -> EgressPolicy {
     }
 }
 
-fn secret() -> Secret {
-    let key = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
-    Secret::parse(&format!("whsec_{key}")).unwrap()
-}
-
-async fn send(sender: &Sender, url: &str) -> Attempt {
-    let to = sender.policy().check_url(url).unwrap();
-    let s = secret();
-    sender
-        .send(Message {
-            to: &to,
-            id: "m",
-            subscription: "sub",
-            body: b"{}",
-            secrets: &[&s],
-        })
-        .await
-}
-
 #[tokio::test]
 async fn https_names_the_host_and_refuses_a_certificate_not_trusted() {
     let (cert, key) = localhost_cert();
@@ -150,7 +133,10 @@ async fn https_names_the_host_and_refuses_a_certificate_not_trusted() {
 
     // The system's roots do not know the receiver's certificate: a TLS failure.
     let system = Sender::new(loopback(), Duration::from_secs(5), 4).unwrap();
-    assert_eq!(send(&system, &url).await, Attempt::Failed(Failure::Tls));
+    assert_eq!(
+        send(&system, &url, &secret(7)).await,
+        Attempt::Failed(Failure::Tls)
+    );
     assert_eq!(Failure::Tls.category(), "tls_error");
     assert!(
         seen.hosts.lock().is_empty(),
@@ -161,7 +147,7 @@ async fn https_names_the_host_and_refuses_a_certificate_not_trusted() {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert).unwrap();
     let trusting = Sender::with_roots(loopback(), Duration::from_secs(5), 4, roots).unwrap();
-    assert_eq!(send(&trusting, &url).await, Attempt::Acked(204));
+    assert_eq!(send(&trusting, &url, &secret(7)).await, Attempt::Acked(204));
     assert_eq!(seen.server_names.lock().last().unwrap(), "localhost");
     assert_eq!(*seen.hosts.lock(), vec![format!("localhost:{port}")]);
 }
@@ -174,7 +160,7 @@ async fn connections_are_kept_and_one_the_receiver_closed_is_replaced() {
     let sender = Sender::new(loopback(), Duration::from_secs(5), 4).unwrap();
     let url = format!("http://127.0.0.1:{port}/hooks");
     for _ in 0..5 {
-        assert_eq!(send(&sender, &url).await, Attempt::Acked(204));
+        assert_eq!(send(&sender, &url, &secret(7)).await, Attempt::Acked(204));
     }
     assert_eq!(seen.connections.load(Ordering::SeqCst), 1);
     assert_eq!(seen.hosts.lock().len(), 5);
@@ -185,7 +171,7 @@ async fn connections_are_kept_and_one_the_receiver_closed_is_replaced() {
     let port = receiver(seen.clone(), None, 1).await;
     let url = format!("http://127.0.0.1:{port}/hooks");
     for _ in 0..3 {
-        assert_eq!(send(&sender, &url).await, Attempt::Acked(204));
+        assert_eq!(send(&sender, &url, &secret(7)).await, Attempt::Acked(204));
     }
     assert_eq!(seen.connections.load(Ordering::SeqCst), 3);
     assert_eq!(seen.hosts.lock().len(), 3);

@@ -11,9 +11,11 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
-use base64::Engine as _;
 use parking_lot::Mutex;
-use taskmesh_webhook::{Attempt, EgressError, EgressPolicy, Failure, Message, Secret, Sender};
+use taskmesh_webhook::{Attempt, EgressError, EgressPolicy, Failure, Message, Sender};
+
+mod common;
+use common::{secret, send};
 
 /// What the receiver saw: per request, its path, headers and raw body.
 type Seen = Arc<Mutex<Vec<(String, HeaderMap, Bytes)>>>;
@@ -54,29 +56,6 @@ fn loopback_policy() -> EgressPolicy {
         allow: vec!["127.0.0.0/8".parse().unwrap()],
         http_hosts: vec!["127.0.0.1".into(), "localhost".into()],
     }
-}
-
-fn secret(byte: u8) -> Secret {
-    let key = base64::engine::general_purpose::STANDARD.encode([byte; 32]);
-    Secret::parse(&format!("whsec_{key}")).unwrap()
-}
-
-/// One attempt of an empty event to `url`, signed with `s`: refused as a URL by the policy
-/// as the delivery loop does, or sent.
-async fn send(sender: &Sender, url: &str, s: &Secret) -> Attempt {
-    let to = match sender.policy().check_url(url) {
-        Ok(to) => to,
-        Err(e) => return Attempt::Failed(Failure::Egress(e)),
-    };
-    sender
-        .send(Message {
-            to: &to,
-            id: "m",
-            subscription: "sub",
-            body: b"{}",
-            secrets: &[s],
-        })
-        .await
 }
 
 #[tokio::test]
