@@ -25,6 +25,7 @@ mod events;
 pub mod ops;
 pub mod outbox;
 mod reads;
+mod reconcile;
 mod shards;
 mod slots;
 mod types;
@@ -95,17 +96,6 @@ pub struct Host {
 }
 
 impl Host {
-    /// Have the reconciler of `shard` check `task_id` at its next pass: its execution here
-    /// ended, or may not have begun.
-    pub(crate) fn suspect(&self, shard: u32, task_id: &str) {
-        self.inner
-            .suspects
-            .lock()
-            .entry(shard)
-            .or_default()
-            .insert(task_id.to_owned());
-    }
-
     /// A host for a cluster of `shard_count` shards, hosting no replica yet (see
     /// [`Host::add_shard`]). Call [`Host::start`] to begin serving.
     pub fn new(cfg: HostConfig, tools: Arc<ToolRegistry>, shard_count: u32) -> Self {

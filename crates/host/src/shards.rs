@@ -87,7 +87,7 @@ impl Host {
         for h in &hosted.loops {
             h.abort();
         }
-        events::stop_shard_actors(self, id);
+        crate::reconcile::stop_shard_actors(self, id);
         let count = self.inner.shard_count;
         self.inner
             .waiters
