@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use crate::client::{system_tls, tls_with, Client, Keep};
+use crate::client::{system_tls, tls_with, Answer, Client, Keep};
 use crate::egress::{EgressError, EgressPolicy, Endpoint};
 use crate::sign::{signature_header, Secret};
 
@@ -148,28 +148,46 @@ impl Sender {
 
     /// One attempt, signed now: a fresh `webhook-timestamp` and signature every time.
     pub async fn send(&self, m: Message<'_>) -> Attempt {
-        let timestamp = unix_now();
-        let signature = signature_header(m.secrets, m.id, timestamp, m.body);
-        let timestamp = timestamp.to_string();
-        let headers = [
-            ("content-type", "application/json"),
-            ("webhook-id", m.id),
-            ("webhook-timestamp", timestamp.as_str()),
-            ("webhook-signature", signature.as_str()),
-            ("x-mcp-subscription-id", m.subscription),
-        ];
         let body = Bytes::copy_from_slice(m.body);
-        let sent = tokio::time::timeout(self.timeout, self.client.post(m.to, &headers, body, 0));
-        match sent.await {
-            Err(_) => Attempt::Failed(Failure::Timeout),
-            Ok(Err(f)) => Attempt::Failed(f),
-            Ok(Ok(answer)) => match answer.status {
+        match self
+            .post_signed(m.to, m.id, m.subscription, m.secrets, body, 0)
+            .await
+        {
+            Err(f) => Attempt::Failed(f),
+            Ok(answer) => match answer.status {
                 code @ 200..=299 => Attempt::Acked(code),
                 code @ (410 | 413) => Attempt::Refused(code),
                 code @ 500..=599 => Attempt::Failed(Failure::Http5xx(code)),
                 code => Attempt::Failed(Failure::Http4xx(code)),
             },
         }
+    }
+
+    /// POST `body` to `to` with the profile's headers, signed now with `secrets`, within the
+    /// attempt's timeout; of the answer's body at most `limit` bytes are kept.
+    async fn post_signed(
+        &self,
+        to: &Endpoint,
+        id: &str,
+        subscription: &str,
+        secrets: &[&Secret],
+        body: Bytes,
+        limit: usize,
+    ) -> Result<Answer, Failure> {
+        let timestamp = unix_now();
+        let signature = signature_header(secrets, id, timestamp, &body);
+        let timestamp = timestamp.to_string();
+        let headers = [
+            ("content-type", "application/json"),
+            ("webhook-id", id),
+            ("webhook-timestamp", timestamp.as_str()),
+            ("webhook-signature", signature.as_str()),
+            ("x-mcp-subscription-id", subscription),
+        ];
+        let sent = self.client.post(to, &headers, body, limit);
+        tokio::time::timeout(self.timeout, sent)
+            .await
+            .unwrap_or(Err(Failure::Timeout))
     }
 }
 
@@ -203,24 +221,17 @@ impl Sender {
             challenge,
         } = *c;
         let body = serde_json::json!({"type": "verification", "challenge": challenge}).to_string();
-        let timestamp = unix_now();
-        let signature = signature_header(&[secret], message_id, timestamp, body.as_bytes());
-        let timestamp = timestamp.to_string();
-        let headers = [
-            ("content-type", "application/json"),
-            ("webhook-id", message_id),
-            ("webhook-timestamp", timestamp.as_str()),
-            ("webhook-signature", signature.as_str()),
-            ("x-mcp-subscription-id", subscription),
-        ];
-        let sent = self
-            .client
-            .post(to, &headers, Bytes::from(body), MAX_VERIFICATION_ANSWER);
-        let answer = match tokio::time::timeout(self.timeout, sent).await {
-            Err(_) => return Err(Failure::Timeout.category()),
-            Ok(Err(f)) => return Err(f.category()),
-            Ok(Ok(a)) => a,
-        };
+        let answer = self
+            .post_signed(
+                to,
+                message_id,
+                subscription,
+                &[secret],
+                Bytes::from(body),
+                MAX_VERIFICATION_ANSWER,
+            )
+            .await
+            .map_err(|f| f.category())?;
         if !(200..=299).contains(&answer.status) {
             return Err("challenge_failed");
         }

@@ -511,7 +511,7 @@ async fn attempts(
         let got = match &hook.endpoint {
             Err(refused) => Attempt::Failed(Failure::Egress(refused.clone())),
             Ok(to) => {
-                let _slot = delivery.turn(&hook.destination).await?;
+                let _slot = delivery.turn(to.origin()).await?;
                 let secrets: Vec<&Secret> = hook.secrets.iter().collect();
                 delivery
                     .sender

@@ -27,8 +27,6 @@ pub(super) struct Target {
     /// The URL as the egress policy passed it, or why it does not (every attempt then fails
     /// as refused, sending nothing).
     pub(super) endpoint: Result<Endpoint, EgressError>,
-    /// Its scheme, host and port: the attempts in flight and the rate are per destination.
-    pub(super) destination: String,
     /// The current secret first, then one a refresh replaced, while it is honoured.
     pub(super) secrets: Vec<Secret>,
     /// The texts of `secrets`, to tell whether a refresh changed them.
@@ -56,13 +54,8 @@ impl Target {
             .map(|s| Secret::parse(s).ok())
             .collect::<Option<Vec<_>>>()?;
         let endpoint = policy.check_url(&url);
-        let destination = match &endpoint {
-            Ok(e) => e.origin().to_owned(),
-            Err(_) => url.clone(),
-        };
         let settled = |outcome: &'static str| counter!(names::WEBHOOK_DELIVERIES, "webhook" => name.clone(), "outcome" => outcome);
         Some(Self {
-            destination,
             endpoint,
             attempts: counter!(names::WEBHOOK_ATTEMPTS, "webhook" => name.clone()),
             lag: histogram!(names::WEBHOOK_LAG, "webhook" => name.clone()),

@@ -40,12 +40,13 @@ pub(super) struct Verifier {
 
 impl Verifier {
     pub(super) fn new(settings: &EventSettings) -> Self {
-        let per_minute = settings.verifications_per_host_per_minute.max(1);
-        let quota =
-            governor::Quota::per_minute(NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN));
+        // Validated: 1 to 10000.
+        let per_minute =
+            NonZeroU32::new(settings.verifications_per_host_per_minute).unwrap_or(NonZeroU32::MIN);
+        let quota = governor::Quota::per_minute(per_minute);
         Self {
             remember_ms: settings.verification_cache_ms,
-            per_minute,
+            per_minute: per_minute.get(),
             passed: Mutex::new(HashMap::new()),
             per_host: governor::RateLimiter::keyed(quota),
         }
