@@ -28,7 +28,7 @@ pub use events::{Leadership, ShardEvent};
 pub use group::{Group, GroupState};
 pub use network::UnreachableNetwork;
 pub use replica::{
-    clock_ms, leadership_changes, quiet_transitions, Heard, Quiet, QuietLead, ShardReplica,
+    clock_ms, leadership_changes, quiet_transitions, Heard, Quiet, QuietLead, ShardReplica, Vouched,
 };
 pub use retry::Retry;
 pub use settings::RaftSettings;

@@ -23,6 +23,15 @@
 //!   due to be checked again (every `recheck`), and at the quiet followers of peers not heard
 //!   for `silence`.
 //!
+//! The answers also vouch for the quiet leaders' reads: a peer that answers a beat without
+//! asking for a listed group to wake follows it quietly and promises to elect no one else for a
+//! while, so a quiescent leader that a majority vouched for lately reads its own memory without
+//! waking its group (`taskmesh_shard`'s `quiet_lease.rs`). Each peer's latest answer is a
+//! [`PeerVouch`] that every quiet leader of a group the peer is a member of holds; the round
+//! records in it when it read the clock before sending the beat. Rounds read the clock at
+//! strictly increasing milliseconds, so that a beat of the round that quieted a group is told
+//! apart from the earlier ones.
+//!
 //! A peer of an earlier version, which does not know the beat, has the groups listed for it
 //! woken: they heartbeat it as before. One that knows the beat but not numbered listings is sent
 //! the whole listing every time.
@@ -37,7 +46,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use taskmesh_rpc::v1 as pb;
 use taskmesh_rpc::v1::raft_transport_client::RaftTransportClient;
-use taskmesh_shard::{Heard, Quiet, QuietLead};
+use taskmesh_shard::{Heard, Quiet, QuietLead, Vouched};
 use tonic::Status;
 
 use crate::channels::PeerChannels;
@@ -86,6 +95,46 @@ struct Lead {
     checked_ms: u64,
 }
 
+/// What one peer's latest answered beat vouches for (the sending side, see the module docs).
+#[derive(Default)]
+pub(crate) struct PeerVouch(Mutex<Answered>);
+
+#[derive(Default)]
+struct Answered {
+    /// When the round that sent the beat read the clock, before sending it.
+    sent_ms: u64,
+    /// The listing the peer held when it answered.
+    listing: Arc<Listing>,
+    /// The listed groups it asked to wake.
+    wake: Vec<u32>,
+}
+
+impl PeerVouch {
+    /// The peer answered the beat of `listing` sent at `sent_ms`, asking to wake `wake`.
+    fn answered(&self, sent_ms: u64, listing: Arc<Listing>, wake: &[u32]) {
+        let mut latest = self.0.lock();
+        if sent_ms >= latest.sent_ms {
+            *latest = Answered {
+                sent_ms,
+                listing,
+                wake: wake.to_vec(),
+            };
+        }
+    }
+}
+
+impl Vouched for PeerVouch {
+    fn vouched(&self, group: u32, term: u64, since_ms: u64) -> Option<u64> {
+        let latest = self.0.lock();
+        if latest.sent_ms < since_ms || latest.wake.contains(&group) {
+            return None;
+        }
+        // A listing holds its groups in ascending order.
+        let at = latest.listing.groups.binary_search(&group).ok()?;
+        (latest.listing.terms[at] == term).then_some(latest.sent_ms)
+    }
+}
+
 /// What the node beats to one peer (the sending side).
 #[derive(Default)]
 struct Link {
@@ -114,6 +163,8 @@ struct Round {
     following: usize,
     /// [`ReplicaRegistry::seen`] before the groups were last all looked at.
     seen: Option<(u64, u64)>,
+    /// What each peer's latest answer vouches for.
+    vouches: HashMap<u64, Arc<PeerVouch>>,
 }
 
 impl Round {
@@ -127,10 +178,12 @@ impl Round {
         }
         let mut changed = false;
         let leads = &mut self.leads;
+        let vouches = &mut self.vouches;
         self.awake
             .retain(|group| match group.tick_quiet(now, cfg.quiesce_after) {
                 Some(lead) => {
-                    leads.insert(group.group_id(), Lead::new(group.clone(), lead, now));
+                    let l = Lead::new(group.clone(), lead, now, vouches);
+                    leads.insert(group.group_id(), l);
                     changed = true;
                     false
                 }
@@ -175,7 +228,7 @@ impl Round {
                         }
                         _ => {
                             changed = true;
-                            Lead::new(group, lead, now)
+                            Lead::new(group, lead, now, &mut self.vouches)
                         }
                     };
                     self.leads.insert(id, kept);
@@ -206,9 +259,24 @@ impl Round {
 }
 
 impl Lead {
-    fn new(group: Arc<dyn HostedGroup>, lead: QuietLead, now: u64) -> Self {
+    /// A quiet leader found at `now`; its peers' answers (`vouches`) vouch for it from now on.
+    fn new(
+        group: Arc<dyn HostedGroup>,
+        lead: QuietLead,
+        now: u64,
+        vouches: &mut HashMap<u64, Arc<PeerVouch>>,
+    ) -> Self {
         let mut peers = Vec::new();
         group.for_each_peer(&mut |peer, addr| peers.push((peer, addr.to_string())));
+        group.vouched_by(
+            peers
+                .iter()
+                .map(|(peer, _)| {
+                    let v: Arc<dyn Vouched> = vouches.entry(*peer).or_default().clone();
+                    (*peer, v)
+                })
+                .collect(),
+        );
         Self {
             group,
             lead,
@@ -237,9 +305,15 @@ pub async fn run(node_id: u64, registry: ReplicaRegistry, pool: PeerChannels, cf
     let links: Arc<Mutex<HashMap<u64, Link>>> = Arc::default();
     let mut round = Round::default();
     let timeout = cfg.interval.max(Duration::from_millis(10)) * 2;
+    let mut last = None;
     loop {
         ticker.tick().await;
         let now = taskmesh_shard::clock_ms();
+        // One round per millisecond at most (see the module docs).
+        if last.is_some_and(|l| now <= l) {
+            continue;
+        }
+        last = Some(now);
         check_silences(&registry, &cfg, now);
         let changed = round.visit(&registry, &cfg, now);
         quiet_leaders.set(round.leads.len() as f64);
@@ -268,6 +342,8 @@ pub async fn run(node_id: u64, registry: ReplicaRegistry, pool: PeerChannels, cf
             link.in_flight = true;
             let beat = Outgoing {
                 peer: *peer,
+                sent_ms: now,
+                vouch: round.vouches.entry(*peer).or_default().clone(),
                 addr: link.addr.clone(),
                 listing: link.listing.clone(),
                 id: link.id,
@@ -300,6 +376,10 @@ impl Link {
 /// One beat to send.
 struct Outgoing {
     peer: u64,
+    /// The round's clock reading.
+    sent_ms: u64,
+    /// Where the peer's answer is recorded.
+    vouch: Arc<PeerVouch>,
     addr: String,
     listing: Arc<Listing>,
     id: u64,
@@ -343,6 +423,10 @@ async fn send(
     if unchanged && answer.as_ref().is_some_and(|a| a.resend) {
         unchanged = false;
         answer = call(pool, &beat, beat.request(node_id, unchanged), timeout).await;
+    }
+    if let Some(a) = answer.as_ref().filter(|a| a.vouches && !a.resend) {
+        beat.vouch
+            .answered(beat.sent_ms, beat.listing.clone(), &a.wake);
     }
     {
         let mut links = links.lock();
@@ -478,6 +562,7 @@ pub fn receive(
     let mut peers = registry.listings().peers.lock();
     let mut answer = pb::BeatResponse {
         keeps_listings: true,
+        vouches: true,
         ..Default::default()
     };
     if req.unchanged {
@@ -491,8 +576,11 @@ pub fn receive(
         peer.heard.touch(now);
         if peer.seen != seen {
             peer.seen = seen;
-            answer.wake = follow(registry, req.from, &peer.listing, &peer.heard);
+            peer.wake = follow(registry, req.from, &peer.listing, &peer.heard);
         }
+        // No replica changed its quiescence since the listing was applied: what followed
+        // quietly then still does, and what could not is named again.
+        answer.wake = peer.wake.clone();
         return Ok(answer);
     }
     let listing = Listing {
@@ -502,7 +590,8 @@ pub fn receive(
     };
     let peer = peers.entry(req.from).or_default();
     peer.heard.touch(now);
-    answer.wake = follow(registry, req.from, &listing, &peer.heard);
+    peer.wake = follow(registry, req.from, &listing, &peer.heard);
+    answer.wake = peer.wake.clone();
     let listed: HashSet<u32> = listing.groups.iter().copied().collect();
     let unlisted = peer.listing.groups.iter().chain(&req.woken);
     for id in unlisted.filter(|g| !listed.contains(g)) {

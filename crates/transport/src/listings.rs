@@ -51,4 +51,7 @@ pub(crate) struct PeerListing {
     pub(crate) listing: Listing,
     /// [`ReplicaRegistry::seen`](crate::ReplicaRegistry::seen) when `listing` was last applied to the groups.
     pub(crate) seen: (u64, u64),
+    /// The listed groups that could not follow quietly when `listing` was last applied: every
+    /// answer repeats them until it is applied again.
+    pub(crate) wake: Vec<u32>,
 }

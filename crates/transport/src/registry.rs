@@ -18,7 +18,7 @@ use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use taskmesh_shard::types::{Snapshot, Vote};
-use taskmesh_shard::{Group, GroupState, Heard, Quiet, QuietLead, ShardReplica};
+use taskmesh_shard::{Group, GroupState, Heard, Quiet, QuietLead, ShardReplica, Vouched};
 use tonic::Status;
 
 use crate::listings::PeerListings;
@@ -68,6 +68,9 @@ pub trait HostedGroup: Send + Sync + 'static {
     fn unlisted_by(&self, from: u64);
     /// Tick again, heartbeating at once if leading ([`ShardReplica::wake`]).
     fn wake(&self) -> BoxFuture<'_, ()>;
+    /// The peers whose beats' answers may vouch for this replica's quiet leadership
+    /// ([`ShardReplica::vouched_by`]).
+    fn vouched_by(&self, vouchers: Vec<(u64, Arc<dyn Vouched>)>);
 }
 
 fn decode<T: DeserializeOwned>(what: &str, payload: &[u8]) -> Result<T, Status> {
@@ -208,6 +211,10 @@ impl<S: GroupState> HostedGroup for ShardReplica<S> {
 
     fn wake(&self) -> BoxFuture<'_, ()> {
         Box::pin(ShardReplica::wake(self))
+    }
+
+    fn vouched_by(&self, vouchers: Vec<(u64, Arc<dyn Vouched>)>) {
+        ShardReplica::vouched_by(self, vouchers)
     }
 }
 

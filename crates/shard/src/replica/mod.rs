@@ -29,9 +29,11 @@ use crate::types::{LogId, ShardRaft, SnapshotData};
 mod compact;
 mod membership;
 mod quiesce;
+mod quiet_lease;
 mod read;
 
 pub use quiesce::{quiet_transitions, Heard, Quiet, QuietLead};
+pub use quiet_lease::Vouched;
 
 use read::{ReadBatch, ReadLease};
 
@@ -76,6 +78,8 @@ struct Inner<S: GroupState> {
     proposing: std::sync::atomic::AtomicUsize,
     /// Whether the group's timers are stopped while it is idle (see `quiesce.rs`).
     quiet: quiesce::Quiescence,
+    /// The lease a quiescent leader's beats renew (see `quiet_lease.rs`).
+    quiet_lease: quiet_lease::QuietLease,
     /// Whether a compaction of the idle group is under way (see `compact.rs`).
     compacting: std::sync::atomic::AtomicBool,
 }
@@ -162,13 +166,22 @@ impl<S: GroupState> ShardReplica<S> {
         let metrics_rx = raft.metrics();
         let lease = ReadLease::new(&cfg);
         let mut metrics = raft.metrics();
-        let (initial, initial_members, mut members_at) = {
+        let (initial, initial_members, mut members_at, voted) = {
             let m = metrics.borrow_watched();
             (
                 leadership_of(&m),
                 members_of(&m),
                 *m.membership_config.log_id(),
+                m.vote.leader_id().term > 0,
             )
+        };
+        // A replica that ever voted may have answered a quiet leader's beats before it stopped:
+        // it keeps what those answers promised by refusing votes for as long as they could
+        // have promised (see `quiet_lease.rs`). A new one promised nothing.
+        let promise_ms = if voted {
+            clock_ms() + cfg.raft.election_timeout_min_ms
+        } else {
+            0
         };
         let (tx, leadership) = watch::channel(initial);
         let (members_tx, members) = watch::channel(initial_members);
@@ -242,7 +255,8 @@ impl<S: GroupState> ShardReplica<S> {
                 metrics: metrics_rx,
                 leader_contact_ms: std::sync::atomic::AtomicU64::new(0),
                 proposing: std::sync::atomic::AtomicUsize::new(0),
-                quiet: quiesce::Quiescence::default(),
+                quiet: quiesce::Quiescence::opened(promise_ms),
+                quiet_lease: quiet_lease::QuietLease::default(),
                 compacting: std::sync::atomic::AtomicBool::new(false),
             }),
         })

@@ -30,11 +30,14 @@
 //!   read that must confirm leadership, a membership change or a transfer. A woken leader sends
 //!   a heartbeat at once, which renews its followers' view of it before the next node beat
 //!   stops listing the group and their election timers run again.
-//! - Reads keep their argument (see `read.rs`): a quiescent leader's last quorum
-//!   acknowledgement ages past the lease's bound, so its first read confirms leadership with a
-//!   heartbeat round before it reads, as an awake leader's read does when its lease lapsed.
+//! - Reads have a lease of their own while the group is quiet (`quiet_lease.rs`): a follower
+//!   that follows quietly promises to elect no one else until the shortest election timeout
+//!   after it last heard its leader's node, and keeps that promise if it is woken on its own
+//!   node (it refuses votes, and elections are off, until then; the node's round switches them
+//!   on again). A replica that opens with a vote on disk refuses votes for as long, for what it
+//!   may have promised before it stopped.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,7 +50,7 @@ use crate::types::NodeId;
 /// The replica ticks as usual.
 const AWAKE: u8 = 0;
 /// A quiescent leader.
-const LEADING: u8 = 1;
+pub(super) const LEADING: u8 = 1;
 /// A quiescent follower.
 const FOLLOWING: u8 = 2;
 
@@ -126,6 +129,13 @@ pub(super) struct Quiescence {
     /// Following: how long the leader's node may stay silent before the replica ticks again,
     /// drawn from the election timeout's range when it quieted.
     silence_ms: AtomicU64,
+    /// Until when (on `clock_ms`) the replica refuses votes and Pre-Votes that are not a
+    /// leadership transfer's, even awake: what its answers to a quiet leader's beats promised
+    /// (see `quiet_lease.rs`), or, from when it opened, what its answers before a restart may
+    /// have promised.
+    promise_ms: AtomicU64,
+    /// Elections are off until `promise_ms` (a follower woken before its promise ran out).
+    elect_held: AtomicBool,
 }
 
 /// What a replica's quiescence keeps under its lock.
@@ -139,6 +149,19 @@ pub(super) struct Settling {
 }
 
 impl Quiescence {
+    /// A replica's quiescence as it opens: awake, refusing votes until `promise_ms`.
+    pub(super) fn opened(promise_ms: u64) -> Self {
+        Self {
+            promise_ms: AtomicU64::new(promise_ms),
+            ..Self::default()
+        }
+    }
+
+    /// The mode (`AWAKE`, `LEADING` or `FOLLOWING`).
+    pub(super) fn mode(&self) -> u8 {
+        self.mode.load(Ordering::SeqCst)
+    }
+
     /// Enter `mode`; returns the mode it left. The caller holds `lock`.
     fn enter(&self, mode: u8) -> u8 {
         let was = self.mode.swap(mode, Ordering::SeqCst);
@@ -197,7 +220,7 @@ impl<S: GroupState> ShardReplica<S> {
     /// Tick again if quiescent. A quiescent leader also sends a heartbeat at once, so that its
     /// followers hear from it before its node's beats stop listing the group. Cheap when awake.
     pub async fn wake(&self) {
-        if self.wake_now() == LEADING {
+        if self.wake_now(true) == LEADING {
             // A stopped core has nothing to wake; its callers see the error themselves. Boxed:
             // the trigger's future is several KiB, and every proposal's future holds this one.
             let _ = Box::pin(self.inner.raft.trigger().heartbeat()).await;
@@ -205,15 +228,26 @@ impl<S: GroupState> ShardReplica<S> {
     }
 
     /// Tick again if quiescent (a leader's ticker heartbeats within an interval); returns the
-    /// mode it left.
-    fn wake_now(&self) -> u8 {
+    /// mode it left. A quiet follower keeps its promise (`keep`) unless its leader's node
+    /// released it: it refuses votes, and starts no election, until the shortest election
+    /// timeout has passed since it last heard that node.
+    fn wake_now(&self, keep: bool) -> u8 {
         let q = &self.inner.quiet;
         if q.mode.load(Ordering::SeqCst) == AWAKE {
             return AWAKE;
         }
         let mut settling = q.lock.lock();
         settling.since = None;
-        settling.heard = None;
+        let heard = settling.heard.take();
+        if keep && q.mode.load(Ordering::SeqCst) == FOLLOWING {
+            let until =
+                heard.map_or(0, |h| h.at_ms()) + self.inner.cfg.raft.election_timeout_min_ms;
+            if until > super::clock_ms() {
+                q.promise_ms.fetch_max(until, Ordering::SeqCst);
+                self.inner.raft.runtime_config().elect(false);
+                q.elect_held.store(true, Ordering::SeqCst);
+            }
+        }
         let was = q.enter(AWAKE);
         if was != AWAKE {
             self.set_ticking(true);
@@ -233,6 +267,12 @@ impl<S: GroupState> ShardReplica<S> {
     /// settled wakes.
     pub fn tick_quiet(&self, now_ms: u64, after: Duration) -> Option<QuietLead> {
         let q = &self.inner.quiet;
+        if q.elect_held.load(Ordering::Acquire)
+            && now_ms >= q.promise_ms.load(Ordering::SeqCst)
+            && q.elect_held.swap(false, Ordering::SeqCst)
+        {
+            self.inner.raft.runtime_config().elect(true);
+        }
         if q.mode.load(Ordering::SeqCst) == FOLLOWING {
             self.check_silence(q.leader.load(Ordering::Acquire), now_ms);
             return None;
@@ -294,6 +334,8 @@ impl<S: GroupState> ShardReplica<S> {
         // Every member holds and has applied the whole log: nothing reads its latest entries
         // soon. Let go of them first, so that a quiet replica never holds any.
         self.inner.log.forget_recent();
+        // Reads may trust this round's beats and later ones only (see `quiet_lease.rs`).
+        self.inner.quiet_lease.begin(now_ms, lead.term);
         // Publish the mode before checking for proposals: a proposal counts itself in before
         // it reads the mode, so one of the two sees the other.
         q.enter(LEADING);
@@ -380,7 +422,7 @@ impl<S: GroupState> ShardReplica<S> {
                 && index(&m.last_applied) == commit
         };
         if !ok {
-            self.wake_now();
+            self.wake_now(true);
             return false;
         }
         let cfg = &self.inner.cfg;
@@ -432,7 +474,8 @@ impl<S: GroupState> ShardReplica<S> {
             leader,
             "the leader's node fell silent; ticking again"
         );
-        self.wake_now();
+        // Silent for longer than the promise: nothing is left of it.
+        self.wake_now(true);
         false
     }
 
@@ -450,7 +493,8 @@ impl<S: GroupState> ShardReplica<S> {
     pub fn unlisted_by(&self, from: NodeId) {
         let q = &self.inner.quiet;
         if q.mode.load(Ordering::SeqCst) == FOLLOWING && q.leader.load(Ordering::Acquire) == from {
-            self.wake_now();
+            // The leader's node says the group woke: it no longer trusts the promise.
+            self.wake_now(false);
         }
     }
 
@@ -458,8 +502,20 @@ impl<S: GroupState> ShardReplica<S> {
     /// refused, with its own vote and last log id (see the module docs). `None`: the replica is
     /// awake and openraft decides.
     pub fn quiet_vote_refusal(&self) -> Option<openraft::raft::VoteResponse<crate::Group<S>>> {
-        if self.inner.quiet.mode.load(Ordering::SeqCst) == AWAKE {
-            return None;
+        let q = &self.inner.quiet;
+        if q.mode.load(Ordering::SeqCst) == AWAKE {
+            if super::clock_ms() >= q.promise_ms.load(Ordering::SeqCst) {
+                return None;
+            }
+            // Awake, but bound by a promise: refused all the same. The answer names the last
+            // applied log id, which is no later than the last one held: a candidate that reads
+            // it as smaller than its own loses nothing by it.
+            let m = self.inner.metrics.borrow_watched();
+            return Some(openraft::raft::VoteResponse::new(
+                &m.vote,
+                m.last_applied,
+                false,
+            ));
         }
         let m = self.inner.metrics.borrow_watched();
         // The answer names the voter's last log id; a quiescent replica's is its last applied

@@ -20,13 +20,15 @@ use crate::group::GroupState;
 /// machine apply everything committed before it, (b) every later write of that term is applied
 /// here before it is acknowledged, and (c) no other leader can exist while this one's quorum
 /// lease holds: voters refuse to elect anyone within `election_timeout_max` of the last
-/// heartbeat they acknowledged. A leadership transfer overrides (c), so reads take the full
-/// path from the moment one is asked for until the outcome is known.
+/// heartbeat they acknowledged, and a voter that restarted since refuses for
+/// `election_timeout_min` after it opens (openraft forgets its lease in a restart; the
+/// refusal is `quiesce.rs`'s promise). A leadership transfer overrides (c), so reads take the
+/// full path from the moment one is asked for until the outcome is known.
 ///
 /// A quiescent group (see `quiesce.rs`) sends no heartbeats, so its leader's last quorum
-/// acknowledgement ages past `max_ack_age` and its next read takes the full path, which wakes
-/// the group and confirms with a heartbeat round. (c) still holds: it rests on openraft's vote
-/// rules on the voters, which quiescence leaves as they are (it only adds refusals).
+/// acknowledgement ages past `max_ack_age`; its reads use the lease its node's beats renew
+/// instead (`quiet_lease.rs`), and only when that one lapsed too does a read take the full
+/// path, which wakes the group and confirms with a heartbeat round.
 pub(super) struct ReadLease {
     /// The term in which a confirmation last succeeded (0: none yet).
     confirmed_term: AtomicU64,
@@ -143,7 +145,8 @@ impl<S: GroupState> ShardReplica<S> {
         self.inner.reads.lock().running
     }
 
-    /// Whether a read may use the leader's memory without a confirmation (see [`ReadLease`]).
+    /// Whether a read may use the leader's memory without a confirmation (see [`ReadLease`],
+    /// and `quiet_lease.rs` for a quiescent leader's).
     fn lease_holds(&self) -> bool {
         let lease = &self.inner.lease;
         if lease.now_ms() < lease.off_until_ms.load(Ordering::Acquire) {
@@ -151,10 +154,13 @@ impl<S: GroupState> ShardReplica<S> {
         }
         let me = self.inner.cfg.node_id;
         let m = self.inner.metrics.borrow_watched();
-        if !(m.state.is_leader()
-            && m.current_leader == Some(me)
-            && m.current_term == lease.confirmed_term.load(Ordering::Acquire))
-        {
+        if !(m.state.is_leader() && m.current_leader == Some(me)) {
+            return false;
+        }
+        if self.quiet_lease_holds(&m, super::clock_ms()) {
+            return true;
+        }
+        if m.current_term != lease.confirmed_term.load(Ordering::Acquire) {
             return false;
         }
         let mut voters = m.membership_config.voter_ids();

@@ -242,3 +242,93 @@ async fn eventually_leader_other_than(nodes: &[TestNode], old: u64) -> u64 {
     .await;
     new
 }
+
+/// One read of whether node `n` holds task `id`, through the replica's linearizable read.
+async fn read_has(n: &TestNode, id: &str) -> Result<bool, taskmesh_shard::ShardError> {
+    let id = id.to_string();
+    n.replica.read(move |s| s.get(&id).is_some()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_leader_reads_on_its_beats_lease_and_its_group_stays_quiet() {
+    let dir = TempDir::new().unwrap();
+    let (nodes, leader) = quiet_cluster(dir.path()).await;
+    let term = node(&nodes, leader).term();
+    // Reads over two longest election timeouts: the beats keep renewing the lease, so none
+    // needs a heartbeat round, and none wakes the group.
+    let until = tokio::time::Instant::now()
+        + Duration::from_millis(2 * base_config().raft.election_timeout_max_ms);
+    let mut reads = 0;
+    while tokio::time::Instant::now() < until {
+        assert!(read_has(node(&nodes, leader), "t-1").await.unwrap());
+        reads += 1;
+        assert!(
+            all_quiet(&nodes, leader),
+            "after {reads} reads: {:?}",
+            nodes.iter().map(|n| n.replica.quiet()).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(node(&nodes, leader).term(), term);
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+/// Cut the quiet leader of `nodes` off; `wake_followers`: its followers are then woken on
+/// their nodes (as a proposal or read sent to them would). Once the others elected a new
+/// leader and it committed a new task, every read the old leader answers must show the task:
+/// the old leader's lease must have ended before anyone else could lead.
+async fn a_deposed_quiet_leader_serves_no_stale_read(wake_followers: bool) {
+    let dir = TempDir::new().unwrap();
+    let (mut nodes, old) = quiet_cluster(dir.path()).await;
+    let term = node(&nodes, old).term();
+    // Quiet for longer than the longest election timeout: openraft's own timers on the
+    // followers have run out, so only what the quiet followers promised keeps them from
+    // electing at once when they wake.
+    tokio::time::sleep(Duration::from_millis(
+        base_config().raft.election_timeout_max_ms + 200,
+    ))
+    .await;
+    assert!(all_quiet(&nodes, old));
+    assert!(read_has(node(&nodes, old), "t-1").await.unwrap());
+    let at = nodes.iter().position(|n| n.id == old).unwrap();
+    nodes[at].cut_off().await;
+    if wake_followers {
+        // One after the other: woken together, both would stand at once and split the vote.
+        for n in nodes.iter().filter(|n| n.id != old) {
+            n.replica.wake().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    eventually("a follower leads in a newer term", || {
+        nodes
+            .iter()
+            .any(|n| n.id != old && n.leads() && n.term() > term)
+    })
+    .await;
+    let survivors: Vec<&TestNode> = nodes.iter().filter(|n| n.id != old).collect();
+    let new = survivors.iter().find(|n| n.leads()).unwrap();
+    new.replica.propose(create("t-5")).await.unwrap();
+    // The new task is committed. The old leader, which nothing has reached, must not answer
+    // a read without it.
+    for attempt in 0..5 {
+        match read_has(&nodes[at], "t-5").await {
+            Ok(has) => assert!(has, "read {attempt} on the deposed leader misses t-5"),
+            Err(e) => tracing::debug!(attempt, error = %e, "the deposed leader refused a read"),
+        }
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_leader_cut_off_serves_no_read_after_a_newer_leader_commits() {
+    a_deposed_quiet_leader_serves_no_stale_read(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_woken_early_keep_their_promise_to_the_quiet_leader() {
+    a_deposed_quiet_leader_serves_no_stale_read(true).await;
+}
