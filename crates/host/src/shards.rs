@@ -137,7 +137,14 @@ impl Host {
 
     /// The node this node believes leads `shard` (itself included), if any.
     pub fn shard_leader(&self, shard_id: u32) -> Option<u64> {
-        self.shard(shard_id).ok()?.leadership().borrow().leader
+        self.with_replica(shard_id, |r| r.leader_now()).flatten()
+    }
+
+    /// `f` of the local replica of `id`, if there is one, without a clone of it: the routing of
+    /// every request asks, and a clone is two writes to memory that every core shares.
+    fn with_replica<R>(&self, id: u32, f: impl FnOnce(&ShardReplica) -> R) -> Option<R> {
+        let shards = self.inner.shards.read();
+        shards.get(id as usize)?.as_ref().map(|h| f(&h.replica))
     }
 
     /// Every local replica's leadership, log and state sizes.
@@ -183,6 +190,6 @@ impl Host {
 
     /// Whether this node leads `shard` now.
     pub fn leads(&self, shard_id: u32) -> bool {
-        self.shard(shard_id).is_ok_and(|s| s.is_leader())
+        self.with_replica(shard_id, |r| r.leads_now()) == Some(true)
     }
 }

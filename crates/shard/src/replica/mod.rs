@@ -66,6 +66,8 @@ struct Inner<S: GroupState> {
     log: LogStore<S>,
     store: Store,
     leadership: watch::Receiver<Leadership>,
+    /// The leadership as plain words, for the routing of every request: no lock, no clone.
+    now_leading: Arc<NowLeading>,
     members: watch::Receiver<BTreeMap<u64, String>>,
     watcher: JoinHandle<()>,
     reads: parking_lot::Mutex<ReadBatch>,
@@ -82,6 +84,22 @@ struct Inner<S: GroupState> {
     quiet_lease: quiet_lease::QuietLease,
     /// Whether a compaction of the idle group is under way (see `compact.rs`).
     compacting: std::sync::atomic::AtomicBool,
+}
+
+/// What [`Inner::leadership`] says, kept where a read costs one load.
+#[derive(Default)]
+struct NowLeading {
+    /// The leader's node id; 0: none known.
+    leader: AtomicU64,
+    /// Whether this replica leads.
+    is_leader: std::sync::atomic::AtomicBool,
+}
+
+impl NowLeading {
+    fn set(&self, l: &Leadership) {
+        self.leader.store(l.leader.unwrap_or(0), Ordering::Release);
+        self.is_leader.store(l.is_leader, Ordering::Release);
+    }
 }
 
 impl<S: GroupState> Drop for Inner<S> {
@@ -183,6 +201,9 @@ impl<S: GroupState> ShardReplica<S> {
         } else {
             0
         };
+        let now_leading = Arc::new(NowLeading::default());
+        now_leading.set(&initial);
+        let now_leading_w = now_leading.clone();
         let (tx, leadership) = watch::channel(initial);
         let (members_tx, members) = watch::channel(initial_members);
         let elections = taskmesh_metrics::metrics::counter!(
@@ -223,6 +244,7 @@ impl<S: GroupState> ShardReplica<S> {
                             is_leader = now.is_leader,
                             "leadership changed"
                         );
+                        now_leading_w.set(&now);
                         *current = now;
                         LEADERSHIP_CHANGES.fetch_add(1, Ordering::AcqRel);
                         true
@@ -248,6 +270,7 @@ impl<S: GroupState> ShardReplica<S> {
                 log,
                 store,
                 leadership,
+                now_leading,
                 members,
                 watcher,
                 reads: parking_lot::Mutex::new(ReadBatch::default()),
@@ -314,6 +337,18 @@ impl<S: GroupState> ShardReplica<S> {
     /// Whether this replica is the leader (from the Raft metrics).
     pub fn is_leader(&self) -> bool {
         self.inner.raft.is_leader()
+    }
+
+    /// Whether this replica leads, as [`ShardReplica::leadership`] says (one load: for routing;
+    /// what must be the leader checks again).
+    pub fn leads_now(&self) -> bool {
+        self.inner.now_leading.is_leader.load(Ordering::Acquire)
+    }
+
+    /// The leader this replica knows of, as [`ShardReplica::leadership`] says (one load).
+    pub fn leader_now(&self) -> Option<u64> {
+        let id = self.inner.now_leading.leader.load(Ordering::Acquire);
+        (id != 0).then_some(id)
     }
 
     /// The current Raft term (from the Raft metrics).

@@ -74,8 +74,18 @@ impl<S: GroupState> ShardReplica<S> {
         self.inner.quiet_lease.period.lock().vouchers = vouchers;
     }
 
-    /// Whether this replica leads quietly and its beats' lease holds at `now_ms`. The caller has
-    /// checked that the metrics `m` show this replica leading.
+    /// Whether this replica leads quietly and the lease last worked out still holds at
+    /// `now_ms`: two loads, no lock. Its openraft state need not be looked at: the lease says
+    /// that no other leader can exist before it ends, and a replica that has led quietly since
+    /// the lease's spell began has applied every write committed so far (any write after it
+    /// wakes the group first).
+    pub(super) fn quiet_lease_known(&self, now_ms: u64) -> bool {
+        self.inner.quiet.mode() == LEADING
+            && now_ms < self.inner.quiet_lease.until_ms.load(Ordering::Acquire)
+    }
+
+    /// Whether this replica leads quietly and its beats' lease holds at `now_ms`, worked out
+    /// again if need be. The caller has checked that the metrics `m` show this replica leading.
     pub(super) fn quiet_lease_holds(&self, m: &RaftMetrics<Group<S>>, now_ms: u64) -> bool {
         let lease = &self.inner.quiet_lease;
         if self.inner.quiet.mode() != LEADING || m.current_term != lease.term.load(Ordering::SeqCst)

@@ -152,12 +152,16 @@ impl<S: GroupState> ShardReplica<S> {
         if lease.now_ms() < lease.off_until_ms.load(Ordering::Acquire) {
             return false;
         }
+        let now_ms = super::clock_ms();
+        if self.quiet_lease_known(now_ms) {
+            return true;
+        }
         let me = self.inner.cfg.node_id;
         let m = self.inner.metrics.borrow_watched();
         if !(m.state.is_leader() && m.current_leader == Some(me)) {
             return false;
         }
-        if self.quiet_lease_holds(&m, super::clock_ms()) {
+        if self.quiet_lease_holds(&m, now_ms) {
             return true;
         }
         if m.current_term != lease.confirmed_term.load(Ordering::Acquire) {
