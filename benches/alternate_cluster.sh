@@ -22,8 +22,6 @@ quiet=${QUIET_S:-30}
 . "$(dirname "$0")/common.sh"
 rounds_and_dirs "$@"
 loadgen=${dirs[0]}/loadgen
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-node_pid() { cat "$bench_cluster/node-$1.pid"; }
 
 one_run() { # BIN_DIR -> "polls/s gateway_us leaders_us creates/s"
     local bin=$1 out
@@ -37,11 +35,9 @@ one_run() { # BIN_DIR -> "polls/s gateway_us leaders_us creates/s"
         --remote-only --shards "$shards")
     "$loadgen" --target warmup "${poll[@]}" --duration-s 3 --json "$out/warm.json" >/dev/null
     local g0 l0 g1 l1
-    g0=$(ticks "$(node_pid 1)")
-    l0=$(($(ticks "$(node_pid 2)") + $(ticks "$(node_pid 3)")))
+    read -r g0 l0 < <(cluster_cpu)
     "$loadgen" --target run "${poll[@]}" --duration-s 10 --json "$out/poll.json" >/dev/null
-    g1=$(ticks "$(node_pid 1)")
-    l1=$(($(ticks "$(node_pid 2)") + $(ticks "$(node_pid 3)")))
+    read -r g1 l1 < <(cluster_cpu)
     "$loadgen" --target create --url "$u1" --url "$u2" --url "$u3" --scenario create \
         --sessions 18 --concurrency 256 --duration-s 10 --json "$out/create.json" >/dev/null
     "$root/cluster/stop.sh" "$bench_cluster" >/dev/null 2>&1 || true

@@ -13,6 +13,8 @@
 #   stop_serve           stop the server start_serve started last
 #   start_cluster3 BIN   a 3-node cluster (cluster/start.sh) under `work`, given time to elect;
 #                        sets `url_of N` (node N's MCP URL)
+#   cluster_cpu          the CPU time (user + system, clock ticks) of that cluster's node 1 and
+#                        of nodes 2 and 3 together: "NODE1 NODES23"
 #   open_session URL     a 2025-11-25 session on the MCP endpoint URL: sets `sid` and `h`
 #                        (curl's arguments for a request in it)
 #   long_task URL        a `slow_compute` task of an hour created in that session; prints its id
@@ -79,6 +81,14 @@ start_cluster3() {
         "$root/cluster/start.sh" 3 "$bench_cluster" >"$work/start.log"
     # Let the groups elect and settle on their preferred leaders.
     sleep 8
+}
+
+cluster_cpu() {
+    local t=() i
+    for i in 1 2 3; do
+        t+=("$(awk '{print $14 + $15}' "/proc/$(cat "$bench_cluster/node-$i.pid")/stat")")
+    done
+    echo "${t[0]} $((t[1] + t[2]))"
 }
 
 url_of() {

@@ -27,9 +27,6 @@ print(f'{sum(1 for s in shards if s.get("quiet"))}/{len(shards)}')
 PY
 }
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-node_pid() { cat "$bench_cluster/node-$1.pid"; }
-
 one_run() { # SHARDS -> "polls/s p99_ms gateway_us leaders_us quiet_before quiet_after"
     local shards=$1 out
     out=$(mktemp -d -p "$work")
@@ -42,11 +39,9 @@ one_run() { # SHARDS -> "polls/s p99_ms gateway_us leaders_us quiet_before quiet
     "$bin/loadgen" --target warmup "${poll[@]}" --duration-s 3 --json "$out/warm.json" >/dev/null
     before=$(quiet_groups "$u1")
     local g0 l0 g1 l1
-    g0=$(ticks "$(node_pid 1)")
-    l0=$(($(ticks "$(node_pid 2)") + $(ticks "$(node_pid 3)")))
+    read -r g0 l0 < <(cluster_cpu)
     "$bin/loadgen" --target run "${poll[@]}" --duration-s 10 --json "$out/poll.json" >/dev/null
-    g1=$(ticks "$(node_pid 1)")
-    l1=$(($(ticks "$(node_pid 2)") + $(ticks "$(node_pid 3)")))
+    read -r g1 l1 < <(cluster_cpu)
     after=$(quiet_groups "$u1")
     "$root/cluster/stop.sh" "$bench_cluster" >/dev/null 2>&1 || true
     rm -rf "$bench_cluster"

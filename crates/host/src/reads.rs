@@ -76,17 +76,32 @@ impl Host {
         owner: &str,
         f: impl FnOnce(&TaskRecord) -> R,
     ) -> Result<R, HostError> {
-        let shard = self.shard(shard_id)?;
         let now = now_ms();
         let mut foreign = false;
-        let read = shard
-            .read(|s| {
-                let r = s.get(task_id);
-                foreign = r.is_some_and(|r| r.owner != owner && !r.is_expired(now));
-                visible(r, owner, now).map(f)
-            })
-            .await
-            .map_err(|e| HostError::from_shard(shard_id, e))?;
+        let read = |s: &taskmesh_task::ShardState| {
+            let r = s.get(task_id);
+            foreign = r.is_some_and(|r| r.owner != owner && !r.is_expired(now));
+            visible(r, owner, now).map(f)
+        };
+        // Under a lease, at once and without a clone of the replica (a poll of a shard whose
+        // replica is not in the cores' caches pays for every line it touches).
+        let read = match self.with_replica(shard_id, |r| r.read_leased(read)) {
+            // Not hosted here: as `Host::shard` answers.
+            None => {
+                return Err(HostError::NotLeader {
+                    shard: shard_id,
+                    leader_hint: None,
+                })
+            }
+            Some(Ok(read)) => read,
+            Some(Err(read)) => {
+                let shard = self.shard(shard_id)?;
+                shard
+                    .read(read)
+                    .await
+                    .map_err(|e| HostError::from_shard(shard_id, e))?
+            }
+        };
         if foreign {
             self.audit_foreign_lookup(task_id, owner);
         }

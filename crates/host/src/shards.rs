@@ -142,7 +142,7 @@ impl Host {
 
     /// `f` of the local replica of `id`, if there is one, without a clone of it: the routing of
     /// every request asks, and a clone is two writes to memory that every core shares.
-    fn with_replica<R>(&self, id: u32, f: impl FnOnce(&ShardReplica) -> R) -> Option<R> {
+    pub(crate) fn with_replica<R>(&self, id: u32, f: impl FnOnce(&ShardReplica) -> R) -> Option<R> {
         let shards = self.inner.shards.read();
         shards.get(id as usize)?.as_ref().map(|h| f(&h.replica))
     }

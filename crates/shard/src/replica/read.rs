@@ -92,9 +92,10 @@ impl<S: GroupState> ShardReplica<S> {
     /// after it arrived (never one already under way, whose read point may predate a write the
     /// reader has seen), so under load one confirmation answers a whole batch of reads.
     pub async fn read<R>(&self, f: impl FnOnce(&S) -> R) -> Result<R, ShardError> {
-        if self.lease_holds() {
-            return Ok(self.read_local(f));
-        }
+        let f = match self.read_leased(f) {
+            Ok(r) => return Ok(r),
+            Err(f) => f,
+        };
         // A quiescent leader's lease has lapsed: this read confirms leadership with a heartbeat
         // round, and the group ticks again so that the reads after it find the lease renewed.
         self.wake().await;
@@ -112,6 +113,16 @@ impl<S: GroupState> ShardReplica<S> {
             Ok(Ok(())) => Ok(self.read_local(f)),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(ShardError::Unavailable("the shard is shutting down".into())),
+        }
+    }
+
+    /// The linearizable read of [`ShardReplica::read`] at once, if a lease lets this replica
+    /// read its memory now; otherwise `f` back, for [`ShardReplica::read`].
+    pub fn read_leased<R, F: FnOnce(&S) -> R>(&self, f: F) -> Result<R, F> {
+        if self.lease_holds() {
+            Ok(self.read_local(f))
+        } else {
+            Err(f)
         }
     }
 
