@@ -267,11 +267,14 @@ impl<S: GroupState> ShardReplica<S> {
     /// settled wakes.
     pub fn tick_quiet(&self, now_ms: u64, after: Duration) -> Option<QuietLead> {
         let q = &self.inner.quiet;
-        if q.elect_held.load(Ordering::Acquire)
-            && now_ms >= q.promise_ms.load(Ordering::SeqCst)
-            && q.elect_held.swap(false, Ordering::SeqCst)
-        {
-            self.inner.raft.runtime_config().elect(true);
+        if q.elect_held.load(Ordering::Acquire) && now_ms >= q.promise_ms.load(Ordering::SeqCst) {
+            // Under the lock a waking follower holds while it makes a new promise.
+            let _settling = q.lock.lock();
+            if q.elect_held.load(Ordering::SeqCst) && now_ms >= q.promise_ms.load(Ordering::SeqCst)
+            {
+                q.elect_held.store(false, Ordering::SeqCst);
+                self.inner.raft.runtime_config().elect(true);
+            }
         }
         if q.mode.load(Ordering::SeqCst) == FOLLOWING {
             self.check_silence(q.leader.load(Ordering::Acquire), now_ms);

@@ -307,9 +307,25 @@ async fn a_deposed_quiet_leader_serves_no_stale_read(wake_followers: bool) {
             .any(|n| n.id != old && n.leads() && n.term() > term)
     })
     .await;
-    let survivors: Vec<&TestNode> = nodes.iter().filter(|n| n.id != old).collect();
-    let new = survivors.iter().find(|n| n.leads()).unwrap();
-    new.replica.propose(create("t-5")).await.unwrap();
+    // Through the survivors only (the old leader still takes itself for the leader), retrying
+    // while their leadership settles.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let new = nodes
+            .iter()
+            .filter(|n| n.id != old && n.leads())
+            .max_by_key(|n| n.term());
+        if let Some(new) = new {
+            if new.replica.propose(create("t-5")).await.is_ok() {
+                break;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no survivor took t-5 within {WAIT:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
     // The new task is committed. The old leader, which nothing has reached, must not answer
     // a read without it.
     for attempt in 0..5 {
