@@ -208,10 +208,7 @@ impl Host {
     /// The local replica of `shard`; a shard this node does not host answers `NotLeader`
     /// without a hint, so a router looks for its leader elsewhere.
     fn shard(&self, shard: u32) -> Result<ShardReplica, HostError> {
-        self.replica(shard).ok_or(HostError::NotLeader {
-            shard,
-            leader_hint: None,
-        })
+        self.replica(shard).ok_or_else(|| not_hosted(shard))
     }
 
     /// `tasks/cancel`: `cancelled` is committed before this returns, then the execution is
@@ -305,6 +302,14 @@ pub(crate) fn audit_terminal(host: &Host, record: &TaskRecord, how: &'static str
         outcome = %record.status,
         "{how}"
     );
+}
+
+/// What a call for a shard this node holds no replica of answers: not the leader, no hint.
+fn not_hosted(shard: u32) -> HostError {
+    HostError::NotLeader {
+        shard,
+        leader_hint: None,
+    }
 }
 
 #[cfg(test)]

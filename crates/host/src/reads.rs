@@ -86,13 +86,7 @@ impl Host {
         // Under a lease, at once and without a clone of the replica (a poll of a shard whose
         // replica is not in the cores' caches pays for every line it touches).
         let read = match self.with_replica(shard_id, |r| r.read_leased(read)) {
-            // Not hosted here: as `Host::shard` answers.
-            None => {
-                return Err(HostError::NotLeader {
-                    shard: shard_id,
-                    leader_hint: None,
-                })
-            }
+            None => return Err(crate::not_hosted(shard_id)),
             Some(Ok(read)) => read,
             Some(Err(read)) => {
                 let shard = self.shard(shard_id)?;

@@ -229,7 +229,7 @@ pub struct ReplicaRegistry {
     groups: Arc<RwLock<HashMap<u32, Arc<dyn HostedGroup>>>>,
     /// Counts the insertions and removals.
     generation: Arc<AtomicU64>,
-    /// The last listing of each peer's beats (see `beat.rs` and `listings.rs`).
+    /// The last listing of each peer's beats (see `beat/receive.rs` and `listings.rs`).
     listings: Arc<PeerListings>,
 }
 
