@@ -6,10 +6,11 @@
 #                        benches: sets `rounds` and `dirs`, or prints the usage and exits
 #   free_port            a free loopback TCP port
 #   wait_port PORT       wait (up to 30 s) until something listens on PORT
-#   start_serve BIN [TOML]
+#   start_serve BIN [TOML] [DATA]
 #                        `BIN serve` on a free loopback port with a fresh data directory
-#                        under `work` (and TOML as its configuration); sets `port`, `pid`
-#                        and `url`, and waits until it listens
+#                        under `work` (or DATA, kept from an earlier server), TOML as its
+#                        configuration; sets `port`, `pid`, `url` and `data`, and waits until
+#                        it answers `GET /readyz`
 #   stop_serve           stop the server start_serve started last
 #   start_cluster3 BIN   a 3-node cluster (cluster/start.sh) under `work`, given time to elect;
 #                        sets `url_of N` (node N's MCP URL)
@@ -60,10 +61,10 @@ wait_port() {
 }
 
 start_serve() {
-    local bin=$1 config=${2:-} data
+    local bin=$1 config=${2:-}
     local opts=()
     port=$(free_port)
-    data=$(mktemp -d -p "$work")
+    data=${3:-$(mktemp -d -p "$work")}
     if [ -n "$config" ]; then
         printf '%s\n' "$config" >"$data.toml"
         opts=(--config "$data.toml")
@@ -73,6 +74,21 @@ start_serve() {
     bench_pids+=("$pid")
     url=http://127.0.0.1:$port/mcp
     wait_port "$port"
+    wait_ready "127.0.0.1:$port"
+}
+
+# Wait (up to 120 s: a node reopening a million records takes a while) until ADDR answers
+# `GET /readyz` with 200, over plain HTTP or TLS.
+wait_ready() {
+    local s
+    for _ in $(seq 1 600); do
+        for s in http https; do
+            [ "$(curl -sk -o /dev/null -w '%{http_code}' "$s://$1/readyz")" = 200 ] && return 0
+        done
+        sleep 0.2
+    done
+    echo "$1 not ready" >&2
+    return 1
 }
 
 start_cluster3() {
